@@ -1,0 +1,241 @@
+//! The closed set of operations. Every pass, the planner and every executor match on
+//! [`Op`] exhaustively, so adding an op makes the compiler list every place that must
+//! learn it.
+//!
+//! Conventions shared by all ops (the executors rely on them):
+//! - tensors are row-major; "rows" are all leading dimensions, the last one is contiguous;
+//! - weights of a linear layer are `[out_features, in_features]` (Hugging Face layout);
+//! - per-token step inputs (`positions`, `cache_base`) are `i32 [tokens]`; a position of
+//!   `-1` marks a padding token: it writes no KV row, attends to nothing (output zeros);
+//! - the KV cache of a layer is `[kv_rows, n_kv_heads * head_dim]`; token `t` lives in row
+//!   `cache_base[t] + positions[t]` and attends to rows `cache_base[t] ..= cache_base[t] + positions[t]`.
+
+use super::types::ValueId;
+use serde::{Deserialize, Serialize};
+
+/// How rotary embeddings pair up the elements of a head.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum RopeStyle {
+    /// Pairs `(2i, 2i+1)`: GGUF `llama`, llama2.c.
+    Interleaved,
+    /// Pairs `(i, i + rotary_dim/2)`: Hugging Face `rotate_half`, GGUF NeoX-style (`qwen2`, `qwen3`).
+    HalfSplit,
+}
+
+/// Frequency scaling of rotary embeddings.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub enum RopeScaling {
+    None,
+    /// Llama 3.1 style: long wavelengths divided by `factor`, short ones kept, smooth between.
+    Llama3 {
+        factor: f32,
+        low_freq_factor: f32,
+        high_freq_factor: f32,
+        original_max_position: u32,
+    },
+    /// Linear position interpolation: positions divided by `factor`.
+    Linear { factor: f32 },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RopeSpec {
+    pub style: RopeStyle,
+    pub theta: f32,
+    /// Number of leading elements of each head that are rotated (== head_dim for every model so far).
+    pub rotary_dim: u32,
+    pub scaling: RopeScaling,
+}
+
+impl RopeSpec {
+    /// Inverse frequency of pair `i` (0 <= i < rotary_dim/2), scaling applied. Shared by the CPU
+    /// executor and the CPU side of kernel checks; the CUDA kernels compute the same formula.
+    pub fn inv_freq(&self, i: usize) -> f32 {
+        let d = self.rotary_dim as f32;
+        let base = 1.0f32 / self.theta.powf((2 * i) as f32 / d);
+        match self.scaling {
+            RopeScaling::None | RopeScaling::Linear { .. } => base,
+            RopeScaling::Llama3 {
+                factor,
+                low_freq_factor,
+                high_freq_factor,
+                original_max_position,
+            } => {
+                let old = original_max_position as f32;
+                let low_freq_wavelen = old / low_freq_factor;
+                let high_freq_wavelen = old / high_freq_factor;
+                let wavelen = 2.0 * std::f32::consts::PI / base;
+                if wavelen < high_freq_wavelen {
+                    base
+                } else if wavelen > low_freq_wavelen {
+                    base / factor
+                } else {
+                    let smooth = (old / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor);
+                    (1.0 - smooth) * base / factor + smooth * base
+                }
+            }
+        }
+    }
+    /// Position as fed to the rotation (linear scaling divides it).
+    pub fn scaled_position(&self, pos: i32) -> f32 {
+        match self.scaling {
+            RopeScaling::Linear { factor } => pos as f32 / factor,
+            _ => pos as f32,
+        }
+    }
+}
+
+/// One operation. Fields name values of the enclosing program; scalars are attributes.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Op {
+    /// `out[r, :] = table[indices[r], :]`; an index outside the table gives a zero row.
+    /// Token embedding, and picking the rows whose logits are wanted.
+    Gather { table: ValueId, indices: ValueId, out: ValueId },
+    /// `out[r, :] = x[r, :] / rms(x[r, :]) * weight` over the last dimension.
+    RmsNorm { x: ValueId, weight: ValueId, out: ValueId, eps: f32 },
+    /// RMSNorm of each head separately (Qwen3 Q/K norm): `x` is `[rows, heads * head_dim]`,
+    /// `weight` is `[head_dim]`.
+    HeadRmsNorm { x: ValueId, weight: ValueId, out: ValueId, head_dim: u32, eps: f32 },
+    /// `out[r, n] = sum_k x[r, k] * weight[n, k] (+ bias[n])`.
+    Linear { x: ValueId, weight: ValueId, bias: Option<ValueId>, out: ValueId },
+    /// Rotary embedding of every head of `x` (`[rows, heads * head_dim]`) at `positions[r]`.
+    Rope { x: ValueId, positions: ValueId, out: ValueId, head_dim: u32, rope: RopeSpec },
+    /// Writes `k` and `v` rows into the caches at row `cache_base[t] + positions[t]`;
+    /// skipped for positions < 0. Has no output value: it updates state.
+    KvWrite {
+        k: ValueId,
+        v: ValueId,
+        positions: ValueId,
+        cache_base: ValueId,
+        k_cache: ValueId,
+        v_cache: ValueId,
+    },
+    /// Causal grouped-query attention of each query row over its sequence's cache rows
+    /// (see the module doc), softmax in f32, scaled by `scale`.
+    Attention {
+        q: ValueId,
+        k_cache: ValueId,
+        v_cache: ValueId,
+        positions: ValueId,
+        cache_base: ValueId,
+        out: ValueId,
+        n_heads: u32,
+        n_kv_heads: u32,
+        head_dim: u32,
+        scale: f32,
+    },
+    /// `out = silu(gate) * up`.
+    SwiGlu { gate: ValueId, up: ValueId, out: ValueId },
+    /// `out = a + b`, elementwise.
+    Add { a: ValueId, b: ValueId, out: ValueId },
+    /// One token per row of `logits` (`f32 [rows, vocab]`): argmax (lowest index on ties) where
+    /// `temperature[r] <= 0`; otherwise softmax(logits / T), keep the `top_k` largest
+    /// (0 = all), then the smallest prefix whose mass reaches `top_p`, and draw with a
+    /// counter-based generator keyed by `(seed[r], counter[r])`.
+    Sample {
+        logits: ValueId,
+        temperature: ValueId,
+        top_k: ValueId,
+        top_p: ValueId,
+        seed: ValueId,
+        counter: ValueId,
+        out: ValueId,
+    },
+}
+
+impl Op {
+    /// Mnemonic used in the text form and plan dumps.
+    pub fn mnemonic(&self) -> &'static str {
+        match self {
+            Op::Gather { .. } => "gather",
+            Op::RmsNorm { .. } => "rms_norm",
+            Op::HeadRmsNorm { .. } => "head_rms_norm",
+            Op::Linear { .. } => "linear",
+            Op::Rope { .. } => "rope",
+            Op::KvWrite { .. } => "kv_write",
+            Op::Attention { .. } => "attention",
+            Op::SwiGlu { .. } => "swiglu",
+            Op::Add { .. } => "add",
+            Op::Sample { .. } => "sample",
+        }
+    }
+
+    /// Values read, in operand order.
+    pub fn reads(&self) -> Vec<ValueId> {
+        match *self {
+            Op::Gather { table, indices, .. } => vec![table, indices],
+            Op::RmsNorm { x, weight, .. } | Op::HeadRmsNorm { x, weight, .. } => vec![x, weight],
+            Op::Linear { x, weight, bias, .. } => {
+                let mut v = vec![x, weight];
+                v.extend(bias);
+                v
+            }
+            Op::Rope { x, positions, .. } => vec![x, positions],
+            Op::KvWrite { k, v, positions, cache_base, .. } => vec![k, v, positions, cache_base],
+            Op::Attention { q, k_cache, v_cache, positions, cache_base, .. } => {
+                vec![q, k_cache, v_cache, positions, cache_base]
+            }
+            Op::SwiGlu { gate, up, .. } => vec![gate, up],
+            Op::Add { a, b, .. } => vec![a, b],
+            Op::Sample { logits, temperature, top_k, top_p, seed, counter, .. } => {
+                vec![logits, temperature, top_k, top_p, seed, counter]
+            }
+        }
+    }
+
+    /// Values written, in operand order.
+    pub fn writes(&self) -> Vec<ValueId> {
+        match *self {
+            Op::Gather { out, .. }
+            | Op::RmsNorm { out, .. }
+            | Op::HeadRmsNorm { out, .. }
+            | Op::Linear { out, .. }
+            | Op::Rope { out, .. }
+            | Op::Attention { out, .. }
+            | Op::SwiGlu { out, .. }
+            | Op::Add { out, .. }
+            | Op::Sample { out, .. } => vec![out],
+            Op::KvWrite { k_cache, v_cache, .. } => vec![k_cache, v_cache],
+        }
+    }
+
+    /// Scalar attributes as `key=value` pairs for the text form, in a fixed order.
+    pub fn attrs(&self) -> Vec<(&'static str, String)> {
+        match self {
+            Op::RmsNorm { eps, .. } => vec![("eps", format!("{eps:e}"))],
+            Op::HeadRmsNorm { head_dim, eps, .. } => {
+                vec![("head_dim", head_dim.to_string()), ("eps", format!("{eps:e}"))]
+            }
+            Op::Rope { head_dim, rope, .. } => {
+                let mut a = vec![
+                    ("head_dim", head_dim.to_string()),
+                    ("style", format!("{:?}", rope.style).to_lowercase()),
+                    ("theta", format!("{}", rope.theta)),
+                    ("rotary_dim", rope.rotary_dim.to_string()),
+                ];
+                match rope.scaling {
+                    RopeScaling::None => {}
+                    RopeScaling::Llama3 { factor, low_freq_factor, high_freq_factor, original_max_position } => {
+                        a.push((
+                            "scaling",
+                            format!("llama3(factor={factor},low={low_freq_factor},high={high_freq_factor},orig={original_max_position})"),
+                        ));
+                    }
+                    RopeScaling::Linear { factor } => a.push(("scaling", format!("linear(factor={factor})"))),
+                }
+                a
+            }
+            Op::Attention { n_heads, n_kv_heads, head_dim, scale, .. } => vec![
+                ("heads", n_heads.to_string()),
+                ("kv_heads", n_kv_heads.to_string()),
+                ("head_dim", head_dim.to_string()),
+                ("scale", format!("{scale}")),
+            ],
+            Op::Gather { .. }
+            | Op::Linear { .. }
+            | Op::KvWrite { .. }
+            | Op::SwiGlu { .. }
+            | Op::Add { .. }
+            | Op::Sample { .. } => vec![],
+        }
+    }
+}

@@ -1,0 +1,227 @@
+//! The IR verifier. Run after lowering and after every pass (`debug_assertions` builds run it
+//! always; `kiln plan` runs it in release too, it is cheap).
+//!
+//! Invariants checked, in this order:
+//! 1. Every value id an op names exists; value names and op names are unique in a program.
+//! 2. `Weight` and `Step` values are never written; `State` values are written only by
+//!    `KvWrite`; `Output` and `Temp` values are written exactly once.
+//! 3. A `Temp` or `Output` value is written before it is read; every `Temp` is read at least
+//!    once (a dead temp would waste arena bytes).
+//! 4. Per-op shape and dtype rules (each op's doc in `op.rs`): matching row counts and
+//!    feature sizes, `i32` positions/indices, `f32` logits and sampling parameters,
+//!    heads dividing evenly, even rotary dims, and no zero-sized value.
+//! 5. The program's `tokens` and `sample_rows` agree with its step inputs and outputs.
+
+use super::{DType, Op, Program, ValueClass, ValueId};
+use anyhow::{bail, ensure, Result};
+use std::collections::HashSet;
+
+pub fn verify(p: &Program) -> Result<()> {
+    let label = p.label();
+    verify_inner(p).map_err(|e| e.context(format!("IR verifier failed on program {label}")))
+}
+
+fn verify_inner(p: &Program) -> Result<()> {
+    let n = p.values.len();
+    let mut names = HashSet::new();
+    for v in &p.values {
+        ensure!(names.insert(v.name.as_str()), "value name `{}` is used twice", v.name);
+        ensure!(v.shape.numel() > 0, "value `{}` has an empty shape {}", v.name, v.shape);
+    }
+    let mut op_names = HashSet::new();
+    let mut written = vec![0usize; n];
+    let mut read = vec![false; n];
+    for node in &p.ops {
+        ensure!(op_names.insert(node.name.as_str()), "op name `{}` is used twice", node.name);
+        for id in node.op.reads().into_iter().chain(node.op.writes()) {
+            ensure!(id.index() < n, "op `{}` names {id}, but the program has {n} values", node.name);
+        }
+        for id in node.op.reads() {
+            let v = p.value(id);
+            if matches!(v.class, ValueClass::Temp | ValueClass::Output) && written[id.index()] == 0 {
+                bail!("op `{}` reads `{}` before anything writes it", node.name, v.name);
+            }
+            read[id.index()] = true;
+        }
+        for id in node.op.writes() {
+            let v = p.value(id);
+            match v.class {
+                ValueClass::Weight | ValueClass::Step => {
+                    bail!("op `{}` writes {} value `{}`, which is read-only", node.name, v.class.name(), v.name)
+                }
+                ValueClass::State => ensure!(
+                    matches!(node.op, Op::KvWrite { .. }),
+                    "op `{}` ({}) writes state `{}`; only kv_write may",
+                    node.name,
+                    node.op.mnemonic(),
+                    v.name
+                ),
+                ValueClass::Output | ValueClass::Temp => {
+                    ensure!(written[id.index()] == 0, "`{}` is written twice (second time by `{}`)", v.name, node.name)
+                }
+            }
+            written[id.index()] += 1;
+        }
+        check_op(p, &node.name, &node.op)?;
+    }
+    for (i, v) in p.values.iter().enumerate() {
+        if v.class == ValueClass::Temp {
+            ensure!(written[i] > 0, "temp `{}` is never written", v.name);
+            ensure!(read[i], "temp `{}` is written but never read", v.name);
+        }
+        if v.class == ValueClass::Output {
+            ensure!(written[i] == 1, "output `{}` is never written", v.name);
+        }
+        if v.class == ValueClass::Step {
+            let rows = v.shape.dims()[0];
+            ensure!(
+                rows == p.tokens || rows == p.sample_rows,
+                "step input `{}` has {rows} rows; expected {} tokens or {} sample rows",
+                v.name,
+                p.tokens,
+                p.sample_rows
+            );
+        }
+    }
+    Ok(())
+}
+
+fn check_op(p: &Program, name: &str, op: &Op) -> Result<()> {
+    let v = |id: ValueId| p.value(id);
+    let dims = |id: ValueId| v(id).shape.dims().to_vec();
+    let ctx = |what: String| anyhow::anyhow!("op `{name}` ({}): {what}", op.mnemonic());
+    let want_dtype = |id: ValueId, dt: DType| -> Result<()> {
+        if v(id).dtype != dt {
+            return Err(ctx(format!("`{}` must be {dt}, is {}", v(id).name, v(id).dtype)));
+        }
+        Ok(())
+    };
+    let want_float = |id: ValueId| -> Result<()> {
+        if !v(id).dtype.is_float() {
+            return Err(ctx(format!("`{}` must be a float type, is {}", v(id).name, v(id).dtype)));
+        }
+        Ok(())
+    };
+    let want_2d = |id: ValueId| -> Result<(usize, usize)> {
+        let d = dims(id);
+        if d.len() != 2 {
+            return Err(ctx(format!("`{}` must be 2-D, is {}", v(id).name, v(id).shape)));
+        }
+        Ok((d[0], d[1]))
+    };
+    let want_vec = |id: ValueId, len: usize| -> Result<()> {
+        if dims(id) != [len] {
+            return Err(ctx(format!("`{}` must be [{len}], is {}", v(id).name, v(id).shape)));
+        }
+        Ok(())
+    };
+    let same_shape = |a: ValueId, b: ValueId| -> Result<()> {
+        if v(a).shape != v(b).shape {
+            return Err(ctx(format!(
+                "`{}` {} and `{}` {} must have the same shape",
+                v(a).name,
+                v(a).shape,
+                v(b).name,
+                v(b).shape
+            )));
+        }
+        Ok(())
+    };
+    match *op {
+        Op::Gather { table, indices, out } => {
+            let (_, d) = want_2d(table)?;
+            want_dtype(indices, DType::I32)?;
+            let (r, od) = want_2d(out)?;
+            want_vec(indices, r)?;
+            ensure!(od == d, ctx(format!("out row length {od} != table row length {d}")));
+            ensure!(v(table).dtype.is_float() && v(out).dtype.is_float(), ctx("gather moves float rows".into()));
+        }
+        Op::RmsNorm { x, weight, out, eps } => {
+            let (_, d) = want_2d(x)?;
+            want_vec(weight, d)?;
+            same_shape(x, out)?;
+            want_float(x)?;
+            want_float(out)?;
+            ensure!(eps > 0.0, ctx(format!("eps must be positive, is {eps}")));
+        }
+        Op::HeadRmsNorm { x, weight, out, head_dim, eps } => {
+            let (_, d) = want_2d(x)?;
+            ensure!(head_dim > 0 && d % head_dim as usize == 0, ctx(format!("row length {d} is not a multiple of head_dim {head_dim}")));
+            want_vec(weight, head_dim as usize)?;
+            same_shape(x, out)?;
+            ensure!(eps > 0.0, ctx(format!("eps must be positive, is {eps}")));
+        }
+        Op::Linear { x, weight, bias, out } => {
+            let (r, k) = want_2d(x)?;
+            let (nf, kw) = want_2d(weight)?;
+            ensure!(k == kw, ctx(format!("x has {k} features but weight `{}` expects {kw}", v(weight).name)));
+            if let Some(b) = bias {
+                want_vec(b, nf)?;
+            }
+            let (ro, no) = want_2d(out)?;
+            ensure!(ro == r && no == nf, ctx(format!("out is {} but should be [{r},{nf}]", v(out).shape)));
+            want_float(x)?;
+            want_float(weight)?;
+            want_float(out)?;
+        }
+        Op::Rope { x, positions, out, head_dim, rope } => {
+            let (r, d) = want_2d(x)?;
+            want_dtype(positions, DType::I32)?;
+            want_vec(positions, r)?;
+            same_shape(x, out)?;
+            ensure!(head_dim > 0 && d % head_dim as usize == 0, ctx(format!("row length {d} is not a multiple of head_dim {head_dim}")));
+            ensure!(
+                rope.rotary_dim > 0 && rope.rotary_dim % 2 == 0 && rope.rotary_dim <= head_dim,
+                ctx(format!("rotary_dim {} must be even and at most head_dim {head_dim}", rope.rotary_dim))
+            );
+            ensure!(rope.theta > 0.0, ctx("rope theta must be positive".into()));
+        }
+        Op::KvWrite { k, v: vv, positions, cache_base, k_cache, v_cache } => {
+            let (r, kd) = want_2d(k)?;
+            same_shape(k, vv)?;
+            want_dtype(positions, DType::I32)?;
+            want_dtype(cache_base, DType::I32)?;
+            want_vec(positions, r)?;
+            want_vec(cache_base, r)?;
+            let (_, cd) = want_2d(k_cache)?;
+            same_shape(k_cache, v_cache)?;
+            ensure!(cd == kd, ctx(format!("cache row length {cd} != k row length {kd}")));
+            for c in [k_cache, v_cache] {
+                ensure!(v(c).class == ValueClass::State, ctx(format!("`{}` must be state", v(c).name)));
+            }
+        }
+        Op::Attention { q, k_cache, v_cache, positions, cache_base, out, n_heads, n_kv_heads, head_dim, scale } => {
+            let (r, qd) = want_2d(q)?;
+            ensure!(n_heads > 0 && n_kv_heads > 0 && n_heads % n_kv_heads == 0, ctx(format!("{n_heads} heads are not a multiple of {n_kv_heads} kv heads")));
+            ensure!(qd == (n_heads * head_dim) as usize, ctx(format!("q row length {qd} != {n_heads} heads x {head_dim}")));
+            let (_, cd) = want_2d(k_cache)?;
+            same_shape(k_cache, v_cache)?;
+            ensure!(cd == (n_kv_heads * head_dim) as usize, ctx(format!("cache row length {cd} != {n_kv_heads} kv heads x {head_dim}")));
+            want_dtype(positions, DType::I32)?;
+            want_dtype(cache_base, DType::I32)?;
+            want_vec(positions, r)?;
+            want_vec(cache_base, r)?;
+            same_shape(q, out)?;
+            ensure!(scale > 0.0, ctx("scale must be positive".into()));
+        }
+        Op::SwiGlu { gate, up, out } => {
+            same_shape(gate, up)?;
+            same_shape(gate, out)?;
+            want_float(gate)?;
+        }
+        Op::Add { a, b, out } => {
+            same_shape(a, b)?;
+            same_shape(a, out)?;
+            want_float(a)?;
+        }
+        Op::Sample { logits, temperature, top_k, top_p, seed, counter, out } => {
+            let (r, _) = want_2d(logits)?;
+            want_dtype(logits, DType::F32)?;
+            for (id, dt) in [(temperature, DType::F32), (top_k, DType::I32), (top_p, DType::F32), (seed, DType::U32), (counter, DType::U32), (out, DType::I32)] {
+                want_dtype(id, dt)?;
+                want_vec(id, r)?;
+            }
+        }
+    }
+    Ok(())
+}

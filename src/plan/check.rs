@@ -1,0 +1,168 @@
+//! The plan checker. Independent of the planner on purpose (it shares no code with
+//! `planner.rs`): it re-derives every fact it needs from the plan's own records, the way
+//! regalloc2's checker re-derives allocation correctness. Every built plan and every loaded
+//! plan file is checked.
+//!
+//! Invariants proven:
+//! 1. Every region size, tensor offset and launch operand offset is a multiple of `ALIGN`;
+//!    every tensor and operand lies inside its region.
+//! 2. Persistent tensors of one region never share a byte.
+//! 3. An operand outside the arena lies inside one planned tensor of its region, starting at
+//!    its offset (a program may use a prefix of a step field or output); weights and step
+//!    fields are never written by a launch.
+//! 4. Within one launch, a written operand shares no byte with any other operand.
+//! 5. Liveness, by simulation over a shadow of the arena and output regions: each launch that
+//!    reads an arena or output operand finds exactly those bytes last written as that same
+//!    operand (same offset and length) by an earlier launch of the same program, and not
+//!    clobbered since. A planner bug that overlaps two live buffers fails here.
+//! 6. The dependency edges order every pair of launches that conflict (touch a common byte,
+//!    one of them writing): the later one is reachable from the earlier one.
+
+use super::{Access, BufArg, Plan, ProgramPlan, RegionKind, ALIGN};
+use crate::ir::ValueClass;
+use anyhow::{bail, ensure, Result};
+use std::collections::BTreeMap;
+
+pub fn check_plan(plan: &Plan) -> Result<()> {
+    check_inner(plan).map_err(|e| e.context("plan check failed: this plan is inconsistent and must not run (re-plan with this kiln, and report a bug if it persists)"))
+}
+
+fn check_inner(plan: &Plan) -> Result<()> {
+    for r in RegionKind::ALL {
+        ensure!(plan.region_bytes[r.index()] % ALIGN == 0, "region {} size {} is not {ALIGN}-aligned", r.name(), plan.region_bytes[r.index()]);
+    }
+    // 1 + 2: persistent tensors.
+    let mut per_region: BTreeMap<RegionKind, Vec<(u64, u64, &str)>> = BTreeMap::new();
+    for t in &plan.tensors {
+        ensure!(t.offset % ALIGN == 0, "tensor `{}` offset {} is not aligned", t.name, t.offset);
+        ensure!(
+            t.offset + t.bytes <= plan.region_bytes[t.region.index()],
+            "tensor `{}` [{}, {}) overruns region {} ({} bytes)",
+            t.name,
+            t.offset,
+            t.offset + t.bytes,
+            t.region.name(),
+            plan.region_bytes[t.region.index()]
+        );
+        ensure!(t.region != RegionKind::Arena, "persistent tensor `{}` placed in the arena", t.name);
+        let numel: usize = t.shape.iter().product();
+        ensure!(t.bytes == (numel * t.dtype.size()) as u64, "tensor `{}` size disagrees with its shape", t.name);
+        per_region.entry(t.region).or_default().push((t.offset, t.offset + t.bytes, &t.name));
+    }
+    for (r, mut spans) in per_region {
+        spans.sort();
+        for w in spans.windows(2) {
+            ensure!(w[0].1 <= w[1].0, "tensors `{}` and `{}` overlap in region {}", w[0].2, w[1].2, r.name());
+        }
+    }
+    for p in &plan.programs {
+        check_program(plan, p).map_err(|e| e.context(format!("in program {}", p.label())))?;
+    }
+    Ok(())
+}
+
+fn touches(a: &BufArg, b: &BufArg) -> bool {
+    a.region == b.region && a.offset < b.offset + b.bytes && b.offset < a.offset + a.bytes
+}
+
+fn check_program(plan: &Plan, p: &ProgramPlan) -> Result<()> {
+    // Shadow: start -> (end, tag offset, tag length) of the last write, per shadowed region.
+    let mut shadow: BTreeMap<(RegionKind, u64), (u64, u64, u64)> = BTreeMap::new();
+    for (i, l) in p.launches.iter().enumerate() {
+        for (j, b) in l.bufs.iter().enumerate() {
+            ensure!(b.offset % ALIGN == 0, "launch {i} `{}` operand {j} offset {} is not aligned", l.name, b.offset);
+            ensure!(
+                b.offset + b.bytes <= plan.region_bytes[b.region.index()],
+                "launch {i} `{}` operand {j} overruns region {}",
+                l.name,
+                b.region.name()
+            );
+            ensure!(b.bytes > 0, "launch {i} `{}` operand {j} is empty", l.name);
+            if b.region != RegionKind::Arena {
+                let Some(t) = plan.tensors.iter().find(|t| t.region == b.region && t.offset == b.offset) else {
+                    bail!("launch {i} `{}` operand {j} at {}+{} is no planned tensor", l.name, b.region.name(), b.offset);
+                };
+                ensure!(b.bytes <= t.bytes, "launch {i} `{}` reads past the end of `{}`", l.name, t.name);
+                if b.access == Access::Write {
+                    ensure!(
+                        matches!(t.class, ValueClass::State | ValueClass::Output),
+                        "launch {i} `{}` writes {} `{}`",
+                        l.name,
+                        t.class.name(),
+                        t.name
+                    );
+                }
+            }
+            if b.access == Access::Write {
+                for (k, o) in l.bufs.iter().enumerate() {
+                    ensure!(k == j || !touches(b, o), "launch {i} `{}`: written operand {j} overlaps operand {k}", l.name);
+                }
+            }
+        }
+        // Reads must find their bytes intact.
+        for (j, b) in l.bufs.iter().enumerate() {
+            if b.access != Access::Read || !matches!(b.region, RegionKind::Arena | RegionKind::Output) {
+                continue;
+            }
+            match shadow.get(&(b.region, b.offset)) {
+                Some(&(end, tag_off, tag_len)) if end == b.offset + b.bytes && tag_off == b.offset && tag_len == b.bytes => {}
+                _ => bail!(
+                    "launch {i} `{}` reads operand {j} ({}+{}, {} bytes), but those bytes were not written as that buffer earlier in the program or were overwritten since",
+                    l.name,
+                    b.region.name(),
+                    b.offset,
+                    b.bytes
+                ),
+            }
+        }
+        for b in l.bufs.iter().filter(|b| b.access == Access::Write && matches!(b.region, RegionKind::Arena | RegionKind::Output)) {
+            let (s, e) = (b.offset, b.offset + b.bytes);
+            // Clip every interval overlapping [s, e).
+            let hits: Vec<_> = shadow
+                .range((b.region, 0)..(b.region, e))
+                .filter(|(&(_, st), &(en, _, _))| st < e && en > s)
+                .map(|(&k, &v)| (k, v))
+                .collect();
+            for ((r, st), (en, to, tl)) in hits {
+                shadow.remove(&(r, st));
+                if st < s {
+                    shadow.insert((r, st), (s, to, tl));
+                }
+                if en > e {
+                    shadow.insert((r, e), (en, to, tl));
+                }
+            }
+            shadow.insert((b.region, s), (e, s, b.bytes));
+        }
+    }
+    // 6: ordering of conflicting launches by the edges.
+    let n = p.launches.len();
+    let words = n.div_ceil(64);
+    let mut reach = vec![vec![0u64; words]; n];
+    let mut succ = vec![Vec::new(); n];
+    for &(a, b) in &p.deps {
+        ensure!((a as usize) < n && (b as usize) < n && a < b, "dependency ({a}, {b}) is not a forward edge between launches");
+        succ[a as usize].push(b as usize);
+    }
+    for i in (0..n).rev() {
+        let mut row = vec![0u64; words];
+        for &s in &succ[i] {
+            row[s / 64] |= 1 << (s % 64);
+            for w in 0..words {
+                row[w] |= reach[s][w];
+            }
+        }
+        reach[i] = row;
+    }
+    for j in 0..n {
+        for i in 0..j {
+            let conflict = p.launches[i].bufs.iter().any(|a| {
+                p.launches[j].bufs.iter().any(|b| (a.access == Access::Write || b.access == Access::Write) && touches(a, b))
+            });
+            if conflict && reach[i][j / 64] & (1 << (j % 64)) == 0 {
+                bail!("launches {i} `{}` and {j} `{}` touch the same bytes but no dependency orders them", p.launches[i].name, p.launches[j].name);
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,244 @@
+//! The ahead-of-time planner and the plan it produces.
+//!
+//! A [`Plan`] fixes, before any device exists: the size of every region, the offset of every
+//! buffer in it, and for every program (phase x bucket) the launch records — kernel, geometry,
+//! and operands as (region, offset, length) — plus the data dependencies between launches.
+//! Executors (`runtime`) only follow it: they never allocate after load and never compute an
+//! address.
+//!
+//! Owns: regions, offsets, lifetimes, launch records, dependencies, the memory report.
+//! Never: touches a device, reads weights, or depends on hash order (plans are deterministic).
+
+pub mod check;
+pub mod dump;
+pub mod file;
+pub mod geometry;
+pub mod planner;
+
+pub use planner::{build_plan, PlanOptions};
+
+use crate::ir::{DType, Phase, RopeSpec, ValueClass};
+use crate::model::config::ModelConfig;
+use serde::{Deserialize, Serialize};
+
+/// Alignment of every buffer offset and every region size, in bytes.
+pub const ALIGN: u64 = 256;
+
+pub fn align_up(x: u64) -> u64 {
+    x.div_ceil(ALIGN) * ALIGN
+}
+
+/// The fixed regions. Each is one device allocation; the order here is the order in dumps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum RegionKind {
+    /// Model tensors, one offset each, uploaded once at load.
+    Weights,
+    /// Persistent per-sequence state: KV cache (and, later, recurrent state).
+    State,
+    /// The step block: per-step inputs written by the host before each launch.
+    Step,
+    /// Results the host reads: logits, sampled tokens.
+    Output,
+    /// Activations of whichever program runs, shared by all programs, sized by liveness.
+    Arena,
+}
+
+impl RegionKind {
+    pub const ALL: [RegionKind; 5] =
+        [RegionKind::Weights, RegionKind::State, RegionKind::Step, RegionKind::Output, RegionKind::Arena];
+    pub fn name(self) -> &'static str {
+        match self {
+            RegionKind::Weights => "weights",
+            RegionKind::State => "state",
+            RegionKind::Step => "step",
+            RegionKind::Output => "output",
+            RegionKind::Arena => "arena",
+        }
+    }
+    pub fn index(self) -> usize {
+        self as usize
+    }
+    /// Region of a persistent value class (`Temp` lives in the arena).
+    pub fn of_class(class: ValueClass) -> RegionKind {
+        match class {
+            ValueClass::Weight => RegionKind::Weights,
+            ValueClass::State => RegionKind::State,
+            ValueClass::Step => RegionKind::Step,
+            ValueClass::Output => RegionKind::Output,
+            ValueClass::Temp => RegionKind::Arena,
+        }
+    }
+}
+
+/// A buffer that outlives programs (weight, state, step field, output), at a fixed offset.
+/// Step fields and outputs are sized for the largest program; a program uses a prefix.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PlannedTensor {
+    pub name: String,
+    pub class: ValueClass,
+    pub dtype: DType,
+    pub shape: Vec<usize>,
+    pub region: RegionKind,
+    pub offset: u64,
+    pub bytes: u64,
+}
+
+/// An operand of a launch: bytes `[offset, offset + bytes)` of `region`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct BufArg {
+    pub region: RegionKind,
+    pub offset: u64,
+    pub bytes: u64,
+    pub dtype: DType,
+    pub access: Access,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Access {
+    Read,
+    Write,
+}
+
+/// What a launch runs, with its scalar parameters. Operands are in [`Launch::bufs`], in the
+/// order of the IR op's `reads()` followed by its `writes()` (documented per variant).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Kernel {
+    /// bufs: table, indices, out.
+    Gather { rows: u32, dim: u32, table_rows: u32 },
+    /// bufs: x, weight, out.
+    RmsNorm { rows: u32, dim: u32, eps: f32 },
+    /// bufs: x, weight, out.
+    HeadRmsNorm { rows: u32, heads: u32, head_dim: u32, eps: f32 },
+    /// bufs: x, weight, [bias], out.
+    Linear { rows: u32, in_features: u32, out_features: u32, bias: bool },
+    /// bufs: x, positions, out.
+    Rope { rows: u32, heads: u32, head_dim: u32, rope: RopeSpec },
+    /// bufs: k, v, positions, cache_base, k_cache, v_cache.
+    KvWrite { rows: u32, kv_dim: u32, kv_rows: u32 },
+    /// bufs: q, k_cache, v_cache, positions, cache_base, out.
+    Attention { rows: u32, heads: u32, kv_heads: u32, head_dim: u32, scale: f32, kv_rows: u32 },
+    /// bufs: gate, up, out.
+    SwiGlu { n: u32 },
+    /// bufs: a, b, out.
+    Add { n: u32 },
+    /// bufs: logits, temperature, top_k, top_p, seed, counter, out.
+    Sample { rows: u32, vocab: u32 },
+}
+
+impl Kernel {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Kernel::Gather { .. } => "gather",
+            Kernel::RmsNorm { .. } => "rms_norm",
+            Kernel::HeadRmsNorm { .. } => "head_rms_norm",
+            Kernel::Linear { .. } => "linear",
+            Kernel::Rope { .. } => "rope",
+            Kernel::KvWrite { .. } => "kv_write",
+            Kernel::Attention { .. } => "attention",
+            Kernel::SwiGlu { .. } => "swiglu",
+            Kernel::Add { .. } => "add",
+            Kernel::Sample { .. } => "sample",
+        }
+    }
+}
+
+/// One launch record: everything an executor needs, nothing it must compute.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Launch {
+    /// Name of the IR op it came from (`blk.3.attn_q`).
+    pub name: String,
+    pub kernel: Kernel,
+    pub bufs: Vec<BufArg>,
+    pub grid: [u32; 3],
+    pub block: [u32; 3],
+    pub shared_bytes: u32,
+}
+
+/// Where one temp of a program lives in the arena, and when.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TempAlloc {
+    pub name: String,
+    pub offset: u64,
+    pub bytes: u64,
+    /// Index of the launch that writes it.
+    pub first: u32,
+    /// Index of the last launch that reads it.
+    pub last: u32,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ProgramPlan {
+    pub phase: Phase,
+    pub bucket: usize,
+    pub tokens: usize,
+    pub sample_rows: usize,
+    pub launches: Vec<Launch>,
+    /// Data dependencies `(before, after)` between launches (read-after-write,
+    /// write-after-read, write-after-write), transitively reduced. Graph edges.
+    pub deps: Vec<(u32, u32)>,
+    pub temps: Vec<TempAlloc>,
+    /// Arena bytes this program needs (its peak under the chosen offsets).
+    pub arena_bytes: u64,
+    /// Arena bytes it would need with no reuse (sum of its aligned temps).
+    pub naive_bytes: u64,
+}
+
+impl ProgramPlan {
+    pub fn label(&self) -> String {
+        match self.phase {
+            Phase::Decode => format!("decode.b{}", self.bucket),
+            Phase::Prefill => format!("prefill.t{}", self.bucket),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Plan {
+    pub kiln_version: String,
+    pub config: ModelConfig,
+    /// Hex SHA-256 of the config and the tensor table (see [`fingerprint`]).
+    pub fingerprint: String,
+    pub options: PlanOptions,
+    /// Bytes of each region, indexed by `RegionKind::index()`.
+    pub region_bytes: [u64; 5],
+    pub tensors: Vec<PlannedTensor>,
+    pub programs: Vec<ProgramPlan>,
+}
+
+impl Plan {
+    pub fn total_bytes(&self) -> u64 {
+        self.region_bytes.iter().sum()
+    }
+    pub fn tensor(&self, name: &str) -> Option<&PlannedTensor> {
+        self.tensors.iter().find(|t| t.name == name)
+    }
+    /// Index of the program for a phase and exact bucket.
+    pub fn program(&self, phase: Phase, bucket: usize) -> Option<usize> {
+        self.programs.iter().position(|p| p.phase == phase && p.bucket == bucket)
+    }
+    /// Smallest bucket of `phase` that holds `n` (tokens or sequences).
+    pub fn bucket_for(&self, phase: Phase, n: usize) -> Option<usize> {
+        self.programs
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.phase == phase && p.bucket >= n)
+            .min_by_key(|(_, p)| p.bucket)
+            .map(|(i, _)| i)
+    }
+}
+
+/// SHA-256 over the canonical JSON of the config and the tensor table (names and shapes) with
+/// the plan's storage dtype: two models with the same fingerprint accept the same plan.
+pub fn fingerprint(config: &ModelConfig, dtype: DType) -> String {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    h.update(serde_json::to_vec(config).expect("config serializes"));
+    for t in config.tensors() {
+        h.update(t.name.as_bytes());
+        for d in &t.shape {
+            h.update((*d as u64).to_le_bytes());
+        }
+        h.update(dtype.name().as_bytes());
+    }
+    h.finalize().iter().map(|b| format!("{b:02x}")).collect()
+}

@@ -1,0 +1,372 @@
+//! The planner: lowers every (phase, bucket) program, lays out the persistent regions, gives
+//! each temp an arena offset by liveness, and turns each op into a launch record.
+//!
+//! Arena allocation is deliberately simple (as tinygrad's): walk the ops in order; before op
+//! `i`, allocate each value it writes into the lowest-addressed free gap that fits it
+//! (best fit by gap size, then lowest offset); after op `i`, free every temp whose last reader
+//! is `i`. An op's outputs never share bytes with its inputs. The arena is the largest peak
+//! over all programs; every program reuses it from offset 0.
+
+use super::{align_up, fingerprint, Access, BufArg, Kernel, Launch, Plan, PlannedTensor, ProgramPlan, RegionKind, TempAlloc};
+use crate::ir::{DType, Op, Phase, Program, ValueClass, ValueId};
+use crate::lower::{lower, LowerOptions};
+use crate::model::config::ModelConfig;
+use anyhow::{bail, ensure, Result};
+use petgraph::graph::DiGraph;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PlanOptions {
+    /// Decode batch sizes (sequences stepped together), ascending.
+    pub decode_buckets: Vec<usize>,
+    /// Prefill token counts, ascending.
+    pub prefill_buckets: Vec<usize>,
+    /// Tokens of context each sequence may hold (KV rows per sequence).
+    pub max_context: usize,
+    /// Storage dtype of weights, activations and KV cache.
+    pub dtype: DType,
+    /// Refuse plans needing more device bytes than this.
+    pub memory_budget: Option<u64>,
+}
+
+impl PlanOptions {
+    /// Sequences whose state is resident at once: the largest decode bucket (at least 1).
+    pub fn max_seqs(&self) -> usize {
+        self.decode_buckets.iter().copied().max().unwrap_or(1)
+    }
+    pub fn kv_rows(&self) -> usize {
+        self.max_seqs() * self.max_context
+    }
+}
+
+fn check_options(cfg: &ModelConfig, o: &PlanOptions) -> Result<()> {
+    ensure!(
+        !o.decode_buckets.is_empty() || !o.prefill_buckets.is_empty(),
+        "no buckets: give at least one decode or prefill bucket"
+    );
+    for (what, b) in [("decode", &o.decode_buckets), ("prefill", &o.prefill_buckets)] {
+        ensure!(b.iter().all(|&x| x > 0), "{what} buckets must be positive, got {b:?}");
+        ensure!(b.windows(2).all(|w| w[0] < w[1]), "{what} buckets must be strictly ascending, got {b:?}");
+    }
+    ensure!(o.max_context > 0, "max context must be positive");
+    ensure!(
+        o.max_context <= cfg.max_position_embeddings,
+        "max context {} exceeds the model's trained context {} (max_position_embeddings); plan with --max-context {} or less",
+        o.max_context,
+        cfg.max_position_embeddings,
+        cfg.max_position_embeddings
+    );
+    if let Some(&big) = o.prefill_buckets.last() {
+        ensure!(big <= o.max_context, "prefill bucket {big} is larger than the max context {}", o.max_context);
+    }
+    ensure!(o.dtype.is_float(), "plan dtype must be f32, f16 or bf16, not {}", o.dtype);
+    ensure!(o.kv_rows() <= i32::MAX as usize, "{} KV rows do not fit the i32 positions the kernels read", o.kv_rows());
+    Ok(())
+}
+
+/// Builds a checked plan for `cfg`. Deterministic: same inputs, byte-identical plan.
+pub fn build_plan(cfg: &ModelConfig, opts: &PlanOptions) -> Result<Plan> {
+    cfg.validate()?;
+    check_options(cfg, opts)?;
+    let lower_opts = LowerOptions { dtype: opts.dtype, kv_rows: opts.kv_rows() };
+    let mut programs = Vec::new();
+    for &b in &opts.decode_buckets {
+        programs.push(lower(cfg, Phase::Decode, b, lower_opts)?);
+    }
+    for &b in &opts.prefill_buckets {
+        programs.push(lower(cfg, Phase::Prefill, b, lower_opts)?);
+    }
+
+    let (tensors, mut region_bytes) = layout_persistent(cfg, opts, &programs)?;
+    let by_name: BTreeMap<&str, &PlannedTensor> = tensors.iter().map(|t| (t.name.as_str(), t)).collect();
+    let mut planned = Vec::new();
+    for p in &programs {
+        planned.push(plan_program(p, &by_name)?);
+    }
+    region_bytes[RegionKind::Arena.index()] = planned.iter().map(|p| p.arena_bytes).max().unwrap_or(0);
+
+    let plan = Plan {
+        kiln_version: env!("CARGO_PKG_VERSION").to_string(),
+        config: cfg.clone(),
+        fingerprint: fingerprint(cfg, opts.dtype),
+        options: opts.clone(),
+        region_bytes,
+        tensors,
+        programs: planned,
+    };
+    if let Some(budget) = opts.memory_budget {
+        if plan.total_bytes() > budget {
+            bail!(
+                "the plan needs {} of device memory ({}) but the memory budget is {}; lower --max-context, use fewer or smaller buckets, or a smaller dtype",
+                fmt_bytes(plan.total_bytes()),
+                super::dump::region_summary(&plan),
+                fmt_bytes(budget)
+            );
+        }
+    }
+    super::check::check_plan(&plan)?;
+    Ok(plan)
+}
+
+pub fn fmt_bytes(b: u64) -> String {
+    const U: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut x = b as f64;
+    let mut u = 0;
+    while x >= 1024.0 && u < U.len() - 1 {
+        x /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{b} B")
+    } else {
+        format!("{x:.2} {}", U[u])
+    }
+}
+
+/// Weights in the config's tensor-table order; state, step fields and outputs in order of
+/// first appearance over the programs, each sized for its largest use.
+fn layout_persistent(cfg: &ModelConfig, opts: &PlanOptions, programs: &[Program]) -> Result<(Vec<PlannedTensor>, [u64; 5])> {
+    let mut order: Vec<(String, ValueClass, DType, Vec<usize>)> = cfg
+        .tensors()
+        .into_iter()
+        .map(|t| (t.name, ValueClass::Weight, opts.dtype, t.shape))
+        .collect();
+    for p in programs {
+        for v in &p.values {
+            match v.class {
+                ValueClass::Temp => {}
+                ValueClass::Weight => {
+                    let Some(e) = order.iter().find(|e| e.0 == v.name) else {
+                        bail!("lowering uses weight `{}`, which is not in the model's tensor table", v.name);
+                    };
+                    ensure!(e.3 == v.shape.0, "weight `{}` lowered as {} but the tensor table says {:?}", v.name, v.shape, e.3);
+                }
+                class => match order.iter_mut().find(|e| e.0 == v.name) {
+                    Some(e) => {
+                        ensure!(e.1 == class && e.2 == v.dtype, "`{}` is used with two classes or dtypes", v.name);
+                        ensure!(e.3[1..] == v.shape.0[1..], "`{}` is used with two row shapes", v.name);
+                        e.3[0] = e.3[0].max(v.shape.0[0]);
+                    }
+                    None => order.push((v.name.clone(), class, v.dtype, v.shape.0.clone())),
+                },
+            }
+        }
+    }
+    let mut region_bytes = [0u64; 5];
+    let mut tensors = Vec::new();
+    for region in [RegionKind::Weights, RegionKind::State, RegionKind::Step, RegionKind::Output] {
+        for (name, class, dtype, shape) in order.iter().filter(|e| RegionKind::of_class(e.1) == region) {
+            let bytes = (shape.iter().product::<usize>() * dtype.size()) as u64;
+            let offset = region_bytes[region.index()];
+            region_bytes[region.index()] = align_up(offset + bytes);
+            tensors.push(PlannedTensor { name: name.clone(), class: *class, dtype: *dtype, shape: shape.clone(), region, offset, bytes });
+        }
+    }
+    Ok((tensors, region_bytes))
+}
+
+/// Free gaps of the arena as `offset -> length`, coalesced.
+struct Arena {
+    free: BTreeMap<u64, u64>,
+    top: u64,
+}
+
+impl Arena {
+    fn alloc(&mut self, bytes: u64) -> u64 {
+        let best = self.free.iter().filter(|(_, &len)| len >= bytes).min_by_key(|(&off, &len)| (len, off)).map(|(&o, &l)| (o, l));
+        if let Some((off, len)) = best {
+            self.free.remove(&off);
+            if len > bytes {
+                self.free.insert(off + bytes, len - bytes);
+            }
+            return off;
+        }
+        // Extend at the top, absorbing a free gap that ends there.
+        let mut off = self.top;
+        if let Some((&o, &l)) = self.free.iter().next_back() {
+            if o + l == self.top {
+                self.free.remove(&o);
+                off = o;
+            }
+        }
+        self.top = off + bytes;
+        off
+    }
+    fn release(&mut self, off: u64, bytes: u64) {
+        let (mut off, mut len) = (off, bytes);
+        if let Some((&po, &pl)) = self.free.range(..off).next_back() {
+            if po + pl == off {
+                self.free.remove(&po);
+                off = po;
+                len += pl;
+            }
+        }
+        if let Some(&nl) = self.free.get(&(off + len)) {
+            self.free.remove(&(off + len));
+            len += nl;
+        }
+        if off + len == self.top {
+            self.top = off;
+        } else {
+            self.free.insert(off, len);
+        }
+    }
+}
+
+fn plan_program(p: &Program, persistent: &BTreeMap<&str, &PlannedTensor>) -> Result<ProgramPlan> {
+    let n = p.values.len();
+    let mut first = vec![usize::MAX; n];
+    let mut last = vec![0usize; n];
+    for (i, node) in p.ops.iter().enumerate() {
+        for v in node.op.writes() {
+            first[v.index()] = first[v.index()].min(i);
+        }
+        for v in node.op.reads() {
+            last[v.index()] = last[v.index()].max(i);
+        }
+    }
+    let is_temp = |v: ValueId| p.value(v).class == ValueClass::Temp;
+    let mut arena = Arena { free: BTreeMap::new(), top: 0 };
+    let mut peak = 0u64;
+    let mut offset = vec![0u64; n];
+    let mut temps = Vec::new();
+    let mut naive = 0u64;
+    for (i, node) in p.ops.iter().enumerate() {
+        for v in node.op.writes() {
+            if is_temp(v) && first[v.index()] == i {
+                let bytes = align_up(p.value(v).bytes());
+                offset[v.index()] = arena.alloc(bytes);
+                peak = peak.max(arena.top);
+                naive += bytes;
+                temps.push(TempAlloc {
+                    name: p.value(v).name.clone(),
+                    offset: offset[v.index()],
+                    bytes: p.value(v).bytes(),
+                    first: i as u32,
+                    last: last[v.index()] as u32,
+                });
+            }
+        }
+        let mut dying: Vec<ValueId> = node.op.reads().into_iter().filter(|&v| is_temp(v) && last[v.index()] == i).collect();
+        dying.sort();
+        dying.dedup();
+        for v in dying {
+            arena.release(offset[v.index()], align_up(p.value(v).bytes()));
+        }
+    }
+
+    let buf = |v: ValueId, access: Access| -> Result<BufArg> {
+        let val = p.value(v);
+        Ok(if val.class == ValueClass::Temp {
+            BufArg { region: RegionKind::Arena, offset: offset[v.index()], bytes: val.bytes(), dtype: val.dtype, access }
+        } else {
+            let t = persistent.get(val.name.as_str()).ok_or_else(|| anyhow::anyhow!("`{}` has no planned offset", val.name))?;
+            BufArg { region: t.region, offset: t.offset, bytes: val.bytes(), dtype: val.dtype, access }
+        })
+    };
+    let mut launches = Vec::with_capacity(p.ops.len());
+    for node in &p.ops {
+        let mut bufs = Vec::new();
+        for v in node.op.reads() {
+            bufs.push(buf(v, Access::Read)?);
+        }
+        for v in node.op.writes() {
+            bufs.push(buf(v, Access::Write)?);
+        }
+        let kernel = kernel_of(p, &node.op);
+        let g = super::geometry::launch_geometry(&kernel, &bufs);
+        launches.push(Launch { name: node.name.clone(), kernel, bufs, grid: g.grid, block: g.block, shared_bytes: g.shared_bytes });
+    }
+    let deps = dependencies(&launches);
+    Ok(ProgramPlan {
+        phase: p.phase,
+        bucket: p.bucket,
+        tokens: p.tokens,
+        sample_rows: p.sample_rows,
+        launches,
+        deps,
+        temps,
+        arena_bytes: peak,
+        naive_bytes: naive,
+    })
+}
+
+fn kernel_of(p: &Program, op: &Op) -> Kernel {
+    let dims = |v: ValueId| p.value(v).shape.dims().to_vec();
+    let u = |x: usize| x as u32;
+    match *op {
+        Op::Gather { table, out, .. } => {
+            let o = dims(out);
+            Kernel::Gather { rows: u(o[0]), dim: u(o[1]), table_rows: u(dims(table)[0]) }
+        }
+        Op::RmsNorm { x, eps, .. } => {
+            let d = dims(x);
+            Kernel::RmsNorm { rows: u(d[0]), dim: u(d[1]), eps }
+        }
+        Op::HeadRmsNorm { x, head_dim, eps, .. } => {
+            let d = dims(x);
+            Kernel::HeadRmsNorm { rows: u(d[0]), heads: u(d[1]) / head_dim, head_dim, eps }
+        }
+        Op::Linear { x, weight, bias, .. } => {
+            let (dx, dw) = (dims(x), dims(weight));
+            Kernel::Linear { rows: u(dx[0]), in_features: u(dx[1]), out_features: u(dw[0]), bias: bias.is_some() }
+        }
+        Op::Rope { x, head_dim, rope, .. } => {
+            let d = dims(x);
+            Kernel::Rope { rows: u(d[0]), heads: u(d[1]) / head_dim, head_dim, rope }
+        }
+        Op::KvWrite { k, k_cache, .. } => {
+            let (dk, dc) = (dims(k), dims(k_cache));
+            Kernel::KvWrite { rows: u(dk[0]), kv_dim: u(dk[1]), kv_rows: u(dc[0]) }
+        }
+        Op::Attention { q, k_cache, n_heads, n_kv_heads, head_dim, scale, .. } => Kernel::Attention {
+            rows: u(dims(q)[0]),
+            heads: n_heads,
+            kv_heads: n_kv_heads,
+            head_dim,
+            scale,
+            kv_rows: u(dims(k_cache)[0]),
+        },
+        Op::SwiGlu { gate, .. } => Kernel::SwiGlu { n: u(p.value(gate).shape.numel()) },
+        Op::Add { a, .. } => Kernel::Add { n: u(p.value(a).shape.numel()) },
+        Op::Sample { logits, .. } => {
+            let d = dims(logits);
+            Kernel::Sample { rows: u(d[0]), vocab: u(d[1]) }
+        }
+    }
+}
+
+fn overlaps(a: &BufArg, b: &BufArg) -> bool {
+    a.region == b.region && a.offset < b.offset + b.bytes && b.offset < a.offset + a.bytes
+}
+
+/// Edges between launches that touch overlapping bytes where at least one writes, reduced to
+/// the transitive reduction (petgraph), sorted.
+fn dependencies(launches: &[Launch]) -> Vec<(u32, u32)> {
+    let n = launches.len();
+    let mut g: DiGraph<(), ()> = DiGraph::with_capacity(n, 4 * n);
+    let nodes: Vec<_> = (0..n).map(|_| g.add_node(())).collect();
+    for j in 0..n {
+        for i in 0..j {
+            let conflict = launches[i].bufs.iter().any(|a| {
+                launches[j].bufs.iter().any(|b| (a.access == Access::Write || b.access == Access::Write) && overlaps(a, b))
+            });
+            if conflict {
+                g.add_edge(nodes[i], nodes[j], ());
+            }
+        }
+    }
+    // Launch order is a topological order (edges only go forward).
+    let topo: Vec<_> = nodes.clone();
+    let (adj, revmap) = petgraph::algo::tred::dag_to_toposorted_adjacency_list::<_, u32>(&g, &topo);
+    let (reduction, _closure) = petgraph::algo::tred::dag_transitive_reduction_closure::<_, u32>(&adj);
+    let _ = revmap;
+    let mut edges: Vec<(u32, u32)> = Vec::new();
+    for e in petgraph::visit::IntoEdgeReferences::edge_references(&reduction) {
+        use petgraph::visit::EdgeRef;
+        edges.push((e.source(), e.target()));
+    }
+    edges.sort();
+    edges
+}
