@@ -6,6 +6,8 @@
 //!   the oracle the GPU executors are checked against.
 
 pub mod cpu;
+pub mod cuda;
+pub mod sampling;
 pub mod weights;
 
 use crate::plan::{Plan, RegionKind};

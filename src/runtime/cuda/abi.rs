@@ -1,0 +1,122 @@
+//! The kernel ABI: how a launch record becomes a CUDA kernel call. Shared by the eager and
+//! graph executors and matched by `kernels/*.cu`. Pure host code, testable without a GPU.
+//!
+//! - Symbol: `kiln_{kernel}_{dt}` where `dt` is the dtype of the launch's first float operand
+//!   (`f32`, `f16`, `bf16`); `linear` appends the output dtype (`kiln_linear_bf16_f32` for
+//!   logits); `sample` is always `kiln_sample_f32`.
+//! - Parameters: one device pointer (`u64`) per operand, in `Launch::bufs` order, then the
+//!   kernel's scalars in the order of [`scalars`]. `u32` as `unsigned int`, `i32` as `int`,
+//!   `f32` as `float`; a `bool` is an `unsigned int` 0/1.
+
+use crate::ir::{RopeScaling, RopeStyle};
+use crate::plan::{BufArg, Kernel};
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Scalar {
+    U32(u32),
+    I32(i32),
+    F32(f32),
+}
+
+impl Scalar {
+    pub fn to_le_bytes(self) -> [u8; 4] {
+        match self {
+            Scalar::U32(x) => x.to_le_bytes(),
+            Scalar::I32(x) => x.to_le_bytes(),
+            Scalar::F32(x) => x.to_le_bytes(),
+        }
+    }
+}
+
+pub fn symbol(kernel: &Kernel, bufs: &[BufArg]) -> String {
+    let first_float = bufs.iter().find(|b| b.dtype.is_float()).map(|b| b.dtype.name()).unwrap_or("f32");
+    match kernel {
+        Kernel::Linear { .. } => {
+            let out = bufs.last().map(|b| b.dtype.name()).unwrap_or("f32");
+            format!("kiln_linear_{first_float}_{out}")
+        }
+        Kernel::Sample { .. } => "kiln_sample_f32".to_string(),
+        k => format!("kiln_{}_{first_float}", k.name()),
+    }
+}
+
+/// Scalar parameters after the pointers, in order. The CUDA signature of each kernel lists
+/// exactly these, with these names.
+pub fn scalars(kernel: &Kernel) -> Vec<Scalar> {
+    use Scalar::*;
+    match *kernel {
+        // (table, indices, out, rows, dim, table_rows)
+        Kernel::Gather { rows, dim, table_rows } => vec![U32(rows), U32(dim), U32(table_rows)],
+        // (x, weight, out, rows, dim, eps)
+        Kernel::RmsNorm { rows, dim, eps } => vec![U32(rows), U32(dim), F32(eps)],
+        // (x, weight, out, rows, heads, head_dim, eps)
+        Kernel::HeadRmsNorm { rows, heads, head_dim, eps } => vec![U32(rows), U32(heads), U32(head_dim), F32(eps)],
+        // (x, weight, [bias,] out, rows, in_features, out_features, has_bias). Without a bias the
+        // pointer list has no bias entry; the kernel takes a bias pointer anyway and the runtime
+        // passes 0 in its place (see `pointer_slots`).
+        Kernel::Linear { rows, in_features, out_features, bias } => {
+            vec![U32(rows), U32(in_features), U32(out_features), U32(bias as u32)]
+        }
+        // (x, positions, out, rows, heads, head_dim, rotary_dim, interleaved, theta,
+        //  scaling_kind (0 none, 1 llama3, 2 linear), factor, low_freq_factor, high_freq_factor,
+        //  original_max_position)
+        Kernel::Rope { rows, heads, head_dim, rope } => {
+            let (kind, factor, low, high, orig) = match rope.scaling {
+                RopeScaling::None => (0, 1.0, 0.0, 0.0, 0),
+                RopeScaling::Llama3 { factor, low_freq_factor, high_freq_factor, original_max_position } => {
+                    (1, factor, low_freq_factor, high_freq_factor, original_max_position)
+                }
+                RopeScaling::Linear { factor } => (2, factor, 0.0, 0.0, 0),
+            };
+            vec![
+                U32(rows),
+                U32(heads),
+                U32(head_dim),
+                U32(rope.rotary_dim),
+                U32((rope.style == RopeStyle::Interleaved) as u32),
+                F32(rope.theta),
+                U32(kind),
+                F32(factor),
+                F32(low),
+                F32(high),
+                U32(orig),
+            ]
+        }
+        // (k, v, positions, cache_base, k_cache, v_cache, rows, kv_dim, kv_rows)
+        Kernel::KvWrite { rows, kv_dim, kv_rows } => vec![U32(rows), U32(kv_dim), U32(kv_rows)],
+        // (q, k_cache, v_cache, positions, cache_base, out, rows, heads, kv_heads, head_dim, scale, kv_rows)
+        Kernel::Attention { rows, heads, kv_heads, head_dim, scale, kv_rows } => {
+            vec![U32(rows), U32(heads), U32(kv_heads), U32(head_dim), F32(scale), U32(kv_rows)]
+        }
+        // (gate, up, out, n) / (a, b, out, n)
+        Kernel::SwiGlu { n } | Kernel::Add { n } => vec![U32(n)],
+        // (logits, temperature, top_k, top_p, seed, counter, out, rows, vocab)
+        Kernel::Sample { rows, vocab } => vec![U32(rows), U32(vocab)],
+    }
+}
+
+/// Number of pointer parameters the CUDA kernel takes (Linear always takes a bias slot).
+pub fn pointer_slots(kernel: &Kernel, bufs: &[BufArg]) -> usize {
+    match kernel {
+        Kernel::Linear { bias: false, .. } => bufs.len() + 1,
+        _ => bufs.len(),
+    }
+}
+
+/// Device pointers of a launch's operands given each region's base address, with a null bias
+/// slot inserted for a bias-less linear (its operands become x, weight, 0, out).
+pub fn pointers(kernel: &Kernel, bufs: &[BufArg], region_base: &[u64; 5]) -> Vec<u64> {
+    let mut p: Vec<u64> = bufs.iter().map(|b| region_base[b.region.index()] + b.offset).collect();
+    if let Kernel::Linear { bias: false, .. } = kernel {
+        p.insert(2, 0);
+    }
+    p
+}
+
+/// All CUDA symbols a plan needs, sorted and deduplicated.
+pub fn symbols(plan: &crate::plan::Plan) -> Vec<String> {
+    let mut s: Vec<String> = plan.programs.iter().flat_map(|p| p.launches.iter().map(|l| symbol(&l.kernel, &l.bufs))).collect();
+    s.sort();
+    s.dedup();
+    s
+}
