@@ -1,0 +1,120 @@
+//! `kiln plan` and `kiln inspect`.
+
+use super::{parse_buckets, parse_bytes, resolve_dtype};
+use crate::model::ModelConfig;
+use crate::plan::{build_plan, dump, file, PlanOptions};
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use std::path::{Path, PathBuf};
+
+/// Options that shape a plan; shared by `kiln plan` and `kiln run`.
+#[derive(Args, Debug, Clone)]
+pub struct PlanArgs {
+    /// Decode batch buckets (sequences stepped together), comma-separated
+    /// [default: 1,2,4,8 for `plan`, 1 for `run`].
+    #[arg(long)]
+    pub decode_buckets: Option<String>,
+    /// Prefill token buckets, comma-separated; longer prompts are chunked.
+    #[arg(long, default_value = "16,64,256")]
+    pub prefill_buckets: String,
+    /// Tokens of context per sequence [default: the model's, capped at 4096].
+    #[arg(long)]
+    pub max_context: Option<usize>,
+    /// Storage dtype: f32, f16, bf16, or auto (the model file's float type; bf16 for --config).
+    #[arg(long, default_value = "auto")]
+    pub dtype: String,
+    /// Fail if the plan needs more device memory than this (e.g. 24GiB).
+    #[arg(long)]
+    pub memory_budget: Option<String>,
+}
+
+impl PlanArgs {
+    pub fn options(&self, cfg: &ModelConfig, source_dtype: Option<crate::model::SrcDType>) -> Result<PlanOptions> {
+        let mut prefill = parse_buckets(&self.prefill_buckets)?;
+        let max_context = self.max_context.unwrap_or(cfg.max_position_embeddings.min(4096));
+        if self.max_context.is_none() {
+            // Default buckets larger than the default context are dropped, not an error.
+            prefill.retain(|&b| b <= max_context);
+        }
+        Ok(PlanOptions {
+            decode_buckets: parse_buckets(self.decode_buckets.as_deref().unwrap_or("1,2,4,8"))?,
+            prefill_buckets: prefill,
+            max_context,
+            dtype: resolve_dtype(&self.dtype, source_dtype)?,
+            memory_budget: self.memory_budget.as_deref().map(parse_bytes).transpose()?,
+        })
+    }
+}
+
+#[derive(Args, Debug)]
+pub struct PlanCmd {
+    /// A model: .gguf file, llama2.c .bin, or Hugging Face directory (weights are not read).
+    #[arg(long, conflicts_with_all = ["config", "shape"])]
+    pub model: Option<PathBuf>,
+    /// A Hugging Face config.json (plans need no weights).
+    #[arg(long, conflicts_with = "shape")]
+    pub config: Option<PathBuf>,
+    /// A known model shape: llama3.2-1b, llama3.1-8b, qwen2.5-0.5b, qwen3-0.6b.
+    #[arg(long)]
+    pub shape: Option<String>,
+    #[command(flatten)]
+    pub plan: PlanArgs,
+    /// Output plan file; the canonical dump goes next to it as NAME.plan.txt.
+    #[arg(short = 'o', long, default_value = "model.plan")]
+    pub output: PathBuf,
+}
+
+pub fn plan_main(cmd: &PlanCmd) -> Result<()> {
+    let (cfg, src_dtype, what) = if let Some(path) = &cmd.config {
+        let text = std::fs::read_to_string(path).with_context(|| format!("cannot read config file `{}`", path.display()))?;
+        let cfg = ModelConfig::from_hf_json(&text).with_context(|| format!("in `{}`", path.display()))?;
+        (cfg, None, path.display().to_string())
+    } else if let Some(shape) = &cmd.shape {
+        (ModelConfig::preset(shape)?, None, format!("shape {shape}"))
+    } else if let Some(path) = &cmd.model {
+        let m = crate::model::open(path, None)?;
+        let dt = m.weights.tensor("token_embd.weight").ok().map(|t| t.dtype);
+        (m.config, dt, m.source)
+    } else {
+        bail!("say what to plan: --model PATH, --config config.json, or --shape NAME");
+    };
+    let opts = cmd.plan.options(&cfg, src_dtype)?;
+    let t = std::time::Instant::now();
+    let plan = build_plan(&cfg, &opts)?;
+    let secs = t.elapsed().as_secs_f64();
+    write_plan(&plan, &cmd.output)?;
+    print!("{}", dump::summary(&plan));
+    println!("planned {what} in {:.1} ms; plan checker passed", secs * 1e3);
+    println!("wrote {} and {}", cmd.output.display(), dump_path(&cmd.output).display());
+    Ok(())
+}
+
+pub fn dump_path(plan_path: &Path) -> PathBuf {
+    let mut s = plan_path.as_os_str().to_owned();
+    s.push(".txt");
+    PathBuf::from(s)
+}
+
+pub fn write_plan(plan: &crate::plan::Plan, path: &Path) -> Result<()> {
+    file::save(plan, path)?;
+    std::fs::write(dump_path(path), dump::dump(plan)).with_context(|| format!("writing {}", dump_path(path).display()))
+}
+
+#[derive(Args, Debug)]
+pub struct InspectCmd {
+    /// A plan file written by `kiln plan`.
+    pub plan: PathBuf,
+    /// Print only the summary, not every launch.
+    #[arg(long)]
+    pub summary: bool,
+}
+
+pub fn inspect_main(cmd: &InspectCmd) -> Result<()> {
+    let plan = file::load(&cmd.plan)?;
+    if cmd.summary {
+        print!("{}", dump::summary(&plan));
+    } else {
+        print!("{}", dump::dump(&plan));
+    }
+    Ok(())
+}
