@@ -9,3 +9,7 @@ pub mod lower;
 pub mod model;
 pub mod plan;
 pub mod runtime;
+pub mod bundled;
+pub mod cli;
+pub mod gate;
+pub mod synth;

@@ -1,1 +1,37 @@
-fn main() {}
+//! The `kiln` binary: see `kiln --help`.
+
+use clap::{Parser, Subcommand};
+use kiln::cli;
+
+#[derive(Parser)]
+#[command(name = "kiln", version, about = "An LLM inference engine that plans everything before the GPU runs.", long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Generate text (default model: the bundled stories260K; runs on CPU with no GPU).
+    Run(cli::run::RunCmd),
+    /// Plan a model ahead of time: write NAME.plan and its canonical dump NAME.plan.txt.
+    Plan(cli::plan_cmd::PlanCmd),
+    /// Print a plan file's summary and launch records.
+    Inspect(cli::plan_cmd::InspectCmd),
+    /// Compare two plan files: regions, arenas, then a unified diff of the dumps.
+    Diff(cli::diff::DiffCmd),
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let result = match &cli.command {
+        Command::Run(c) => cli::run::run_main(c),
+        Command::Plan(c) => cli::plan_cmd::plan_main(c),
+        Command::Inspect(c) => cli::plan_cmd::inspect_main(c),
+        Command::Diff(c) => cli::diff::diff_main(c),
+    };
+    if let Err(e) = result {
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
+    }
+}

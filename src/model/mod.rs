@@ -5,9 +5,21 @@
 //! names and layouts to kiln's canonical table, tokenizers.
 //! Never: converts to a plan's dtype (that is `runtime::weights`, at the plan's offsets).
 
+pub mod bytes;
 pub mod config;
+pub mod gguf;
+pub mod gguf_write;
+pub mod hf;
+pub mod hf_config;
+pub mod llama2c;
+pub mod tokenizer_hf;
+pub mod tokenizer_spm;
 
 pub use config::{Arch, ModelConfig, TensorSpec};
+pub use hf::write_hf_dir;
+
+use anyhow::{bail, Context, Result};
+use std::path::Path;
 
 /// Element type of a tensor as stored in a file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -48,6 +60,12 @@ pub trait WeightSource {
     fn tensor(&self, name: &str) -> anyhow::Result<TensorRef<'_>>;
     /// Human-readable origin (`path/to/model.gguf`), for messages.
     fn describe(&self) -> String;
+    /// Canonical names of every tensor the source holds, when it can list them; lets
+    /// [`check_weights`] refuse tensors the config does not use (they would be ignored, and the
+    /// model would compute something else). `None`: the source cannot list its tensors.
+    fn tensor_names(&self) -> Option<Vec<String>> {
+        None
+    }
 }
 
 /// Text <-> token ids.
@@ -69,4 +87,146 @@ pub struct LoadedModel {
     pub tokenizer: Option<Box<dyn Tokenizer>>,
     /// What was opened, for messages and `--stats`.
     pub source: String,
+}
+
+/// Opens a model: a Hugging Face directory (with `config.json`), a GGUF file (`.gguf` or GGUF
+/// magic), or a llama2.c checkpoint. `tokenizer` overrides the tokenizer (`tokenizer.json`, or a
+/// llama2.c `tok*.bin`); without it the model's own is used (GGUF vocabulary, the directory's
+/// `tokenizer.json`, a `tok{vocab}.bin`/`tokenizer.bin` next to a llama2.c checkpoint).
+/// Every tensor is checked against the config's table ([`check_weights`]) before returning.
+pub fn open(path: &Path, tokenizer: Option<&Path>) -> Result<LoadedModel> {
+    if !path.exists() {
+        bail!(
+            "model file `{}` not found (give --model a .gguf file, a llama2.c .bin, or a Hugging Face directory)",
+            path.display()
+        );
+    }
+    let model = if path.is_dir() {
+        if !path.join("config.json").is_file() {
+            bail!(
+                "`{}` is a directory without config.json; kiln opens Hugging Face directories (config.json + model.safetensors), \
+                 .gguf files and llama2.c .bin files",
+                path.display()
+            );
+        }
+        hf::open_hf_dir(path, tokenizer)?
+    } else if is_gguf(path)? {
+        let mut m = gguf::open_gguf(path)?;
+        if let Some(t) = tokenizer {
+            m.tokenizer = Some(open_tokenizer_file(t, &m.config)?);
+        }
+        m
+    } else {
+        llama2c::open_llama2c(path, tokenizer)?
+    };
+    check_weights(&model.config, model.weights.as_ref())?;
+    check_tokenizer(&model)?;
+    Ok(model)
+}
+
+/// Opens a GGUF model embedded in the binary (`include_bytes!`); `name` stands for the file in
+/// messages.
+pub fn open_gguf_bytes(bytes: &'static [u8], name: &str) -> Result<LoadedModel> {
+    let model = gguf::load_gguf(bytes::ModelBytes::Static(bytes), name)?;
+    check_weights(&model.config, model.weights.as_ref())?;
+    check_tokenizer(&model)?;
+    Ok(model)
+}
+
+/// Whether `path` is a GGUF file: by extension, or by its magic.
+fn is_gguf(path: &Path) -> Result<bool> {
+    if path.extension().is_some_and(|e| e.eq_ignore_ascii_case("gguf")) {
+        return Ok(true);
+    }
+    use std::io::Read;
+    let mut magic = [0u8; 4];
+    let mut f = std::fs::File::open(path).with_context(|| format!("cannot open `{}`", path.display()))?;
+    let n = f.read(&mut magic).with_context(|| format!("cannot read `{}`", path.display()))?;
+    Ok(n == 4 && magic == gguf::GGUF_MAGIC)
+}
+
+/// Loads a tokenizer file given on its own: `*.json` is a Hugging Face `tokenizer.json`,
+/// anything else a llama2.c tokenizer with `config.vocab_size` tokens.
+pub fn open_tokenizer_file(path: &Path, config: &ModelConfig) -> Result<Box<dyn Tokenizer>> {
+    if path.extension().is_some_and(|e| e.eq_ignore_ascii_case("json")) {
+        Ok(Box::new(tokenizer_hf::HfTokenizer::from_file(path, config)?))
+    } else {
+        Ok(Box::new(llama2c::open_llama2c_tokenizer(path, config.vocab_size)?))
+    }
+}
+
+/// Every tensor of `config.tensors()` exists in `weights` with the right shape and byte length,
+/// and (when `weights` can list them) no tensor is left over. All problems are reported
+/// together (up to 10), each naming the source, the tensor, and expected vs found.
+pub fn check_weights(config: &ModelConfig, weights: &dyn WeightSource) -> Result<()> {
+    let names = weights.tensor_names();
+    if let Some(names) = &names {
+        // Every layer has at least 9 tensors; refuse a corrupt layer count before building a
+        // table of that many layers.
+        if config.n_layers.saturating_mul(9) > names.len() {
+            bail!(
+                "`{}` holds {} tensors, too few for the {} layers its config declares",
+                weights.describe(),
+                names.len(),
+                config.n_layers
+            );
+        }
+    }
+    let table = config.tensors();
+    let mut problems = Vec::new();
+    for spec in &table {
+        match weights.tensor(&spec.name) {
+            Err(e) => problems.push(format!("{e:#}")),
+            Ok(t) => {
+                if t.shape != spec.shape {
+                    problems.push(format!("tensor `{}` has shape {:?}, but the config needs {:?}", spec.name, t.shape, spec.shape));
+                } else if t.data.len() != t.shape.iter().product::<usize>() * t.dtype.size() {
+                    problems.push(format!(
+                        "tensor `{}` holds {} bytes, but {:?} of {} needs {}",
+                        spec.name,
+                        t.data.len(),
+                        t.shape,
+                        t.dtype.name(),
+                        t.shape.iter().product::<usize>() * t.dtype.size()
+                    ));
+                }
+            }
+        }
+    }
+    if let Some(names) = names {
+        let wanted: std::collections::HashSet<&str> = table.iter().map(|t| t.name.as_str()).collect();
+        for n in names.iter().filter(|n| !wanted.contains(n.as_str())) {
+            problems.push(format!(
+                "tensor `{n}` is not used by a {} model with this config (kiln would ignore it and compute something else)",
+                config.arch.name()
+            ));
+        }
+    }
+    if problems.is_empty() {
+        return Ok(());
+    }
+    let n = problems.len();
+    problems.truncate(10);
+    let more = if n > 10 { format!("\n  ... and {} more", n - 10) } else { String::new() };
+    bail!(
+        "`{}` does not match its model config ({n} problem{}):\n  {}{more}",
+        weights.describe(),
+        if n == 1 { "" } else { "s" },
+        problems.join("\n  ")
+    )
+}
+
+/// The tokenizer's ids fit the embedding table.
+fn check_tokenizer(model: &LoadedModel) -> Result<()> {
+    if let Some(t) = &model.tokenizer {
+        if t.vocab_size() > model.config.vocab_size {
+            bail!(
+                "{}: the tokenizer has {} tokens but the model's embedding has only {} rows; is it the right tokenizer?",
+                model.source,
+                t.vocab_size(),
+                model.config.vocab_size
+            );
+        }
+    }
+    Ok(())
 }

@@ -1,1 +1,730 @@
-//! TODO
+//! The CPU reference executor: the oracle every GPU executor is checked against.
+//!
+//! Owns: host copies of the plan's five regions, allocated once in [`CpuExecutor::new`] at
+//! exactly `plan.region_bytes` each, and the reference semantics of every [`Kernel`].
+//! Never: allocates a region after `new`, computes an address, or looks a buffer up by name
+//! while running. Every operand is addressed only through its launch record's
+//! `(region, offset, bytes)`, so a plan that overlaps two live buffers corrupts the output
+//! here exactly as it would on a GPU. That is what makes this executor a test of the plan.
+//!
+//! It trusts the plan's layout (proving it is `plan::check`'s job) but not blindly: every
+//! operand is bounds-checked against its region, its byte length against the kernel's
+//! parameters, and data-dependent rows (KV rows) against the cache; a violation is an
+//! `Err` naming the launch, never a panic and never an access outside the operand.
+//!
+//! Numerics (the reference the CUDA kernels match):
+//! - elements are read from their storage dtype (f32/f16/bf16 little-endian, i32/u32),
+//!   all math is f32, and each result is rounded once to the destination dtype on store;
+//! - reductions (dot products, sums of squares, softmax sums) accumulate sequentially in
+//!   index order;
+//! - RMSNorm follows Hugging Face: `t = round(x * inv_rms)` to the storage dtype of `x`,
+//!   then `out = round(t * w)`. The intermediate rounding is a no-op for f32 and keeps
+//!   bf16/f16 results identical to `LlamaRMSNorm`'s `weight * x.to(input_dtype)`;
+//! - RoPE angles are `scaled_position(p) * inv_freq(i)` in f32; their cosine and sine are
+//!   taken in f64 and rounded to f32 (correctly rounded, so no libm dependence).
+//!
+//! Allocation while running: kernel math uses scratch vectors owned by the executor, which
+//! grow to their largest use during the first step and are reused afterwards
+//! (`sampling::sample_row` keeps a candidate list of its own).
+
+use super::sampling::sample_row;
+use super::weights::fill_weight_region;
+use super::{Executor, StepBlock};
+use crate::ir::{DType, RopeSpec, RopeStyle};
+use crate::model::WeightSource;
+use crate::plan::{Access, BufArg, Kernel, Launch, Plan, RegionKind};
+use anyhow::{bail, ensure, Context, Result};
+use half::{bf16, f16};
+
+/// Executes a plan's programs on host memory laid out exactly as the plan says.
+pub struct CpuExecutor {
+    plan: Plan,
+    /// Host image of each region, indexed by `RegionKind::index()`.
+    regions: [Vec<u8>; 5],
+    scratch: Scratch,
+}
+
+/// Reusable f32/i32 working storage of the kernels (see the module doc on allocation).
+#[derive(Default)]
+struct Scratch {
+    /// The launch's result before it is rounded and stored.
+    out: Vec<f32>,
+    /// Decoded inputs: first operand, second operand, one row of something.
+    a: Vec<f32>,
+    b: Vec<f32>,
+    row: Vec<f32>,
+    /// Decoded integer inputs (positions, cache bases) and integer results (tokens).
+    ints_a: Vec<i32>,
+    ints_b: Vec<i32>,
+}
+
+impl CpuExecutor {
+    /// Allocates every region at its planned size (zeroed) and converts the weights into the
+    /// weight region at their planned offsets.
+    pub fn new(plan: Plan, weights: &dyn WeightSource) -> Result<CpuExecutor> {
+        let mut sizes = [0usize; 5];
+        for r in RegionKind::ALL {
+            let bytes = plan.region_bytes[r.index()];
+            sizes[r.index()] = usize::try_from(bytes).with_context(|| {
+                format!(
+                    "region {} needs {bytes} bytes, more than this host can address",
+                    r.name()
+                )
+            })?;
+        }
+        let mut regions = sizes.map(|n| vec![0u8; n]);
+        fill_weight_region(&plan, weights, &mut regions[RegionKind::Weights.index()])
+            .with_context(|| {
+                format!(
+                    "loading weights from {} for the CPU executor",
+                    weights.describe()
+                )
+            })?;
+        Ok(CpuExecutor {
+            plan,
+            regions,
+            scratch: Scratch::default(),
+        })
+    }
+
+    /// Host image of region `r`, for comparing against a device launch by launch.
+    pub fn region(&self, r: RegionKind) -> &[u8] {
+        &self.regions[r.index()]
+    }
+
+    /// Runs launch `launch` of program `program` alone, on the regions as they are now.
+    pub fn run_launch(&mut self, program: usize, launch: usize) -> Result<()> {
+        let p = self.plan.programs.get(program).with_context(|| {
+            format!(
+                "program {program} does not exist (the plan has {})",
+                self.plan.programs.len()
+            )
+        })?;
+        let l = p.launches.get(launch).with_context(|| {
+            format!(
+                "program {} has no launch {launch} ({} launches)",
+                p.label(),
+                p.launches.len()
+            )
+        })?;
+        execute(&mut self.regions, &mut self.scratch, l).with_context(|| {
+            format!(
+                "launch {launch} `{}` ({}) of program {}",
+                l.name,
+                l.kernel.name(),
+                p.label()
+            )
+        })
+    }
+}
+
+impl Executor for CpuExecutor {
+    fn plan(&self) -> &Plan {
+        &self.plan
+    }
+
+    fn run(&mut self, program: usize, step: &StepBlock) -> Result<()> {
+        let n = self
+            .plan
+            .programs
+            .get(program)
+            .map(|p| p.launches.len())
+            .with_context(|| {
+                format!(
+                    "program {program} does not exist (the plan has {})",
+                    self.plan.programs.len()
+                )
+            })?;
+        let dst = &mut self.regions[RegionKind::Step.index()];
+        ensure!(
+            step.bytes.len() == dst.len(),
+            "step block holds {} bytes but the plan's step region is {} bytes; build it with StepBlock::new(plan)",
+            step.bytes.len(),
+            dst.len()
+        );
+        dst.copy_from_slice(&step.bytes);
+        for i in 0..n {
+            self.run_launch(program, i)?;
+        }
+        Ok(())
+    }
+
+    fn read_tensor(&mut self, name: &str, bytes: usize) -> Result<Vec<u8>> {
+        let t = self
+            .plan
+            .tensor(name)
+            .with_context(|| format!("the plan has no tensor `{name}`"))?;
+        ensure!(
+            bytes as u64 <= t.bytes,
+            "asked for {bytes} bytes of `{name}`, which holds {} bytes",
+            t.bytes
+        );
+        let o = t.offset as usize;
+        Ok(self.regions[t.region.index()][o..o + bytes].to_vec())
+    }
+
+    fn name(&self) -> &'static str {
+        "cpu"
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Element access. Everything goes through a `BufArg`'s byte range.
+
+/// The bytes of operand `b`, bounds-checked against its region.
+fn operand<'a>(regions: &'a [Vec<u8>; 5], b: &BufArg) -> Result<&'a [u8]> {
+    let (start, end) = byte_range(regions, b)?;
+    Ok(&regions[b.region.index()][start..end])
+}
+
+fn operand_mut<'a>(regions: &'a mut [Vec<u8>; 5], b: &BufArg) -> Result<&'a mut [u8]> {
+    let (start, end) = byte_range(regions, b)?;
+    Ok(&mut regions[b.region.index()][start..end])
+}
+
+fn byte_range(regions: &[Vec<u8>; 5], b: &BufArg) -> Result<(usize, usize)> {
+    let len = regions[b.region.index()].len() as u64;
+    match b.offset.checked_add(b.bytes) {
+        Some(end) if end <= len => Ok((b.offset as usize, end as usize)),
+        _ => bail!(
+            "operand {}+{} ({} bytes) lies outside region {} ({len} bytes)",
+            b.region.name(),
+            b.offset,
+            b.bytes,
+            b.region.name()
+        ),
+    }
+}
+
+/// Element `i` of float data `bytes` stored as `dtype`, as f32.
+#[inline]
+fn load(bytes: &[u8], dtype: DType, i: usize) -> f32 {
+    match dtype {
+        DType::F32 => f32::from_le_bytes(bytes[4 * i..4 * i + 4].try_into().unwrap()),
+        DType::F16 => f16::from_le_bytes([bytes[2 * i], bytes[2 * i + 1]]).to_f32(),
+        DType::BF16 => bf16::from_le_bytes([bytes[2 * i], bytes[2 * i + 1]]).to_f32(),
+        // Operand dtypes are checked before any kernel reads them.
+        DType::I32 | DType::U32 => unreachable!("integer operand read as float"),
+    }
+}
+
+/// Decodes elements `[start, start + dst.len())` of float data into `dst`.
+fn load_into(bytes: &[u8], dtype: DType, start: usize, dst: &mut [f32]) {
+    match dtype {
+        DType::F32 => {
+            let src = &bytes[4 * start..4 * (start + dst.len())];
+            for (d, s) in dst.iter_mut().zip(src.chunks_exact(4)) {
+                *d = f32::from_le_bytes([s[0], s[1], s[2], s[3]]);
+            }
+        }
+        _ => {
+            for (k, d) in dst.iter_mut().enumerate() {
+                *d = load(bytes, dtype, start + k);
+            }
+        }
+    }
+}
+
+/// Decodes all of float data `bytes` into `dst` (cleared first).
+fn load_all(bytes: &[u8], dtype: DType, dst: &mut Vec<f32>) {
+    dst.clear();
+    dst.resize(bytes.len() / dtype.size(), 0.0);
+    load_into(bytes, dtype, 0, dst);
+}
+
+/// Decodes i32 (or u32, bit for bit) data into `dst` (cleared first).
+fn load_ints(bytes: &[u8], dst: &mut Vec<i32>) {
+    dst.clear();
+    dst.extend(
+        bytes
+            .chunks_exact(4)
+            .map(|s| i32::from_le_bytes([s[0], s[1], s[2], s[3]])),
+    );
+}
+
+/// Rounds `x` to `dtype` and back: what storing and reloading it would give.
+#[inline]
+fn round_to(dtype: DType, x: f32) -> f32 {
+    match dtype {
+        DType::F16 => f16::from_f32(x).to_f32(),
+        DType::BF16 => bf16::from_f32(x).to_f32(),
+        DType::F32 | DType::I32 | DType::U32 => x,
+    }
+}
+
+/// Stores `vals` as `dtype` (round to nearest even) into `dst`, starting at element `start`.
+fn store_into(dst: &mut [u8], dtype: DType, start: usize, vals: &[f32]) {
+    match dtype {
+        DType::F32 => {
+            let d = &mut dst[4 * start..4 * (start + vals.len())];
+            for (c, v) in d.chunks_exact_mut(4).zip(vals) {
+                c.copy_from_slice(&v.to_le_bytes());
+            }
+        }
+        DType::F16 => {
+            let d = &mut dst[2 * start..2 * (start + vals.len())];
+            for (c, v) in d.chunks_exact_mut(2).zip(vals) {
+                c.copy_from_slice(&f16::from_f32(*v).to_le_bytes());
+            }
+        }
+        DType::BF16 => {
+            let d = &mut dst[2 * start..2 * (start + vals.len())];
+            for (c, v) in d.chunks_exact_mut(2).zip(vals) {
+                c.copy_from_slice(&bf16::from_f32(*v).to_le_bytes());
+            }
+        }
+        DType::I32 | DType::U32 => unreachable!("float result stored into an integer operand"),
+    }
+}
+
+/// Stores a whole float result into operand `b` (whose length was checked to match).
+fn store(regions: &mut [Vec<u8>; 5], b: &BufArg, vals: &[f32]) -> Result<()> {
+    let dst = operand_mut(regions, b)?;
+    debug_assert_eq!(dst.len(), vals.len() * b.dtype.size());
+    store_into(dst, b.dtype, 0, vals);
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Operand checks: arity, access, dtype and exact length, against the kernel's parameters.
+
+/// Checks that `launch` has `reads` read operands followed by `writes` write operands.
+fn arity(launch: &Launch, reads: usize, writes: usize) -> Result<&[BufArg]> {
+    let bufs = &launch.bufs;
+    ensure!(
+        bufs.len() == reads + writes,
+        "{} takes {} operands ({reads} read, {writes} written), the launch has {}",
+        launch.kernel.name(),
+        reads + writes,
+        bufs.len()
+    );
+    for (j, b) in bufs.iter().enumerate() {
+        let want = if j < reads {
+            Access::Read
+        } else {
+            Access::Write
+        };
+        ensure!(
+            b.access == want,
+            "operand {j} should be {want:?} but is {:?}",
+            b.access
+        );
+    }
+    Ok(bufs)
+}
+
+/// A float operand of exactly `elems` elements.
+fn float_operand(b: &BufArg, what: &str, elems: usize) -> Result<()> {
+    ensure!(
+        b.dtype.is_float(),
+        "operand `{what}` must be a float type, is {}",
+        b.dtype
+    );
+    sized(b, what, elems)
+}
+
+/// An operand of dtype `dtype` and exactly `elems` elements.
+fn typed_operand(b: &BufArg, what: &str, dtype: DType, elems: usize) -> Result<()> {
+    ensure!(
+        b.dtype == dtype,
+        "operand `{what}` must be {dtype}, is {}",
+        b.dtype
+    );
+    sized(b, what, elems)
+}
+
+fn sized(b: &BufArg, what: &str, elems: usize) -> Result<()> {
+    let want = elems as u64 * b.dtype.size() as u64;
+    ensure!(
+        b.bytes == want,
+        "operand `{what}` is {} bytes; the kernel's parameters need {elems} x {} = {want}",
+        b.bytes,
+        b.dtype
+    );
+    Ok(())
+}
+
+/// First KV row of token `t` (`cache_base`) checked to hold `pos + 1` rows of a
+/// `kv_rows`-row cache.
+fn kv_span(t: usize, pos: i32, cache_base: i32, kv_rows: u32) -> Result<usize> {
+    let last = cache_base as i64 + pos as i64;
+    ensure!(
+        cache_base >= 0 && last < kv_rows as i64,
+        "token {t} at position {pos} with cache_base {cache_base} addresses KV row {last}, outside the cache's {kv_rows} rows (0..{kv_rows})",
+    );
+    Ok(cache_base as usize)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Kernels.
+
+fn execute(regions: &mut [Vec<u8>; 5], s: &mut Scratch, launch: &Launch) -> Result<()> {
+    match launch.kernel {
+        Kernel::Gather {
+            rows,
+            dim,
+            table_rows,
+        } => {
+            let (rows, dim, table_rows) = (rows as usize, dim as usize, table_rows as usize);
+            let [table, indices, out] = arity(launch, 2, 1)? else {
+                unreachable!()
+            };
+            float_operand(table, "table", table_rows * dim)?;
+            typed_operand(indices, "indices", DType::I32, rows)?;
+            float_operand(out, "out", rows * dim)?;
+            let tb = operand(regions, table)?;
+            load_ints(operand(regions, indices)?, &mut s.ints_a);
+            s.out.clear();
+            s.out.resize(rows * dim, 0.0);
+            for (r, &i) in s.ints_a.iter().enumerate() {
+                // An index outside the table gives a zero row (the Op's contract).
+                if i >= 0 && (i as usize) < table_rows {
+                    load_into(
+                        tb,
+                        table.dtype,
+                        i as usize * dim,
+                        &mut s.out[r * dim..(r + 1) * dim],
+                    );
+                }
+            }
+            store(regions, out, &s.out)
+        }
+        Kernel::RmsNorm { rows, dim, eps } => {
+            let (rows, dim) = (rows as usize, dim as usize);
+            let [x, weight, out] = arity(launch, 2, 1)? else {
+                unreachable!()
+            };
+            float_operand(x, "x", rows * dim)?;
+            float_operand(weight, "weight", dim)?;
+            float_operand(out, "out", rows * dim)?;
+            load_all(operand(regions, x)?, x.dtype, &mut s.a);
+            load_all(operand(regions, weight)?, weight.dtype, &mut s.b);
+            s.out.clear();
+            s.out.resize(rows * dim, 0.0);
+            rms_norm_rows(&s.a, &s.b, &mut s.out, dim, eps, x.dtype);
+            store(regions, out, &s.out)
+        }
+        Kernel::HeadRmsNorm {
+            rows,
+            heads,
+            head_dim,
+            eps,
+        } => {
+            let (rows, heads, head_dim) = (rows as usize, heads as usize, head_dim as usize);
+            let [x, weight, out] = arity(launch, 2, 1)? else {
+                unreachable!()
+            };
+            float_operand(x, "x", rows * heads * head_dim)?;
+            float_operand(weight, "weight", head_dim)?;
+            float_operand(out, "out", rows * heads * head_dim)?;
+            load_all(operand(regions, x)?, x.dtype, &mut s.a);
+            load_all(operand(regions, weight)?, weight.dtype, &mut s.b);
+            s.out.clear();
+            s.out.resize(rows * heads * head_dim, 0.0);
+            // Each head of each row is one "row" of length head_dim.
+            rms_norm_rows(&s.a, &s.b, &mut s.out, head_dim, eps, x.dtype);
+            store(regions, out, &s.out)
+        }
+        Kernel::Linear {
+            rows,
+            in_features,
+            out_features,
+            bias,
+        } => {
+            let (rows, k, n) = (rows as usize, in_features as usize, out_features as usize);
+            let bufs = arity(launch, 2 + bias as usize, 1)?;
+            let (x, weight, out) = (&bufs[0], &bufs[1], &bufs[bufs.len() - 1]);
+            float_operand(x, "x", rows * k)?;
+            float_operand(weight, "weight", n * k)?;
+            float_operand(out, "out", rows * n)?;
+            if bias {
+                float_operand(&bufs[2], "bias", n)?;
+                load_all(operand(regions, &bufs[2])?, bufs[2].dtype, &mut s.b);
+            }
+            load_all(operand(regions, x)?, x.dtype, &mut s.a);
+            let wb = operand(regions, weight)?;
+            s.out.clear();
+            s.out.resize(rows * n, 0.0);
+            s.row.clear();
+            s.row.resize(k, 0.0);
+            // Weight-row outer loop: each weight row is decoded once per launch.
+            for col in 0..n {
+                load_into(wb, weight.dtype, col * k, &mut s.row);
+                for r in 0..rows {
+                    let mut acc = 0.0f32;
+                    for (xv, wv) in s.a[r * k..(r + 1) * k].iter().zip(&s.row) {
+                        acc += xv * wv;
+                    }
+                    if bias {
+                        acc += s.b[col];
+                    }
+                    s.out[r * n + col] = acc;
+                }
+            }
+            store(regions, out, &s.out)
+        }
+        Kernel::Rope {
+            rows,
+            heads,
+            head_dim,
+            rope,
+        } => {
+            let (rows, heads, head_dim) = (rows as usize, heads as usize, head_dim as usize);
+            let [x, positions, out] = arity(launch, 2, 1)? else {
+                unreachable!()
+            };
+            let width = heads * head_dim;
+            float_operand(x, "x", rows * width)?;
+            typed_operand(positions, "positions", DType::I32, rows)?;
+            float_operand(out, "out", rows * width)?;
+            let rotary = rope.rotary_dim as usize;
+            ensure!(
+                rotary.is_multiple_of(2) && rotary <= head_dim,
+                "rotary_dim {rotary} must be even and at most head_dim {head_dim}"
+            );
+            load_all(operand(regions, x)?, x.dtype, &mut s.a);
+            load_ints(operand(regions, positions)?, &mut s.ints_a);
+            s.b.clear();
+            s.b.extend((0..rotary / 2).map(|i| rope.inv_freq(i)));
+            s.out.clear();
+            s.out.extend_from_slice(&s.a);
+            for (r, &pos) in s.ints_a.iter().enumerate() {
+                // Padding rows (pos < 0) and elements past rotary_dim are copied unchanged.
+                if pos < 0 {
+                    continue;
+                }
+                for h in 0..heads {
+                    let head = r * width + h * head_dim;
+                    rotate_head(&mut s.out[head..head + head_dim], &s.b, &rope, pos);
+                }
+            }
+            store(regions, out, &s.out)
+        }
+        Kernel::KvWrite {
+            rows,
+            kv_dim,
+            kv_rows,
+        } => {
+            let (rows, kv_dim) = (rows as usize, kv_dim as usize);
+            let [k, v, positions, cache_base, k_cache, v_cache] = arity(launch, 4, 2)? else {
+                unreachable!()
+            };
+            float_operand(k, "k", rows * kv_dim)?;
+            float_operand(v, "v", rows * kv_dim)?;
+            typed_operand(positions, "positions", DType::I32, rows)?;
+            typed_operand(cache_base, "cache_base", DType::I32, rows)?;
+            float_operand(k_cache, "k_cache", kv_rows as usize * kv_dim)?;
+            float_operand(v_cache, "v_cache", kv_rows as usize * kv_dim)?;
+            load_all(operand(regions, k)?, k.dtype, &mut s.a);
+            load_all(operand(regions, v)?, v.dtype, &mut s.b);
+            load_ints(operand(regions, positions)?, &mut s.ints_a);
+            load_ints(operand(regions, cache_base)?, &mut s.ints_b);
+            // Check every row first, so a bad step writes nothing.
+            for t in 0..rows {
+                if s.ints_a[t] >= 0 {
+                    kv_span(t, s.ints_a[t], s.ints_b[t], kv_rows)?;
+                }
+            }
+            for (cache, src) in [(k_cache, &s.a), (v_cache, &s.b)] {
+                let dst = operand_mut(regions, cache)?;
+                for t in 0..rows {
+                    let pos = s.ints_a[t];
+                    if pos >= 0 {
+                        let row = s.ints_b[t] as usize + pos as usize;
+                        store_into(
+                            dst,
+                            cache.dtype,
+                            row * kv_dim,
+                            &src[t * kv_dim..(t + 1) * kv_dim],
+                        );
+                    }
+                }
+            }
+            Ok(())
+        }
+        Kernel::Attention {
+            rows,
+            heads,
+            kv_heads,
+            head_dim,
+            scale,
+            kv_rows,
+        } => {
+            let (rows, heads, kv_heads, hd) = (
+                rows as usize,
+                heads as usize,
+                kv_heads as usize,
+                head_dim as usize,
+            );
+            let [q, k_cache, v_cache, positions, cache_base, out] = arity(launch, 5, 1)? else {
+                unreachable!()
+            };
+            ensure!(
+                kv_heads > 0 && heads % kv_heads == 0,
+                "{heads} heads are not a multiple of {kv_heads} kv heads"
+            );
+            let (qw, kvw) = (heads * hd, kv_heads * hd);
+            float_operand(q, "q", rows * qw)?;
+            float_operand(k_cache, "k_cache", kv_rows as usize * kvw)?;
+            float_operand(v_cache, "v_cache", kv_rows as usize * kvw)?;
+            typed_operand(positions, "positions", DType::I32, rows)?;
+            typed_operand(cache_base, "cache_base", DType::I32, rows)?;
+            float_operand(out, "out", rows * qw)?;
+            let group = heads / kv_heads;
+            load_all(operand(regions, q)?, q.dtype, &mut s.a);
+            load_ints(operand(regions, positions)?, &mut s.ints_a);
+            load_ints(operand(regions, cache_base)?, &mut s.ints_b);
+            let (kb, vb) = (operand(regions, k_cache)?, operand(regions, v_cache)?);
+            s.out.clear();
+            s.out.resize(rows * qw, 0.0);
+            s.row.clear();
+            s.row.resize(hd, 0.0);
+            for t in 0..rows {
+                let pos = s.ints_a[t];
+                if pos < 0 {
+                    continue; // padding attends to nothing: a zero row
+                }
+                let base = kv_span(t, pos, s.ints_b[t], kv_rows)?;
+                let n_keys = pos as usize + 1;
+                for h in 0..heads {
+                    let g = h / group;
+                    let qh = &s.a[t * qw + h * hd..t * qw + (h + 1) * hd];
+                    // Scores, then a max-subtracted softmax, all f32.
+                    s.b.clear();
+                    let mut max = f32::NEG_INFINITY;
+                    for j in 0..n_keys {
+                        load_into(kb, k_cache.dtype, (base + j) * kvw + g * hd, &mut s.row);
+                        let mut dot = 0.0f32;
+                        for (a, b) in qh.iter().zip(&s.row) {
+                            dot += a * b;
+                        }
+                        let score = scale * dot;
+                        max = max.max(score);
+                        s.b.push(score);
+                    }
+                    let mut sum = 0.0f32;
+                    for e in s.b.iter_mut() {
+                        *e = (*e - max).exp();
+                        sum += *e;
+                    }
+                    let oh = &mut s.out[t * qw + h * hd..t * qw + (h + 1) * hd];
+                    for (j, &e) in s.b.iter().enumerate() {
+                        let p = e / sum;
+                        load_into(vb, v_cache.dtype, (base + j) * kvw + g * hd, &mut s.row);
+                        for (o, v) in oh.iter_mut().zip(&s.row) {
+                            *o += p * v;
+                        }
+                    }
+                }
+            }
+            store(regions, out, &s.out)
+        }
+        Kernel::SwiGlu { n } => {
+            let n = n as usize;
+            let [gate, up, out] = arity(launch, 2, 1)? else {
+                unreachable!()
+            };
+            float_operand(gate, "gate", n)?;
+            float_operand(up, "up", n)?;
+            float_operand(out, "out", n)?;
+            load_all(operand(regions, gate)?, gate.dtype, &mut s.a);
+            load_all(operand(regions, up)?, up.dtype, &mut s.b);
+            s.out.clear();
+            s.out.extend(
+                s.a.iter()
+                    .zip(&s.b)
+                    .map(|(&g, &u)| g / (1.0 + (-g).exp()) * u),
+            );
+            store(regions, out, &s.out)
+        }
+        Kernel::Add { n } => {
+            let n = n as usize;
+            let [a, b, out] = arity(launch, 2, 1)? else {
+                unreachable!()
+            };
+            float_operand(a, "a", n)?;
+            float_operand(b, "b", n)?;
+            float_operand(out, "out", n)?;
+            load_all(operand(regions, a)?, a.dtype, &mut s.a);
+            load_all(operand(regions, b)?, b.dtype, &mut s.b);
+            s.out.clear();
+            s.out.extend(s.a.iter().zip(&s.b).map(|(x, y)| x + y));
+            store(regions, out, &s.out)
+        }
+        Kernel::Sample { rows, vocab } => {
+            let (rows, vocab) = (rows as usize, vocab as usize);
+            let [logits, temperature, top_k, top_p, seed, counter, out] = arity(launch, 6, 1)?
+            else {
+                unreachable!()
+            };
+            float_operand(logits, "logits", rows * vocab)?;
+            typed_operand(temperature, "temperature", DType::F32, rows)?;
+            typed_operand(top_k, "top_k", DType::I32, rows)?;
+            typed_operand(top_p, "top_p", DType::F32, rows)?;
+            typed_operand(seed, "seed", DType::U32, rows)?;
+            typed_operand(counter, "counter", DType::U32, rows)?;
+            typed_operand(out, "out", DType::I32, rows)?;
+            let lb = operand(regions, logits)?;
+            let (tb, kb, pb) = (
+                operand(regions, temperature)?,
+                operand(regions, top_k)?,
+                operand(regions, top_p)?,
+            );
+            let (sb, cb) = (operand(regions, seed)?, operand(regions, counter)?);
+            let word = |b: &[u8], r: usize| [b[4 * r], b[4 * r + 1], b[4 * r + 2], b[4 * r + 3]];
+            s.row.clear();
+            s.row.resize(vocab, 0.0);
+            s.ints_a.clear();
+            for r in 0..rows {
+                load_into(lb, logits.dtype, r * vocab, &mut s.row);
+                let token = sample_row(
+                    &s.row,
+                    f32::from_le_bytes(word(tb, r)),
+                    i32::from_le_bytes(word(kb, r)),
+                    f32::from_le_bytes(word(pb, r)),
+                    u32::from_le_bytes(word(sb, r)),
+                    u32::from_le_bytes(word(cb, r)),
+                );
+                s.ints_a.push(token as i32);
+            }
+            let dst = operand_mut(regions, out)?;
+            for (c, t) in dst.chunks_exact_mut(4).zip(&s.ints_a) {
+                c.copy_from_slice(&t.to_le_bytes());
+            }
+            Ok(())
+        }
+    }
+}
+
+/// RMSNorm of each consecutive `dim`-long row of `x` with weight `w` (see the module doc for
+/// the rounding of the normalized value to `x_dtype` before the weight multiply).
+fn rms_norm_rows(x: &[f32], w: &[f32], out: &mut [f32], dim: usize, eps: f32, x_dtype: DType) {
+    for (xr, or) in x.chunks_exact(dim).zip(out.chunks_exact_mut(dim)) {
+        let mut sum_sq = 0.0f32;
+        for v in xr {
+            sum_sq += v * v;
+        }
+        let inv = 1.0 / (sum_sq / dim as f32 + eps).sqrt();
+        for ((o, v), wv) in or.iter_mut().zip(xr).zip(w) {
+            *o = round_to(x_dtype, v * inv) * wv;
+        }
+    }
+}
+
+/// Rotates one head in place at position `pos`; `inv_freq[i]` is the frequency of pair `i`.
+fn rotate_head(head: &mut [f32], inv_freq: &[f32], rope: &RopeSpec, pos: i32) {
+    let half = inv_freq.len();
+    let p = rope.scaled_position(pos);
+    for (i, &f) in inv_freq.iter().enumerate() {
+        let angle = p * f;
+        let (sin, cos) = (angle as f64).sin_cos();
+        let (sin, cos) = (sin as f32, cos as f32);
+        let (ia, ib) = match rope.style {
+            RopeStyle::Interleaved => (2 * i, 2 * i + 1),
+            RopeStyle::HalfSplit => (i, i + half),
+        };
+        let (a, b) = (head[ia], head[ib]);
+        head[ia] = a * cos - b * sin;
+        head[ib] = a * sin + b * cos;
+    }
+}

@@ -8,6 +8,7 @@
 pub mod cpu;
 pub mod cuda;
 pub mod sampling;
+pub mod session;
 pub mod weights;
 
 use crate::plan::{Plan, RegionKind};
@@ -63,4 +64,9 @@ pub trait Executor {
     fn read_tensor(&mut self, name: &str, bytes: usize) -> Result<Vec<u8>>;
     /// Short name for messages (`cpu`, `cuda-graph`).
     fn name(&self) -> &'static str;
+    /// Counters for `kiln run --stats` (allocations after load, copies, launches, syncs per
+    /// step), where the executor keeps them.
+    fn stats(&self) -> Option<String> {
+        None
+    }
 }

@@ -2,3 +2,12 @@
 //! run time, so kiln builds and tests with no CUDA installed.
 
 pub mod abi;
+pub mod counters;
+pub mod driver;
+pub mod exec;
+pub mod graph;
+
+pub use driver::cuda_available;
+pub use exec::{CudaExecutor, Mode};
+pub mod kernels;
+pub mod nvrtc;

@@ -1,0 +1,125 @@
+// common.cuh: storage types, load/store helpers and reductions shared by every kiln kernel.
+//
+// Storage is f32, f16 (`__half`) or bf16 (`__nv_bfloat16`); all arithmetic is f32. Kernels are
+// templates over the storage type `T` and are instantiated once per dtype as
+// `extern "C" __global__` symbols named `kiln_{kernel}_{dt}` (see src/runtime/cuda/abi.rs,
+// which also fixes the parameter order: device pointers in `Launch::bufs` order, then the
+// scalars of `abi::scalars`).
+//
+// The sources are compiled at load time by NVRTC (src/runtime/cuda/nvrtc.rs) as one translation
+// unit; they may include only this header and the CUDA fp16/bf16 headers.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+namespace kiln {
+
+// ---- storage <-> f32 -----------------------------------------------------------------------
+
+__device__ __forceinline__ float to_f32(float x) { return x; }
+__device__ __forceinline__ float to_f32(__half x) { return __half2float(x); }
+__device__ __forceinline__ float to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
+
+// Round-to-nearest-even conversion to storage (the CPU executor rounds the same way).
+template <typename T> __device__ __forceinline__ T from_f32(float x);
+template <> __device__ __forceinline__ float from_f32<float>(float x) { return x; }
+template <> __device__ __forceinline__ __half from_f32<__half>(float x) { return __float2half_rn(x); }
+template <> __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float x) {
+  return __float2bfloat16_rn(x);
+}
+
+// x rounded to storage precision and back: what the CPU reference sees after a store.
+template <typename T> __device__ __forceinline__ float round_to(float x) { return to_f32(from_f32<T>(x)); }
+
+template <typename T> __device__ __forceinline__ T zero() { return from_f32<T>(0.0f); }
+
+// NVRTC has no <cmath>, hence no INFINITY / NAN macros.
+__device__ __forceinline__ float inf() { return __int_as_float(0x7f800000); }
+__device__ __forceinline__ float quiet_nan() { return __int_as_float(0x7fc00000); }
+
+// ---- 16-byte vector loads -------------------------------------------------------------------
+
+// Elements of T in one 16-byte vector.
+template <typename T> struct Vec16 {
+  static constexpr int N = 16 / sizeof(T);
+};
+
+__device__ __forceinline__ void unpack16(const uint4& v, float (&out)[4]) {
+  out[0] = __uint_as_float(v.x);
+  out[1] = __uint_as_float(v.y);
+  out[2] = __uint_as_float(v.z);
+  out[3] = __uint_as_float(v.w);
+}
+
+__device__ __forceinline__ float2 unpack_pair(unsigned int bits, __half) {
+  __half2 h = *reinterpret_cast<const __half2*>(&bits);
+  return __half22float2(h);
+}
+__device__ __forceinline__ float2 unpack_pair(unsigned int bits, __nv_bfloat16) {
+  __nv_bfloat162 h = *reinterpret_cast<const __nv_bfloat162*>(&bits);
+  return __bfloat1622float2(h);
+}
+
+template <typename H> __device__ __forceinline__ void unpack16(const uint4& v, float (&out)[8]) {
+  const unsigned int words[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    float2 f = unpack_pair(words[i], H());
+    out[2 * i] = f.x;
+    out[2 * i + 1] = f.y;
+  }
+}
+
+// Loads Vec16<T>::N consecutive elements at `p` (16-byte aligned) as f32, through the
+// read-only path.
+template <typename T> __device__ __forceinline__ void load16(const T* p, float (&out)[Vec16<T>::N]);
+template <> __device__ __forceinline__ void load16<float>(const float* p, float (&out)[4]) {
+  unpack16(__ldg(reinterpret_cast<const uint4*>(p)), out);
+}
+template <> __device__ __forceinline__ void load16<__half>(const __half* p, float (&out)[8]) {
+  unpack16<__half>(__ldg(reinterpret_cast<const uint4*>(p)), out);
+}
+template <> __device__ __forceinline__ void load16<__nv_bfloat16>(const __nv_bfloat16* p, float (&out)[8]) {
+  unpack16<__nv_bfloat16>(__ldg(reinterpret_cast<const uint4*>(p)), out);
+}
+
+__device__ __forceinline__ bool aligned16(const void* p) {
+  return (reinterpret_cast<unsigned long long>(p) & 15ull) == 0;
+}
+
+// ---- reductions -----------------------------------------------------------------------------
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// Sum over the block; every thread gets the result. blockDim.x must be a multiple of 32 and at
+// most 1024. `scratch` holds 32 floats of shared memory; the call begins and ends with a barrier
+// so that it can be called back to back with the same scratch.
+__device__ __forceinline__ float block_sum(float v, float* scratch) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  v = warp_sum(v);
+  __syncthreads();
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  v = lane < warps ? scratch[lane] : 0.0f;
+  return warp_sum(v);
+}
+
+}  // namespace kiln
+
+// Instantiates `KERNEL_MACRO(dt, T)` for each storage dtype: the `dt` suffix of the symbol and
+// the C++ storage type.
+#define KILN_FOR_EACH_DTYPE(KERNEL_MACRO) \
+  KERNEL_MACRO(f32, float)                \
+  KERNEL_MACRO(f16, __half)               \
+  KERNEL_MACRO(bf16, __nv_bfloat16)

@@ -1,0 +1,40 @@
+// gather.cu: kiln_gather_{f32,f16,bf16}(table, indices, out, rows, dim, table_rows)
+//
+// Semantics (Op::Gather): out[r, :] = table[indices[r], :]; an index outside
+// [0, table_rows) gives a zero row. Used for the token embedding and for picking the rows whose
+// logits are wanted (prefill).
+//
+// CPU reference:
+//   for r in 0..rows:
+//     i = indices[r]
+//     for c in 0..dim: out[r*dim + c] = (0 <= i < table_rows) ? table[i*dim + c] : 0
+//
+// Geometry (src/plan/geometry.rs): grid (rows), block 256; one block copies one row.
+#include "common.cuh"
+
+namespace kiln {
+
+template <typename T>
+__device__ void gather(const T* __restrict__ table, const int* __restrict__ indices, T* __restrict__ out,
+                       unsigned int rows, unsigned int dim, unsigned int table_rows) {
+  const unsigned int r = blockIdx.x;
+  if (r >= rows) return;
+  const int i = indices[r];
+  T* dst = out + (size_t)r * dim;
+  if (i < 0 || (unsigned int)i >= table_rows) {
+    for (unsigned int c = threadIdx.x; c < dim; c += blockDim.x) dst[c] = kiln::zero<T>();
+    return;
+  }
+  const T* src = table + (size_t)i * dim;
+  for (unsigned int c = threadIdx.x; c < dim; c += blockDim.x) dst[c] = src[c];
+}
+
+}  // namespace kiln
+
+#define KILN_GATHER(dt, T)                                                                            \
+  extern "C" __global__ void __launch_bounds__(256)                                                   \
+      kiln_gather_##dt(const T* table, const int* indices, T* out, unsigned int rows, unsigned int dim, \
+                       unsigned int table_rows) {                                                     \
+    kiln::gather<T>(table, indices, out, rows, dim, table_rows);                                            \
+  }
+KILN_FOR_EACH_DTYPE(KILN_GATHER)

@@ -1,0 +1,412 @@
+// sample.cu: kiln_sample_f32(logits, temperature, top_k, top_p, seed, counter, out, rows, vocab)
+//
+// Semantics (Op::Sample): one token per row of logits (f32 [rows, vocab]), exactly the steps
+// of `sampling::sample_row` (src/runtime/sampling.rs), with the same generator:
+// 1. temperature <= 0 or not finite: argmax, lowest index on ties, NaN never wins.
+// 2. w_i = exp((l_i - max) / temperature) in f32.
+// 3. candidates sorted by (w descending, index ascending); keep the first top_k (all when
+//    top_k <= 0 or >= vocab).
+// 4. if 0 < top_p < 1: keep the shortest prefix whose weight reaches top_p of the kept total.
+// 5. u = uniform(seed, counter) (splitmix64, top 24 bits / 2^24); walk the kept prefix
+//    accumulating weights until the sum exceeds u * total; that candidate is the token (the
+//    last one if rounding runs out).
+//
+// CPU reference: `sampling::sample_row(logits[r], temperature[r], top_k[r], top_p[r], seed[r],
+// counter[r])` for each row r.
+//
+// Algorithm (one block of 1024 threads per row; never materializes the whole sorted vocab):
+// - Every candidate has a distinct 64-bit key `w_bits << IB | (vocab - 1 - i)`: keys order
+//   exactly as step 3 does (w >= 0, so its bits order as the float; the low part breaks ties
+//   by index). The key is recomputed from the logits in each pass (logits stay in L2).
+// - The top_k set is the keys >= a threshold found by radix select (8-bit digits, most
+//   significant first, counts per digit in shared memory; stops as soon as a whole digit bin
+//   is taken).
+// - Exact path: when the kept set has at most KILN_SAMPLE_CAP candidates (any top_k up to
+//   4096, or vocab <= 4096), they are collected in shared memory, bitonic-sorted, and one
+//   thread runs steps 4-5 sequentially in f32, operation for operation as the CPU does: the
+//   same token for the same seed (up to exp's last-bit rounding).
+// - Large path (top_k off or > 4096 on a large vocab): the sums of steps 4-5 over up to
+//   `vocab` candidates are done in 40-bit fixed point (w * 2^40, integer adds: deterministic
+//   in any order), and "the prefix where the running sum reaches X" is found by the same radix
+//   select, weighted by mass instead of count. If the top_p prefix then has at most
+//   KILN_SAMPLE_CAP candidates, the draw (step 5) takes the exact path. Otherwise the result
+//   can differ from the CPU's sequential f32 sums only where u lands within their rounding
+//   error of a boundary.
+//
+// Geometry: grid (rows), block 1024, no dynamic shared memory (about 36 KB static).
+#include "common.cuh"
+
+#define KILN_SAMPLE_THREADS 1024
+#define KILN_SAMPLE_CAP 4096
+#define KILN_SAMPLE_FIXED_SHIFT 40
+
+namespace kiln {
+namespace sample_impl {
+
+typedef unsigned long long u64;
+
+struct SampleShared {
+  u64 cand[KILN_SAMPLE_CAP];
+  unsigned int count_hist[256];
+  u64 mass_hist[256];
+  float red_v[32];
+  int red_i[32];
+  u64 red_u[32];
+  u64 bcast_prefix;
+  u64 bcast_need;
+  int bcast_done;
+  unsigned int n_cand;
+};
+
+__device__ __forceinline__ u64 splitmix64(u64 z) {
+  z += 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+// Top 24 bits of splitmix64(seed << 32 | counter): u = bits / 2^24.
+__device__ __forceinline__ unsigned int uniform_bits(unsigned int seed, unsigned int counter) {
+  return (unsigned int)(splitmix64(((u64)seed << 32) | (u64)counter) >> 40);
+}
+
+// True when (va, ia) beats (vb, ib) for argmax: a non-NaN value beats NaN, a larger value wins,
+// ties go to the lower index. Matches `sampling::argmax`'s sequential scan.
+__device__ __forceinline__ bool argmax_better(float va, int ia, float vb, int ib) {
+  const bool na = isnan(va), nb = isnan(vb);
+  if (na != nb) return nb;
+  if (!na && va != vb) return va > vb;
+  return ia < ib;
+}
+
+struct Row {
+  const float* logits;
+  unsigned int vocab;
+  float max;
+  float temperature;
+  int index_bits;  // IB: bits of the index part of a key
+};
+
+__device__ __forceinline__ float weight_of(const Row& row, unsigned int i) {
+  return expf(__fdiv_rn(__fsub_rn(row.logits[i], row.max), row.temperature));
+}
+
+__device__ __forceinline__ u64 key_of(const Row& row, float w, unsigned int i) {
+  return ((u64)__float_as_uint(w) << row.index_bits) | (u64)(row.vocab - 1 - i);
+}
+
+__device__ __forceinline__ unsigned int index_of(const Row& row, u64 key) {
+  const u64 low = key & ((1ull << row.index_bits) - 1);
+  return row.vocab - 1 - (unsigned int)low;
+}
+
+__device__ __forceinline__ float weight_of_key(const Row& row, u64 key) {
+  return __uint_as_float((unsigned int)(key >> row.index_bits));
+}
+
+// w in fixed point: w <= 1 for every finite logit, so a sum over fewer than 2^23 candidates
+// fits in 64 bits. Non-finite or out-of-range weights count as 0.
+__device__ __forceinline__ u64 fixed_of(float w) {
+  return (w > 0.0f && w <= 1.0f) ? __float2ull_rz(w * (float)(1ull << KILN_SAMPLE_FIXED_SHIFT)) : 0ull;
+}
+
+__device__ u64 block_sum_u64(u64 v, SampleShared& s) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  __syncthreads();
+  if (lane == 0) s.red_u[warp] = v;
+  __syncthreads();
+  v = lane < (int)(blockDim.x >> 5) ? s.red_u[lane] : 0ull;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+__device__ u64 block_min_u64(u64 v, SampleShared& s) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = min(v, (u64)__shfl_xor_sync(0xffffffffu, v, o));
+  __syncthreads();
+  if (lane == 0) s.red_u[warp] = v;
+  __syncthreads();
+  v = lane < (int)(blockDim.x >> 5) ? s.red_u[lane] : ~0ull;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = min(v, (u64)__shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// Sum of fixed-point weights of the candidates with key >= lo.
+__device__ u64 mass_at_least(const Row& row, u64 lo, SampleShared& s) {
+  u64 m = 0;
+  for (unsigned int i = threadIdx.x; i < row.vocab; i += blockDim.x) {
+    const float w = weight_of(row, i);
+    if (key_of(row, w, i) >= lo) m += fixed_of(w);
+  }
+  return block_sum_u64(m, s);
+}
+
+__device__ unsigned int count_at_least(const Row& row, u64 lo, SampleShared& s) {
+  u64 c = 0;
+  for (unsigned int i = threadIdx.x; i < row.vocab; i += blockDim.x) {
+    if (key_of(row, weight_of(row, i), i) >= lo) ++c;
+  }
+  return (unsigned int)block_sum_u64(c, s);
+}
+
+// Radix select over the candidates with key >= lo, largest key first. Returns a threshold
+// `th` such that the candidates with key >= max(th, lo) are exactly the shortest prefix (in
+// key order, descending) whose count (by_mass false) or fixed-point mass (by_mass true)
+// reaches `need` (need >= 1 and at most the total of the universe). The prefix ends at the
+// unique candidate with the smallest key >= th.
+__device__ u64 radix_select(const Row& row, u64 lo, bool by_mass, u64 need, int key_bits, SampleShared& s) {
+  u64 prefix = 0;
+  for (int shift = key_bits - 8; shift >= 0; shift -= 8) {
+    for (int b = threadIdx.x; b < 256; b += blockDim.x) {
+      s.count_hist[b] = 0;
+      s.mass_hist[b] = 0;
+    }
+    __syncthreads();
+    const u64 hi_mask = shift + 8 >= 64 ? 0ull : ~0ull << (shift + 8);
+    for (unsigned int i = threadIdx.x; i < row.vocab; i += blockDim.x) {
+      const float w = weight_of(row, i);
+      const u64 key = key_of(row, w, i);
+      if (key < lo || (key & hi_mask) != prefix) continue;
+      const unsigned int digit = (unsigned int)(key >> shift) & 255u;
+      atomicAdd(&s.count_hist[digit], 1u);
+      if (by_mass) {
+        const u64 m = fixed_of(w);
+        if (m) atomicAdd(&s.mass_hist[digit], m);
+      }
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      u64 before = 0;
+      int chosen = -1, lowest_nonempty = -1;
+      for (int d = 255; d >= 0; --d) {
+        const u64 c = by_mass ? s.mass_hist[d] : (u64)s.count_hist[d];
+        if (c == 0) continue;
+        lowest_nonempty = d;
+        if (before + c >= need) {
+          chosen = d;
+          break;
+        }
+        before += c;
+      }
+      u64 left;
+      if (chosen < 0) {
+        // need exceeds the total (cannot happen for the callers' arguments): take everything.
+        chosen = lowest_nonempty < 0 ? 0 : lowest_nonempty;
+        left = 1;
+        before = 0;
+      } else {
+        left = need - before;
+      }
+      const u64 bin = by_mass ? s.mass_hist[chosen] : (u64)s.count_hist[chosen];
+      s.bcast_prefix = prefix | ((u64)chosen << shift);
+      s.bcast_need = left;
+      // By count, a bin needed whole ends the search; by mass, a bin of one candidate does.
+      s.bcast_done = by_mass ? (s.count_hist[chosen] <= 1) : (bin == left);
+    }
+    __syncthreads();
+    prefix = s.bcast_prefix;
+    need = s.bcast_need;
+    const bool done = s.bcast_done != 0;
+    __syncthreads();
+    if (done) break;
+  }
+  return prefix;
+}
+
+// Collects the candidates with key >= lo (n of them, n <= KILN_SAMPLE_CAP) into s.cand[0..n)
+// and sorts them by key, descending (bitonic sort over the next power of two, padded with 0).
+__device__ void collect_sorted(const Row& row, u64 lo, unsigned int n, SampleShared& s) {
+  if (threadIdx.x == 0) s.n_cand = 0;
+  __syncthreads();
+  for (unsigned int i = threadIdx.x; i < row.vocab; i += blockDim.x) {
+    const u64 key = key_of(row, weight_of(row, i), i);
+    if (key >= lo) {
+      const unsigned int at = atomicAdd(&s.n_cand, 1u);
+      if (at < KILN_SAMPLE_CAP) s.cand[at] = key;
+    }
+  }
+  unsigned int padded = 1;
+  while (padded < n) padded <<= 1;
+  __syncthreads();
+  const unsigned int got = min(s.n_cand, (unsigned int)KILN_SAMPLE_CAP);
+  for (unsigned int i = got + threadIdx.x; i < padded; i += blockDim.x) s.cand[i] = 0ull;  // sorts last
+  __syncthreads();
+  for (unsigned int k = 2; k <= padded; k <<= 1) {
+    for (unsigned int j = k >> 1; j > 0; j >>= 1) {
+      for (unsigned int i = threadIdx.x; i < padded; i += blockDim.x) {
+        const unsigned int ixj = i ^ j;
+        if (ixj > i) {
+          const u64 a = s.cand[i], b = s.cand[ixj];
+          const bool descending = (i & k) == 0;
+          if (descending ? a < b : a > b) {
+            s.cand[i] = b;
+            s.cand[ixj] = a;
+          }
+        }
+      }
+      __syncthreads();
+    }
+  }
+}
+
+// Steps 4 (when apply_top_p) and 5 over s.cand[0..n), sequentially in f32 exactly as
+// `sample_row` does. Run by one thread.
+__device__ unsigned int draw_sorted(const Row& row, unsigned int n, bool apply_top_p, float top_p, float u,
+                                    const SampleShared& s) {
+  if (n == 0) return 0;
+  if (apply_top_p) {
+    float total = 0.0f;
+    for (unsigned int j = 0; j < n; ++j) total = __fadd_rn(total, weight_of_key(row, s.cand[j]));
+    const float goal = __fmul_rn(top_p, total);
+    float acc = 0.0f;
+    for (unsigned int j = 0; j < n; ++j) {
+      acc = __fadd_rn(acc, weight_of_key(row, s.cand[j]));
+      if (acc >= goal) {
+        n = j + 1;
+        break;
+      }
+    }
+  }
+  float total = 0.0f;
+  for (unsigned int j = 0; j < n; ++j) total = __fadd_rn(total, weight_of_key(row, s.cand[j]));
+  const float target = __fmul_rn(u, total);
+  float acc = 0.0f;
+  for (unsigned int j = 0; j < n; ++j) {
+    acc = __fadd_rn(acc, weight_of_key(row, s.cand[j]));
+    if (acc > target) return index_of(row, s.cand[j]);
+  }
+  return index_of(row, s.cand[n - 1]);
+}
+
+}  // namespace sample_impl
+}  // namespace kiln
+
+using namespace kiln::sample_impl;
+
+extern "C" __global__ void __launch_bounds__(KILN_SAMPLE_THREADS)
+    kiln_sample_f32(const float* logits, const float* temperature, const int* top_k, const float* top_p,
+                    const unsigned int* seed, const unsigned int* counter, int* out, unsigned int rows,
+                    unsigned int vocab) {
+  __shared__ SampleShared s;
+  const unsigned int r = blockIdx.x;
+  if (r >= rows || vocab == 0) return;
+  const float* l = logits + (size_t)r * vocab;
+
+  // Step 1: argmax (also the max of step 2).
+  float best_v = kiln::quiet_nan();
+  int best_i = 0x7fffffff;
+  for (unsigned int i = threadIdx.x; i < vocab; i += blockDim.x) {
+    const float v = l[i];
+    if (argmax_better(v, (int)i, best_v, best_i)) {
+      best_v = v;
+      best_i = (int)i;
+    }
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ov = __shfl_xor_sync(0xffffffffu, best_v, o);
+    const int oi = __shfl_xor_sync(0xffffffffu, best_i, o);
+    if (argmax_better(ov, oi, best_v, best_i)) {
+      best_v = ov;
+      best_i = oi;
+    }
+  }
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (lane == 0) {
+    s.red_v[warp] = best_v;
+    s.red_i[warp] = best_i;
+  }
+  __syncthreads();
+  if (warp == 0) {
+    best_v = lane < (int)(blockDim.x >> 5) ? s.red_v[lane] : kiln::quiet_nan();
+    best_i = lane < (int)(blockDim.x >> 5) ? s.red_i[lane] : 0x7fffffff;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      const float ov = __shfl_xor_sync(0xffffffffu, best_v, o);
+      const int oi = __shfl_xor_sync(0xffffffffu, best_i, o);
+      if (argmax_better(ov, oi, best_v, best_i)) {
+        best_v = ov;
+        best_i = oi;
+      }
+    }
+    if (lane == 0) s.red_i[0] = best_i >= (int)vocab ? 0 : best_i;
+  }
+  __syncthreads();
+  const int argmax = s.red_i[0];
+
+  const float t = temperature[r];
+  if (!(t > 0.0f) || !isfinite(t)) {
+    if (threadIdx.x == 0) out[r] = argmax;
+    return;
+  }
+
+  Row row;
+  row.logits = l;
+  row.vocab = vocab;
+  row.max = l[argmax];
+  row.temperature = t;
+  int needed_index_bits = 1;
+  while (needed_index_bits < 32 && ((vocab - 1) >> needed_index_bits) != 0) ++needed_index_bits;
+  // Keys take 32 + index bits, rounded up to whole 8-bit digits; the index part takes the slack,
+  // so that the first digit holds the weight's sign and high exponent bits.
+  const int key_bits = (32 + needed_index_bits + 7) / 8 * 8;
+  row.index_bits = key_bits - 32;
+
+  const unsigned int ubits = uniform_bits(seed[r], counter[r]);
+  const float u = (float)ubits / 16777216.0f;
+  const int k = top_k[r];
+  const float p = top_p[r];
+  const bool apply_top_p = p > 0.0f && p < 1.0f;
+
+  // Step 3: the top_k set is {key >= lo_k}.
+  u64 lo_k = 0;
+  unsigned int n_kept = vocab;
+  if (k > 0 && (unsigned int)k < vocab) {
+    lo_k = radix_select(row, 0, false, (u64)k, key_bits, s);
+    n_kept = (unsigned int)k;
+  }
+  if (n_kept <= KILN_SAMPLE_CAP) {
+    collect_sorted(row, lo_k, n_kept, s);
+    if (threadIdx.x == 0) out[r] = (int)draw_sorted(row, n_kept, apply_top_p, p, u, s);
+    return;
+  }
+
+  // Large path. Step 4 in fixed point: the shortest prefix whose mass reaches top_p * total.
+  u64 lo = lo_k;
+  u64 total = mass_at_least(row, lo, s);
+  if (apply_top_p) {
+    double goal = ceil((double)p * (double)total);
+    u64 need = goal < 1.0 ? 1ull : (u64)goal;
+    if (need > total) need = total;
+    const u64 th = radix_select(row, lo, true, need, key_bits, s);
+    lo = th > lo ? th : lo;
+    const unsigned int n_top_p = count_at_least(row, lo, s);
+    if (n_top_p <= KILN_SAMPLE_CAP) {
+      collect_sorted(row, lo, n_top_p, s);
+      if (threadIdx.x == 0) out[r] = (int)draw_sorted(row, n_top_p, false, p, u, s);
+      return;
+    }
+    total = mass_at_least(row, lo, s);
+  }
+  // Step 5 in fixed point: the first candidate where the running mass exceeds u * total,
+  // i.e. reaches floor(u * total) + 1 (u * total exactly: u is ubits / 2^24).
+  const u64 target = (__umul64hi((u64)ubits, total) << 40) | (((u64)ubits * total) >> 24);
+  u64 need = target + 1;
+  if (need > total) need = total;
+  if (need == 0) need = 1;
+  const u64 th = radix_select(row, lo, true, need, key_bits, s);
+  u64 lo_draw = th > lo ? th : lo;
+  // The drawn candidate is the smallest key >= lo_draw.
+  u64 mine = ~0ull;
+  for (unsigned int i = threadIdx.x; i < vocab; i += blockDim.x) {
+    const u64 key = key_of(row, weight_of(row, i), i);
+    if (key >= lo_draw && key < mine) mine = key;
+  }
+  const u64 chosen = block_min_u64(mine, s);
+  if (threadIdx.x == 0) out[r] = chosen == ~0ull ? argmax : (int)index_of(row, chosen);
+}

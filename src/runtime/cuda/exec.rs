@@ -1,0 +1,524 @@
+//! The CUDA executor of a plan, eager or graph. `load` does everything that allocates or
+//! decides: one device allocation per non-empty region, weights uploaded once through pinned
+//! staging buffers, kernels compiled and loaded, one parameter blob per launch (pointers =
+//! region base + planned offset, then the kernel's scalars, per `abi`), the pinned step block
+//! and output mirror, and in graph mode one instantiated graph per program.
+//!
+//! `run` then only copies the step bytes into the pinned step block and either launches the
+//! program's graph (one driver call) or, in eager mode, the same records one by one with the
+//! same parameter blobs, and waits once. The two modes must give bit-identical results.
+//!
+//! Never, after `load`: allocates (device or pinned), uploads from pageable memory, captures a
+//! stream, or computes an address. [`Counters`] prove it.
+
+use super::counters::{Counters, Snapshot};
+use super::driver::{self, call, CUfunction, Device, DeviceBuffer, Event, Module, PinnedBuffer, Stream};
+use super::graph::{self, CopyEnds, ProgramGraph};
+use super::abi;
+use crate::model::WeightSource;
+use crate::plan::planner::fmt_bytes;
+use crate::plan::{Access, BufArg, Kernel, Plan, ProgramPlan, RegionKind};
+use crate::runtime::weights::{convert_tensor, weight_tensors};
+use crate::runtime::{Executor, StepBlock};
+use anyhow::{bail, ensure, Context, Result};
+use cudarc::driver::sys;
+use std::collections::BTreeMap;
+use std::ffi::c_void;
+
+/// How `run` executes a program.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Each launch record with `cuLaunchKernel`, in plan order, on one stream.
+    Eager,
+    /// One CUDA graph per program, built at load from the launch records and their deps.
+    Graph,
+}
+
+impl Mode {
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Eager => "cuda-eager",
+            Mode::Graph => "cuda-graph",
+        }
+    }
+}
+
+/// Parameter values of one launch, one 8-byte slot each, in the kernel's parameter order:
+/// operand pointers (with the null bias slot of a bias-less linear), then the scalars as their
+/// 4 little-endian bytes in the low half of the slot. Pure; the ABI test checks it.
+pub fn param_slots(kernel: &Kernel, bufs: &[BufArg], region_base: &[u64; 5]) -> Vec<u64> {
+    let mut slots = abi::pointers(kernel, bufs, region_base);
+    debug_assert_eq!(slots.len(), abi::pointer_slots(kernel, bufs));
+    for s in abi::scalars(kernel) {
+        slots.push(u32::from_le_bytes(s.to_le_bytes()) as u64);
+    }
+    slots
+}
+
+/// A launch's kernel arguments as `cuLaunchKernel` and kernel nodes take them: an array of
+/// pointers, each to one parameter's value. Built once at load; the heap storage never moves,
+/// so the pointers stay valid for the executor's life.
+pub struct LaunchParams {
+    slots: Box<[u64]>,
+    ptrs: Box<[*mut c_void]>,
+}
+
+impl LaunchParams {
+    pub fn new(slots: Vec<u64>) -> LaunchParams {
+        let mut slots = slots.into_boxed_slice();
+        let ptrs = slots.iter_mut().map(|s| s as *mut u64 as *mut c_void).collect::<Vec<_>>().into_boxed_slice();
+        LaunchParams { slots, ptrs }
+    }
+    pub fn slots(&self) -> &[u64] {
+        &self.slots
+    }
+    /// The `void**` the driver reads (it never writes through it).
+    pub fn arg_ptrs(&self) -> *mut *mut c_void {
+        self.ptrs.as_ptr() as *mut *mut c_void
+    }
+}
+
+/// Bytes `[offset, offset + bytes)` of a region.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Span {
+    pub offset: u64,
+    pub bytes: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OutputCopy {
+    pub span: Span,
+    /// The launch that writes it; the copy runs after it.
+    pub writer: u32,
+}
+
+/// What a program reads from the step block and writes to the output region: the transfers
+/// around its launches.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ProgramIo {
+    /// The one span of the step region covering every step field the program reads.
+    pub step: Option<Span>,
+    /// Launches that read the step region (they wait for the step copy).
+    pub step_readers: Vec<u32>,
+    pub outputs: Vec<OutputCopy>,
+}
+
+impl ProgramIo {
+    pub fn of(p: &ProgramPlan) -> ProgramIo {
+        let (mut lo, mut hi) = (u64::MAX, 0u64);
+        let mut step_readers = Vec::new();
+        let mut outs: BTreeMap<(u64, u64), u32> = BTreeMap::new();
+        for (i, l) in p.launches.iter().enumerate() {
+            let mut reads_step = false;
+            for b in &l.bufs {
+                match (b.region, b.access) {
+                    (RegionKind::Step, _) => {
+                        reads_step = true;
+                        lo = lo.min(b.offset);
+                        hi = hi.max(b.offset + b.bytes);
+                    }
+                    (RegionKind::Output, Access::Write) => {
+                        outs.insert((b.offset, b.bytes), i as u32);
+                    }
+                    _ => {}
+                }
+            }
+            if reads_step {
+                step_readers.push(i as u32);
+            }
+        }
+        ProgramIo {
+            step: (hi > lo).then_some(Span { offset: lo, bytes: hi - lo }),
+            step_readers,
+            outputs: outs.into_iter().map(|((offset, bytes), writer)| OutputCopy { span: Span { offset, bytes }, writer }).collect(),
+        }
+    }
+}
+
+/// Executes a plan on one NVIDIA GPU. Fields drop in declaration order: graphs and module
+/// before the memory they point at, the device (its context) last.
+pub struct CudaExecutor {
+    graphs: Vec<ProgramGraph>,
+    params: Vec<Vec<LaunchParams>>,
+    funcs: Vec<Vec<CUfunction>>,
+    io: Vec<ProgramIo>,
+    _module: Module,
+    step_host: PinnedBuffer,
+    output_host: PinnedBuffer,
+    /// Owns the device memory `region_base` points into.
+    _regions: Vec<Option<DeviceBuffer>>,
+    region_base: [u64; 5],
+    stream: Stream,
+    device: Device,
+    counters: Counters,
+    mode: Mode,
+    plan: Plan,
+    load_seconds: f64,
+}
+
+/// Where the compiled kernels come from: the kernels helper's NVRTC module (disk-cached).
+fn compile_kernels(device: &Device) -> Result<Vec<u8>> {
+    // TODO(kernels): super::nvrtc::compile_for_arch once it lands.
+    bail!("compiling the CUDA kernels for {} ({}): the NVRTC module is not built yet", device.name, device.arch())
+}
+
+impl CudaExecutor {
+    /// Loads `plan` onto GPU 0 (or `KILN_CUDA_DEVICE`). See the module doc for what happens.
+    pub fn load(plan: Plan, weights: &dyn WeightSource, mode: Mode) -> Result<CudaExecutor> {
+        let ordinal = match std::env::var("KILN_CUDA_DEVICE") {
+            Ok(s) => s.parse::<i32>().with_context(|| format!("KILN_CUDA_DEVICE=`{s}` is not a GPU number"))?,
+            Err(_) => 0,
+        };
+        Self::load_on(plan, weights, mode, ordinal)
+    }
+
+    pub fn load_on(plan: Plan, weights: &dyn WeightSource, mode: Mode, ordinal: i32) -> Result<CudaExecutor> {
+        let t0 = std::time::Instant::now();
+        let counters = Counters::default();
+        let device = Device::open(ordinal, &counters)?;
+        let (free, _total) = device.mem_info(&counters)?;
+        let need = plan.total_bytes();
+        if need > free {
+            bail!(
+                "the plan needs {} ({}) but the GPU has {} free ({}); lower --max-context / buckets / use bf16",
+                fmt_bytes(need),
+                crate::plan::dump::region_summary(&plan),
+                fmt_bytes(free),
+                device.describe()
+            );
+        }
+        let stream = Stream::new(&counters)?;
+
+        // One allocation per non-empty region.
+        let mut regions = Vec::new();
+        let mut region_base = [0u64; 5];
+        for r in RegionKind::ALL {
+            let bytes = plan.region_bytes[r.index()];
+            if bytes == 0 {
+                regions.push(None);
+                continue;
+            }
+            let buf = DeviceBuffer::alloc(&counters, bytes, r.name())?;
+            region_base[r.index()] = buf.ptr;
+            if r != RegionKind::Weights {
+                // Deterministic start: the KV cache, step block, outputs and arena begin zeroed.
+                call(&counters, "cuMemsetD8Async", unsafe { sys::cuMemsetD8Async(buf.ptr, 0, bytes as usize, stream.0) })?;
+            }
+            regions.push(Some(buf));
+        }
+
+        // Kernels: one function per symbol the plan uses.
+        let image = compile_kernels(&device)?;
+        let module = Module::load(&counters, &image)?;
+        let mut by_symbol: BTreeMap<String, CUfunction> = BTreeMap::new();
+        let mut max_shared: BTreeMap<String, u32> = BTreeMap::new();
+        for p in &plan.programs {
+            for l in &p.launches {
+                let s = abi::symbol(&l.kernel, &l.bufs);
+                let m = max_shared.entry(s).or_insert(0);
+                *m = (*m).max(l.shared_bytes);
+            }
+        }
+        for s in abi::symbols(&plan) {
+            let f = module.function(&counters, &s)?;
+            let shared = max_shared.get(&s).copied().unwrap_or(0);
+            if shared > 48 * 1024 {
+                driver::set_max_dynamic_shared(&counters, f, shared).with_context(|| format!("`{s}` needs {shared} bytes of shared memory"))?;
+            }
+            by_symbol.insert(s, f);
+        }
+        let funcs: Vec<Vec<CUfunction>> =
+            plan.programs.iter().map(|p| p.launches.iter().map(|l| by_symbol[&abi::symbol(&l.kernel, &l.bufs)]).collect()).collect();
+
+        upload_weights(&plan, weights, &counters, &stream, region_base[RegionKind::Weights.index()])?;
+
+        let params: Vec<Vec<LaunchParams>> = plan
+            .programs
+            .iter()
+            .map(|p| p.launches.iter().map(|l| LaunchParams::new(param_slots(&l.kernel, &l.bufs, &region_base))).collect())
+            .collect();
+        let io: Vec<ProgramIo> = plan.programs.iter().map(ProgramIo::of).collect();
+        let mut step_host = PinnedBuffer::alloc(&counters, plan.region_bytes[RegionKind::Step.index()] as usize)?;
+        let mut output_host = PinnedBuffer::alloc(&counters, plan.region_bytes[RegionKind::Output.index()] as usize)?;
+
+        let mut graphs = Vec::new();
+        if mode == Mode::Graph {
+            let ends = CopyEnds {
+                step_host: step_host.as_mut_slice().as_mut_ptr(),
+                step_device: region_base[RegionKind::Step.index()],
+                output_host: output_host.as_mut_slice().as_mut_ptr(),
+                output_device: region_base[RegionKind::Output.index()],
+            };
+            for (pi, p) in plan.programs.iter().enumerate() {
+                graphs.push(graph::build(&counters, device.ctx, &p.label(), &p.launches, &p.deps, &funcs[pi], &params[pi], &io[pi], &ends)?);
+            }
+        }
+        stream.sync(&counters).context("finishing the upload")?;
+        counters.mark_loaded();
+        Ok(CudaExecutor {
+            graphs,
+            params,
+            funcs,
+            io,
+            _module: module,
+            step_host,
+            output_host,
+            _regions: regions,
+            region_base,
+            stream,
+            device,
+            counters,
+            mode,
+            plan,
+            load_seconds: t0.elapsed().as_secs_f64(),
+        })
+    }
+
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+    pub fn load_seconds(&self) -> f64 {
+        self.load_seconds
+    }
+    pub fn counters(&self) -> Snapshot {
+        self.counters.snapshot()
+    }
+    /// Device address of each region's base (0 for an empty region).
+    pub fn region_base(&self) -> [u64; 5] {
+        self.region_base
+    }
+    /// The parameter slots of one launch, as packed at load.
+    pub fn launch_params(&self, program: usize, launch: usize) -> &[u64] {
+        self.params[program][launch].slots()
+    }
+
+    /// What `kiln run --stats` prints.
+    pub fn stats_report(&self) -> String {
+        format!("{}\n{}", self.device.describe(), self.counters.snapshot().report(self.mode.name()).trim_end())
+    }
+
+    fn check_program(&self, program: usize) -> Result<()> {
+        ensure!(program < self.plan.programs.len(), "program {program} does not exist (the plan has {})", self.plan.programs.len());
+        Ok(())
+    }
+
+    /// Copies the step block into the pinned step buffer (host memcpy, no driver call).
+    fn stage_step(&mut self, step: &StepBlock) -> Result<()> {
+        let dst = self.step_host.as_mut_slice();
+        ensure!(
+            step.bytes.len() == dst.len(),
+            "step block is {} bytes but the plan's step region is {}; build it with StepBlock::new(plan)",
+            step.bytes.len(),
+            dst.len()
+        );
+        dst.copy_from_slice(&step.bytes);
+        Ok(())
+    }
+
+    fn upload_step_eager(&self, program: usize) -> Result<()> {
+        if let Some(span) = self.io[program].step {
+            self.counters.upload(span.bytes, true);
+            call(&self.counters, "cuMemcpyHtoDAsync", unsafe {
+                sys::cuMemcpyHtoDAsync_v2(
+                    self.region_base[RegionKind::Step.index()] + span.offset,
+                    self.step_host.as_ptr().add(span.offset as usize) as *const c_void,
+                    span.bytes as usize,
+                    self.stream.0,
+                )
+            })?;
+        }
+        Ok(())
+    }
+
+    fn launch_eager(&self, program: usize, launch: usize) -> Result<()> {
+        let l = &self.plan.programs[program].launches[launch];
+        self.counters.kernel_launch();
+        call(&self.counters, "cuLaunchKernel", unsafe {
+            sys::cuLaunchKernel(
+                self.funcs[program][launch],
+                l.grid[0],
+                l.grid[1],
+                l.grid[2],
+                l.block[0],
+                l.block[1],
+                l.block[2],
+                l.shared_bytes,
+                self.stream.0,
+                self.params[program][launch].arg_ptrs(),
+                std::ptr::null_mut(),
+            )
+        })
+        .with_context(|| format!("launching `{}` ({})", l.name, abi::symbol(&l.kernel, &l.bufs)))
+    }
+
+    fn download_outputs_eager(&self, program: usize) -> Result<()> {
+        for out in &self.io[program].outputs {
+            self.counters.download(false);
+            call(&self.counters, "cuMemcpyDtoHAsync", unsafe {
+                sys::cuMemcpyDtoHAsync_v2(
+                    self.output_host.as_ptr().add(out.span.offset as usize) as *mut c_void,
+                    self.region_base[RegionKind::Output.index()] + out.span.offset,
+                    out.span.bytes as usize,
+                    self.stream.0,
+                )
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Debugging: stage and upload `step` for `program` without running anything, so that
+    /// [`Self::run_launch`] can step through the program one launch at a time.
+    pub fn begin_step(&mut self, program: usize, step: &StepBlock) -> Result<()> {
+        self.check_program(program)?;
+        self.stage_step(step)?;
+        self.upload_step_eager(program)?;
+        self.stream.sync(&self.counters)
+    }
+
+    /// Debugging: runs one launch eagerly and waits for it.
+    pub fn run_launch(&mut self, program: usize, launch: usize) -> Result<()> {
+        self.check_program(program)?;
+        ensure!(launch < self.funcs[program].len(), "program {program} has no launch {launch}");
+        self.launch_eager(program, launch)?;
+        let l = &self.plan.programs[program].launches[launch];
+        self.stream.sync(&self.counters).with_context(|| format!("running launch {launch} `{}`", l.name))
+    }
+
+    /// Debugging: bytes `[offset, offset + bytes)` of a region, copied from the device into
+    /// pageable memory (counted as a debug download; never used by `run`).
+    pub fn read_region(&self, region: RegionKind, offset: u64, bytes: usize) -> Result<Vec<u8>> {
+        ensure!(
+            offset + bytes as u64 <= self.plan.region_bytes[region.index()],
+            "{bytes} bytes at {offset} run past the {} region",
+            region.name()
+        );
+        let mut out = vec![0u8; bytes];
+        if bytes == 0 {
+            return Ok(out);
+        }
+        self.counters.download(true);
+        call(&self.counters, "cuMemcpyDtoH", unsafe {
+            sys::cuMemcpyDtoH_v2(out.as_mut_ptr() as *mut c_void, self.region_base[region.index()] + offset, bytes)
+        })?;
+        self.counters.host_sync();
+        Ok(out)
+    }
+}
+
+/// Converts the weights into pinned staging buffers, tensor by tensor in offset order, and
+/// uploads each filled buffer with one async copy; two buffers alternate so conversion overlaps
+/// the copy. A progress bar shows bytes on a terminal.
+fn upload_weights(plan: &Plan, weights: &dyn WeightSource, counters: &Counters, stream: &Stream, base: u64) -> Result<()> {
+    let tensors: Vec<_> = weight_tensors(plan).collect();
+    if tensors.is_empty() {
+        return Ok(());
+    }
+    let total: u64 = plan.region_bytes[RegionKind::Weights.index()];
+    let largest = tensors.iter().map(|t| t.bytes).max().unwrap_or(0);
+    let chunk = largest.max(64 << 20).min(total.max(1)) as usize;
+    let mut staging = [PinnedBuffer::alloc(counters, chunk)?, PinnedBuffer::alloc(counters, chunk)?];
+    let done = [Event::new(counters)?, Event::new(counters)?];
+    let mut in_flight = [false, false];
+
+    use std::io::IsTerminal;
+    let bar = if std::io::stderr().is_terminal() {
+        let b = indicatif::ProgressBar::new(total);
+        b.set_style(
+            indicatif::ProgressStyle::with_template("uploading weights {bar:30} {binary_bytes}/{binary_total_bytes} {binary_bytes_per_sec}")
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        b
+    } else {
+        indicatif::ProgressBar::hidden()
+    };
+
+    let mut which = 0usize;
+    let mut i = 0usize;
+    while i < tensors.len() {
+        // The batch: tensors from `i` whose planned bytes (padding included) fit one buffer.
+        let start = tensors[i].offset;
+        let mut j = i;
+        while j < tensors.len() && tensors[j].offset + tensors[j].bytes - start <= chunk as u64 {
+            j += 1;
+        }
+        let end = tensors[j - 1].offset + tensors[j - 1].bytes;
+        if in_flight[which] {
+            done[which].sync(counters)?;
+        }
+        let buf = staging[which].as_mut_slice();
+        buf[..(end - start) as usize].fill(0);
+        for t in &tensors[i..j] {
+            let o = (t.offset - start) as usize;
+            convert_tensor(t, weights, &mut buf[o..o + t.bytes as usize])
+                .with_context(|| format!("loading weights from {} for the GPU", weights.describe()))?;
+        }
+        counters.upload(end - start, true);
+        call(counters, "cuMemcpyHtoDAsync", unsafe {
+            sys::cuMemcpyHtoDAsync_v2(base + start, staging[which].as_ptr() as *const c_void, (end - start) as usize, stream.0)
+        })?;
+        done[which].record(counters, stream)?;
+        in_flight[which] = true;
+        bar.inc(end - start);
+        which ^= 1;
+        i = j;
+    }
+    stream.sync(counters)?;
+    bar.finish_and_clear();
+    Ok(())
+}
+
+impl Executor for CudaExecutor {
+    fn plan(&self) -> &Plan {
+        &self.plan
+    }
+
+    fn run(&mut self, program: usize, step: &StepBlock) -> Result<()> {
+        self.check_program(program)?;
+        self.stage_step(step)?;
+        let label = || self.plan.programs[program].label();
+        match self.mode {
+            Mode::Graph => {
+                if let Some(span) = self.io[program].step {
+                    // The graph's memcpy node, from the pinned step block.
+                    self.counters.upload(span.bytes, true);
+                }
+                for _ in &self.io[program].outputs {
+                    self.counters.download(false);
+                }
+                self.graphs[program].launch(&self.counters, self.stream.0).with_context(|| format!("launching the graph of {}", label()))?;
+            }
+            Mode::Eager => {
+                self.upload_step_eager(program)?;
+                for i in 0..self.funcs[program].len() {
+                    self.launch_eager(program, i).with_context(|| format!("running {}", label()))?;
+                }
+                self.download_outputs_eager(program)?;
+            }
+        }
+        self.stream.sync(&self.counters).with_context(|| format!("running {} on {}", label(), self.device.name))?;
+        self.counters.step();
+        Ok(())
+    }
+
+    fn read_tensor(&mut self, name: &str, bytes: usize) -> Result<Vec<u8>> {
+        let t = self.plan.tensor(name).with_context(|| format!("the plan has no tensor `{name}`"))?;
+        ensure!(bytes as u64 <= t.bytes, "`{name}` holds {} bytes; {bytes} asked", t.bytes);
+        if t.region == RegionKind::Output {
+            let o = t.offset as usize;
+            return Ok(self.output_host.as_slice()[o..o + bytes].to_vec());
+        }
+        let (region, offset) = (t.region, t.offset);
+        self.read_region(region, offset, bytes)
+    }
+
+    fn name(&self) -> &'static str {
+        self.mode.name()
+    }
+
+    fn stats(&self) -> Option<String> {
+        Some(self.stats_report())
+    }
+}

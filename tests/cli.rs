@@ -1,0 +1,150 @@
+//! The `kiln` binary as a new user meets it: the main job, plan files, and bad input. Every
+//! bad input must give a clear one-paragraph error and a non-zero exit, never a panic.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn kiln(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_kiln")).args(args).output().expect("run kiln")
+}
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Asserts a clean failure and returns stderr.
+fn fails(args: &[&str]) -> String {
+    let out = kiln(args);
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(!out.status.success(), "kiln {args:?} should fail; stderr:\n{err}");
+    assert_eq!(out.status.code(), Some(1), "kiln {args:?} should exit 1, not crash; stderr:\n{err}");
+    assert!(!err.contains("panicked"), "kiln {args:?} panicked:\n{err}");
+    assert!(err.starts_with("error: "), "kiln {args:?} stderr:\n{err}");
+    eprintln!("kiln {}\n  -> {}", args.join(" "), err.trim());
+    err
+}
+
+const KNOWN_START: &str = "Once upon a time, there was a little girl named Lily. She loved to play outside in the park.";
+
+#[test]
+fn run_bundled_greedy() {
+    let out = kiln(&["run", "--device", "cpu", "--temperature", "0", "--max-tokens", "200"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.starts_with(KNOWN_START), "got:\n{text}");
+}
+
+#[test]
+fn plan_then_run_from_the_plan_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let plan = tmp.path().join("x.plan");
+    let gguf = repo().join("models/stories260K/stories260K.gguf");
+    let out = kiln(&["plan", "--model", gguf.to_str().unwrap(), "-o", plan.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(Path::new(&format!("{}.txt", plan.display())).exists());
+    let out = kiln(&["run", "--device", "cpu", "--model", gguf.to_str().unwrap(), "--plan", plan.to_str().unwrap(), "--temperature", "0", "--max-tokens", "200"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with(KNOWN_START));
+    let out = kiln(&["inspect", plan.to_str().unwrap(), "--summary"]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("arena"));
+}
+
+#[test]
+fn plan_config_reports_arena_and_naive() {
+    let tmp = tempfile::tempdir().unwrap();
+    let plan = tmp.path().join("l.plan");
+    let cfg = repo().join("configs/llama3.2-1b/config.json");
+    let out = kiln(&[
+        "plan", "--config", cfg.to_str().unwrap(), "--decode-buckets", "1,2,4,8", "--prefill-buckets", "16,64,256", "--max-context", "4096", "-o",
+        plan.to_str().unwrap(),
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("naive") && text.contains("arena"), "{text}");
+    let out = kiln(&["diff", plan.to_str().unwrap(), plan.to_str().unwrap()]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("dumps are identical"));
+}
+
+#[test]
+fn missing_model_file() {
+    let err = fails(&["run", "--device", "cpu", "--model", "/nonexistent/model.gguf"]);
+    assert!(err.contains("not found") || err.contains("No such file"), "{err}");
+}
+
+#[test]
+fn truncated_gguf() {
+    let tmp = tempfile::tempdir().unwrap();
+    let bytes = std::fs::read(repo().join("models/stories260K/stories260K.gguf")).unwrap();
+    for cut in [10usize, 1000, bytes.len() / 2, bytes.len() - 1] {
+        let p = tmp.path().join(format!("cut{cut}.gguf"));
+        std::fs::write(&p, &bytes[..cut]).unwrap();
+        fails(&["run", "--device", "cpu", "--model", p.to_str().unwrap(), "--max-tokens", "2"]);
+    }
+}
+
+#[test]
+fn wrong_tensor_shape_in_hf_dir() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    // A tiny llama whose config says hidden 8 but whose embedding is 9 wide.
+    std::fs::write(
+        dir.join("config.json"),
+        r#"{"architectures":["LlamaForCausalLM"],"model_type":"llama","hidden_size":8,"intermediate_size":16,"num_attention_heads":2,"num_key_value_heads":1,"num_hidden_layers":1,"vocab_size":4,"max_position_embeddings":64,"rms_norm_eps":1e-5,"hidden_act":"silu","tie_word_embeddings":true}"#,
+    )
+    .unwrap();
+    let data = vec![0u8; 4 * 9 * 4];
+    let mut tensors = std::collections::HashMap::new();
+    tensors.insert("model.embed_tokens.weight".to_string(), safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![4, 9], &data).unwrap());
+    safetensors::serialize_to_file(&tensors, None, &dir.join("model.safetensors")).unwrap();
+    let err = fails(&["run", "--device", "cpu", "--model", dir.to_str().unwrap()]);
+    assert!(err.contains("embed") || err.contains("token_embd"), "{err}");
+}
+
+#[test]
+fn unsupported_architecture() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = tmp.path().join("config.json");
+    std::fs::write(&cfg, r#"{"architectures":["GPT2LMHeadModel"],"model_type":"gpt2","n_embd":768}"#).unwrap();
+    let err = fails(&["plan", "--config", cfg.to_str().unwrap()]);
+    assert!(err.contains("gpt2"), "{err}");
+}
+
+#[test]
+fn plan_for_another_model() {
+    let tmp = tempfile::tempdir().unwrap();
+    let plan = tmp.path().join("q.plan");
+    let out = kiln(&["plan", "--shape", "qwen3-0.6b", "--max-context", "64", "--prefill-buckets", "16", "--decode-buckets", "1", "-o", plan.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let err = fails(&["run", "--device", "cpu", "--plan", plan.to_str().unwrap(), "--max-tokens", "2"]);
+    assert!(err.contains("another model"), "{err}");
+}
+
+#[test]
+fn corrupt_plan_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let plan = tmp.path().join("s.plan");
+    let gguf = repo().join("models/stories260K/stories260K.gguf");
+    assert!(kiln(&["plan", "--model", gguf.to_str().unwrap(), "-o", plan.to_str().unwrap()]).status.success());
+    let mut bytes = std::fs::read(&plan).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0x55;
+    std::fs::write(&plan, &bytes).unwrap();
+    let err = fails(&["run", "--device", "cpu", "--plan", plan.to_str().unwrap()]);
+    assert!(err.contains("corrupt"), "{err}");
+    std::fs::write(&plan, b"hello").unwrap();
+    let err = fails(&["inspect", plan.to_str().unwrap()]);
+    assert!(err.contains("not a kiln plan file"), "{err}");
+}
+
+#[test]
+fn prompt_longer_than_the_context() {
+    let prompt = "Once upon a time there was a dog. ".repeat(40);
+    let err = fails(&["run", "--device", "cpu", "--max-context", "64", "--prefill-buckets", "16", "--prompt", &prompt]);
+    assert!(err.contains("context"), "{err}");
+}
+
+#[test]
+fn memory_budget_too_small() {
+    let err = fails(&["plan", "--shape", "llama3.1-8b", "--memory-budget", "4GiB", "-o", "/tmp/never.plan"]);
+    assert!(err.contains("needs") && err.contains("budget"), "{err}");
+}

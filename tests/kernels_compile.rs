@@ -1,0 +1,142 @@
+//! Proves, with no GPU, that every CUDA kernel compiles with NVRTC for Hopper (`sm_90` and
+//! `sm_90a`) with no error and no warning, and that the compiled module holds every symbol
+//! the ABI (`runtime::cuda::abi::symbol`) asks for in real plans: bf16 and f32 Qwen3 plans and
+//! a tiny f16 Qwen2 (biased) plan, decode and prefill.
+//!
+//! Needs libnvrtc and the CUDA headers (see `runtime::cuda::nvrtc`). Without them the tests
+//! print "skipped: no NVRTC" and pass, unless `KILN_REQUIRE_NVRTC=1` (CI), which makes them fail
+//! with the reason.
+
+use kiln::ir::DType;
+use kiln::model::config::ModelConfig;
+use kiln::plan::{build_plan, Plan, PlanOptions};
+use kiln::runtime::cuda::{abi, nvrtc};
+use std::collections::BTreeSet;
+use std::sync::OnceLock;
+
+/// Every symbol kernels/ must define: 8 kernels x 3 dtypes, linear's 5 (dt, out) pairs, sample.
+fn expected_symbols() -> BTreeSet<String> {
+    let mut s = BTreeSet::new();
+    for kernel in ["gather", "rms_norm", "head_rms_norm", "rope", "kv_write", "attention", "swiglu", "add"] {
+        for dt in ["f32", "f16", "bf16"] {
+            s.insert(format!("kiln_{kernel}_{dt}"));
+        }
+    }
+    for (dt, out) in [("f32", "f32"), ("f16", "f16"), ("f16", "f32"), ("bf16", "bf16"), ("bf16", "f32")] {
+        s.insert(format!("kiln_linear_{dt}_{out}"));
+    }
+    s.insert("kiln_sample_f32".to_string());
+    s
+}
+
+fn plan(cfg: &ModelConfig, dtype: DType) -> Plan {
+    let opts = PlanOptions {
+        decode_buckets: vec![1, 4],
+        prefill_buckets: vec![16],
+        max_context: 64,
+        dtype,
+        memory_budget: None,
+    };
+    build_plan(cfg, &opts).unwrap_or_else(|e| panic!("plan for {dtype}: {e:#}"))
+}
+
+/// Plans whose symbols must all be present.
+fn plans() -> Vec<(String, Plan)> {
+    let qwen3 = ModelConfig::preset("qwen3-0.6b").unwrap();
+    let mut tiny = ModelConfig::preset("qwen2.5-0.5b").unwrap();
+    tiny.n_layers = 1;
+    tiny.vocab_size = 512;
+    tiny.hidden_size = 64;
+    tiny.intermediate_size = 128;
+    tiny.n_heads = 4;
+    tiny.n_kv_heads = 2;
+    tiny.head_dim = 16;
+    tiny.rope.rotary_dim = 16;
+    tiny.validate().unwrap();
+    vec![
+        ("qwen3-0.6b bf16".to_string(), plan(&qwen3, DType::BF16)),
+        ("qwen3-0.6b f32".to_string(), plan(&qwen3, DType::F32)),
+        ("tiny qwen2 f16".to_string(), plan(&tiny, DType::F16)),
+    ]
+}
+
+/// The compiled module for `arch`, or None when NVRTC is unavailable and not required.
+fn compiled(arch: &'static str) -> Option<&'static nvrtc::CompiledKernels> {
+    static SM90: OnceLock<Result<nvrtc::CompiledKernels, String>> = OnceLock::new();
+    static SM90A: OnceLock<Result<nvrtc::CompiledKernels, String>> = OnceLock::new();
+    let cell = match arch {
+        "sm_90" => &SM90,
+        "sm_90a" => &SM90A,
+        other => panic!("no cell for {other}"),
+    };
+    let result = cell.get_or_init(|| match nvrtc::compile_for_arch(arch) {
+        Ok(c) => Ok(c),
+        Err(e @ (nvrtc::NvrtcError::LibraryMissing | nvrtc::NvrtcError::HeadersMissing { .. })) => Err(e.to_string()),
+        Err(e) => panic!("compiling the kernels for {arch} failed:\n{e}"),
+    });
+    match result {
+        Ok(c) => Some(c),
+        Err(reason) => {
+            if std::env::var("KILN_REQUIRE_NVRTC").as_deref() == Ok("1") {
+                panic!("KILN_REQUIRE_NVRTC=1 but NVRTC cannot run: {reason}");
+            }
+            eprintln!("skipped: no NVRTC ({reason})");
+            None
+        }
+    }
+}
+
+fn check_arch(arch: &'static str) {
+    let Some(kernels) = compiled(arch) else { return };
+    assert!(kernels.log.is_empty() || !kernels.log.to_lowercase().contains("warning"), "{}", kernels.log);
+    let names: BTreeSet<String> = nvrtc::cubin_kernel_names(&kernels.cubin).unwrap().into_iter().collect();
+    let expected = expected_symbols();
+    let missing: Vec<_> = expected.difference(&names).collect();
+    assert!(missing.is_empty(), "{arch}: kernels missing from the CUBIN: {missing:?}");
+    let extra: Vec<_> = names.difference(&expected).collect();
+    assert!(extra.is_empty(), "{arch}: unexpected kernels in the CUBIN (add them to the ABI and this list): {extra:?}");
+    for (label, plan) in plans() {
+        let wanted = abi::symbols(&plan);
+        assert!(!wanted.is_empty());
+        for symbol in &wanted {
+            assert!(names.contains(symbol), "{arch}: {label} needs `{symbol}`, which kernels/ does not define");
+        }
+    }
+    eprintln!(
+        "{arch}: {} kernels, CUBIN {} bytes, NVRTC {}.{}",
+        names.len(),
+        kernels.cubin.len(),
+        kernels.nvrtc_version.0,
+        kernels.nvrtc_version.1
+    );
+}
+
+#[test]
+fn kernels_compile_for_sm_90_with_every_abi_symbol() {
+    check_arch("sm_90");
+}
+
+#[test]
+fn kernels_compile_for_sm_90a_with_every_abi_symbol() {
+    check_arch("sm_90a");
+}
+
+#[test]
+fn plans_ask_only_for_symbols_kernels_define() {
+    // Holds with or without NVRTC: the ABI's names for real plans are within the expected set.
+    let expected = expected_symbols();
+    for (label, plan) in plans() {
+        for symbol in abi::symbols(&plan) {
+            assert!(expected.contains(&symbol), "{label}: `{symbol}` is not among the kernels kiln defines");
+        }
+    }
+}
+
+#[test]
+fn a_virtual_architecture_is_refused_with_a_clear_error() {
+    if compiled("sm_90").is_none() {
+        return;
+    }
+    let err = nvrtc::compile_for_arch("compute_90").expect_err("a virtual architecture yields no CUBIN");
+    assert!(matches!(err, nvrtc::NvrtcError::NoCubin { .. } | nvrtc::NvrtcError::Api { .. }), "{err}");
+}

@@ -1,0 +1,328 @@
+//! Properties of the planner over random small models and bucket sets, re-derived here
+//! independently of `plan::planner` and `plan::check`, plus the errors users meet: bad
+//! options, a memory budget, and damaged or mismatched plan files.
+//!
+//! What this proves:
+//! - every random (config, buckets) plans, passes the checker, reuses memory (arena <= naive)
+//!   and plans deterministically (byte-identical plan files and dumps);
+//! - liveness re-derived from the IR (`lower`, not the planner) agrees with the plan's temps
+//!   table and launch operands, and no two temps live at the same launch share a byte;
+//! - option, budget and plan-file errors say what is wrong.
+
+mod common_cpu;
+
+use common_cpu::{llama3_scaling, Rng, Shape};
+use kiln::ir::{DType, Phase, RopeScaling, RopeStyle, ValueClass};
+use kiln::lower::{lower, LowerOptions};
+use kiln::model::ModelConfig;
+use kiln::plan::file::{check_model, from_bytes, to_bytes, FORMAT_VERSION};
+use kiln::plan::planner::fmt_bytes;
+use kiln::plan::{build_plan, check::check_plan, dump::dump, Access, Plan, PlanOptions, RegionKind, ALIGN};
+use std::collections::BTreeMap;
+
+fn random_config(rng: &mut Rng) -> ModelConfig {
+    let kv_heads = rng.range(1, 3);
+    let heads = kv_heads * rng.range(1, 4);
+    let rotary_dim = 2 * rng.range(1, 4);
+    let head_dim = rotary_dim + rng.pick(&[0, 0, 1, 2]);
+    let scaling = match rng.range(0, 2) {
+        0 => RopeScaling::None,
+        1 => llama3_scaling(),
+        _ => RopeScaling::Linear { factor: 2.0 },
+    };
+    Shape {
+        vocab: rng.range(5, 40),
+        hidden: rng.range(3, 40),
+        ffn: rng.range(3, 48),
+        layers: rng.range(1, 3),
+        heads,
+        kv_heads,
+        head_dim,
+        rotary_dim,
+        style: rng.pick(&[RopeStyle::Interleaved, RopeStyle::HalfSplit]),
+        scaling,
+        tied: rng.coin(),
+        qkv_bias: rng.coin(),
+        qk_norm: rng.coin(),
+    }
+    .build()
+}
+
+/// A strictly ascending random subset of `from`.
+fn subset(rng: &mut Rng, from: &[usize]) -> Vec<usize> {
+    from.iter().copied().filter(|_| rng.range(0, 2) == 0).collect()
+}
+
+fn random_options(rng: &mut Rng, cfg: &ModelConfig) -> PlanOptions {
+    let max_context = rng.pick(&[8usize, 16, 24, 64]).min(cfg.max_position_embeddings);
+    let mut decode_buckets = subset(rng, &[1, 2, 3, 4, 8, 16]);
+    let prefill_buckets = subset(rng, &[1, 2, 4, 5, 8, 16, 32, 64]).into_iter().filter(|&b| b <= max_context).collect();
+    if decode_buckets.is_empty() && rng.coin() {
+        decode_buckets.push(1);
+    }
+    let mut opts = PlanOptions {
+        decode_buckets,
+        prefill_buckets,
+        max_context,
+        dtype: rng.pick(&[DType::F32, DType::F16, DType::BF16]),
+        memory_budget: None,
+    };
+    if opts.decode_buckets.is_empty() && opts.prefill_buckets.is_empty() {
+        opts.prefill_buckets.push(max_context.min(4));
+    }
+    opts
+}
+
+/// Liveness from the IR (op order == launch order), checked against the plan's temps table
+/// and launch operands; then every pair of temps live at a common launch is byte-disjoint.
+fn recheck_liveness(cfg: &ModelConfig, plan: &Plan) {
+    let lower_opts = LowerOptions { dtype: plan.options.dtype, kv_rows: plan.options.kv_rows() };
+    let arena = plan.region_bytes[RegionKind::Arena.index()];
+    for p in &plan.programs {
+        let label = p.label();
+        let ir = lower(cfg, p.phase, p.bucket, lower_opts).unwrap();
+        assert_eq!(ir.ops.len(), p.launches.len(), "{label}: one launch per op");
+        let mut first = BTreeMap::new();
+        let mut last = BTreeMap::new();
+        for (i, node) in ir.ops.iter().enumerate() {
+            assert_eq!(node.name, p.launches[i].name, "{label}: launch {i} is not op {i}");
+            for v in node.op.writes() {
+                first.entry(v).or_insert(i);
+            }
+            for v in node.op.reads() {
+                last.insert(v, i);
+            }
+        }
+        let temps: BTreeMap<&str, _> = p.temps.iter().map(|t| (t.name.as_str(), t)).collect();
+        let n_temps = ir.values.iter().filter(|v| v.class == ValueClass::Temp).count();
+        assert_eq!(temps.len(), n_temps, "{label}: temps table does not list every temp once");
+        for (id, v) in ir.values.iter().enumerate() {
+            if v.class != ValueClass::Temp {
+                continue;
+            }
+            let id = kiln::ir::ValueId(id as u32);
+            let t = temps[v.name.as_str()];
+            assert_eq!((t.first as usize, t.last as usize), (first[&id], last[&id]), "{label}: lifetime of `{}`", v.name);
+            assert_eq!(t.bytes, v.bytes(), "{label}: size of `{}`", v.name);
+            assert_eq!(t.offset % ALIGN, 0, "{label}: `{}` is not aligned", v.name);
+            assert!(t.offset + t.bytes <= p.arena_bytes, "{label}: `{}` ends past the program's arena", v.name);
+            assert!(p.arena_bytes <= arena);
+        }
+        // Launch operands are where the temps table says.
+        for (i, node) in ir.ops.iter().enumerate() {
+            let values = node.op.reads().into_iter().chain(node.op.writes());
+            for (j, (v, b)) in values.zip(&p.launches[i].bufs).enumerate() {
+                let val = ir.value(v);
+                let want_access = if j < node.op.reads().len() { Access::Read } else { Access::Write };
+                assert_eq!(b.access, want_access, "{label}: launch {i} operand {j} access");
+                assert_eq!(b.bytes, val.bytes(), "{label}: launch {i} operand {j} length");
+                if val.class == ValueClass::Temp {
+                    assert_eq!(b.region, RegionKind::Arena);
+                    assert_eq!(b.offset, temps[val.name.as_str()].offset, "{label}: launch {i} operand {j} offset");
+                } else {
+                    let t = plan.tensor(&val.name).unwrap();
+                    assert_eq!((b.region, b.offset), (t.region, t.offset), "{label}: `{}` address", val.name);
+                }
+            }
+        }
+        // The property the arena exists for.
+        for (a_i, a) in p.temps.iter().enumerate() {
+            for b in &p.temps[a_i + 1..] {
+                let live_together = a.first <= b.last && b.first <= a.last;
+                let share_bytes = a.offset < b.offset + b.bytes && b.offset < a.offset + a.bytes;
+                assert!(
+                    !(live_together && share_bytes),
+                    "{label}: `{}` [{}, {}] at {}+{} and `{}` [{}, {}] at {}+{} are live together and share bytes",
+                    a.name,
+                    a.first,
+                    a.last,
+                    a.offset,
+                    a.bytes,
+                    b.name,
+                    b.first,
+                    b.last,
+                    b.offset,
+                    b.bytes
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn random_plans_are_valid_compact_and_deterministic() {
+    let mut rng = Rng::new(0x9A11);
+    let mut programs = 0;
+    for iter in 0..50 {
+        let cfg = random_config(&mut rng);
+        let opts = random_options(&mut rng, &cfg);
+        let ctx = format!("iteration {iter}: {cfg:?} {opts:?}");
+        let plan = build_plan(&cfg, &opts).unwrap_or_else(|e| panic!("{ctx}: {e:#}"));
+        check_plan(&plan).unwrap_or_else(|e| panic!("{ctx}: {e:#}"));
+        let arena = plan.region_bytes[RegionKind::Arena.index()];
+        assert_eq!(arena, plan.programs.iter().map(|p| p.arena_bytes).max().unwrap(), "{ctx}");
+        for p in &plan.programs {
+            assert!(p.arena_bytes <= p.naive_bytes, "{ctx}: {} arena {} > naive {}", p.label(), p.arena_bytes, p.naive_bytes);
+            assert!(p.arena_bytes <= arena, "{ctx}");
+            for &(a, b) in &p.deps {
+                assert!(a < b && (b as usize) < p.launches.len(), "{ctx}: edge ({a}, {b})");
+            }
+        }
+        recheck_liveness(&cfg, &plan);
+        let again = build_plan(&cfg, &opts).unwrap();
+        assert_eq!(to_bytes(&plan).unwrap(), to_bytes(&again).unwrap(), "{ctx}: plan files differ between builds");
+        assert_eq!(dump(&plan), dump(&again), "{ctx}: dumps differ between builds");
+        programs += plan.programs.len();
+    }
+    eprintln!("50 random plans, {programs} programs: checked");
+}
+
+// =============================================================================================
+// Errors users meet.
+
+fn small_config() -> ModelConfig {
+    Shape {
+        vocab: 32,
+        hidden: 16,
+        ffn: 24,
+        layers: 2,
+        heads: 4,
+        kv_heads: 2,
+        head_dim: 4,
+        rotary_dim: 4,
+        style: RopeStyle::HalfSplit,
+        scaling: RopeScaling::None,
+        tied: false,
+        qkv_bias: true,
+        qk_norm: false,
+    }
+    .build()
+}
+
+fn small_options() -> PlanOptions {
+    PlanOptions { decode_buckets: vec![1, 2, 4], prefill_buckets: vec![4, 8], max_context: 32, dtype: DType::F32, memory_budget: None }
+}
+
+fn plan_error(cfg: &ModelConfig, opts: &PlanOptions) -> String {
+    format!("{:#}", build_plan(cfg, opts).expect_err("plan should fail"))
+}
+
+#[test]
+fn memory_budget_is_enforced_with_the_needed_size() {
+    let cfg = small_config();
+    let total = build_plan(&cfg, &small_options()).unwrap().total_bytes();
+    let at = |budget: u64| PlanOptions { memory_budget: Some(budget), ..small_options() };
+    build_plan(&cfg, &at(total)).expect("a budget of exactly the plan's size is enough");
+    for budget in [1, total - 1] {
+        let msg = plan_error(&cfg, &at(budget));
+        assert!(msg.contains("needs"), "{msg}");
+        assert!(msg.contains(&fmt_bytes(total)), "message should name the {total} bytes needed: {msg}");
+        assert!(msg.contains(&fmt_bytes(budget)), "message should name the budget: {msg}");
+    }
+}
+
+#[test]
+fn bad_options_are_clear_errors() {
+    let cfg = small_config();
+    let o = small_options;
+    let cases: Vec<(PlanOptions, &[&str])> = vec![
+        (PlanOptions { max_context: 300, ..o() }, &["max context 300", "max_position_embeddings", "256"]),
+        (PlanOptions { decode_buckets: vec![4, 2], ..o() }, &["decode buckets", "ascending", "[4, 2]"]),
+        (PlanOptions { prefill_buckets: vec![8, 8], ..o() }, &["prefill buckets", "ascending"]),
+        (PlanOptions { prefill_buckets: vec![4, 64], ..o() }, &["prefill bucket 64", "max context 32"]),
+        (PlanOptions { decode_buckets: vec![0, 1], ..o() }, &["positive"]),
+        (PlanOptions { decode_buckets: vec![], prefill_buckets: vec![], ..o() }, &["no buckets"]),
+        (PlanOptions { max_context: 0, prefill_buckets: vec![], ..o() }, &["max context"]),
+        (PlanOptions { dtype: DType::I32, ..o() }, &["dtype", "i32"]),
+    ];
+    for (opts, wants) in cases {
+        let msg = plan_error(&cfg, &opts);
+        for w in wants {
+            assert!(msg.contains(w), "error for {opts:?} should mention `{w}`: {msg}");
+        }
+    }
+}
+
+// =============================================================================================
+// Plan files.
+
+fn plan_file() -> (Plan, Vec<u8>) {
+    let plan = build_plan(&small_config(), &small_options()).unwrap();
+    let bytes = to_bytes(&plan).unwrap();
+    (plan, bytes)
+}
+
+fn load_error(bytes: &[u8]) -> String {
+    format!("{:#}", from_bytes(bytes, "test.plan").expect_err("damaged plan file loaded"))
+}
+
+#[test]
+fn plan_file_round_trips() {
+    let (plan, bytes) = plan_file();
+    let back = from_bytes(&bytes, "test.plan").unwrap();
+    assert_eq!(back, plan);
+    assert_eq!(to_bytes(&back).unwrap(), bytes);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("model.plan");
+    kiln::plan::file::save(&plan, &path).unwrap();
+    assert_eq!(kiln::plan::file::load(&path).unwrap(), plan);
+    check_model(&plan, &small_config(), "the test model").unwrap();
+}
+
+#[test]
+fn damaged_plan_files_are_rejected() {
+    let (_, bytes) = plan_file();
+    // A flipped byte anywhere after the header: in the body and in the checksum.
+    for at in [12, bytes.len() / 2, bytes.len() - 40, bytes.len() - 1] {
+        let mut b = bytes.clone();
+        b[at] ^= 0x40;
+        let msg = load_error(&b);
+        assert!(msg.contains("corrupt"), "flipped byte {at}: {msg}");
+    }
+    // Truncation at any length.
+    for len in [0, 7, 11, 12, 40, 43, 44, bytes.len() / 2, bytes.len() - 1] {
+        let msg = load_error(&bytes[..len]);
+        assert!(msg.contains("test.plan"), "truncated to {len}: {msg}");
+        if len >= 12 {
+            assert!(msg.contains("truncated"), "truncated to {len}: {msg}");
+        }
+    }
+    let mut b = bytes.clone();
+    b[..8].copy_from_slice(b"GGUF\0\0\0\0");
+    assert!(load_error(&b).contains("not a kiln plan file"));
+    let mut b = bytes.clone();
+    b[8..12].copy_from_slice(&(FORMAT_VERSION + 1).to_le_bytes());
+    let msg = load_error(&b);
+    assert!(msg.contains("version") && msg.contains(&(FORMAT_VERSION + 1).to_string()), "{msg}");
+    // Trailing garbage is not silently ignored either.
+    let mut b = bytes.clone();
+    b.push(0);
+    load_error(&b);
+}
+
+#[test]
+fn plan_for_another_model_names_the_difference() {
+    let (plan, _) = plan_file();
+    let checks: Vec<(ModelConfig, &str)> = vec![
+        (ModelConfig { n_layers: 3, ..small_config() }, "n_layers"),
+        (ModelConfig { rms_norm_eps: 1e-6, ..small_config() }, "rms_norm_eps"),
+        (ModelConfig { qkv_bias: false, ..small_config() }, "qkv_bias"),
+        (ModelConfig { vocab_size: 33, ..small_config() }, "vocab_size"),
+    ];
+    for (other, field) in checks {
+        let msg = format!("{:#}", check_model(&plan, &other, "other.gguf").expect_err("mismatched model accepted"));
+        assert!(msg.contains(field) && msg.contains("other.gguf"), "should name `{field}`: {msg}");
+    }
+}
+
+/// The plan checker itself is run on load: a plan whose bytes are intact but whose contents
+/// are inconsistent (as if written by a buggy kiln) does not load.
+#[test]
+fn inconsistent_plan_in_a_valid_envelope_is_rejected() {
+    let (mut plan, _) = plan_file();
+    let p = plan.program(Phase::Decode, 1).unwrap();
+    let l = plan.programs[p].launches.iter_mut().find(|l| l.name == "blk.0.attn_q").unwrap();
+    l.bufs.last_mut().unwrap().offset += ALIGN * 1000;
+    let msg = load_error(&to_bytes(&plan).unwrap());
+    assert!(msg.contains("plan check"), "{msg}");
+}
