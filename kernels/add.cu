@@ -1,5 +1,8 @@
 // add.cu: kiln_add_{f32,f16,bf16}(a, b, out, n)
 //
+// Check on a GPU: python3 scripts/kernel_check.py --only add   (NVRTC build, no GPU:
+// cargo test --test kernels_compile)
+//
 // Semantics (Op::Add), elementwise: out = a + b, added in f32 and rounded once to storage.
 //
 // CPU reference:

@@ -1,6 +1,9 @@
 // attention.cu: kiln_attention_{f32,f16,bf16}(q, k_cache, v_cache, positions, cache_base, out,
 //               rows, heads, kv_heads, head_dim, scale, kv_rows)
 //
+// Check on a GPU: python3 scripts/kernel_check.py --only attention   (NVRTC build, no GPU:
+// cargo test --test kernels_compile)
+//
 // Semantics (Op::Attention): causal grouped-query attention of each query row over its
 // sequence's cache rows; decode and prefill are the same kernel. For row t with
 // p = positions[t], base = cache_base[t]:
@@ -16,10 +19,11 @@
 //     s[j] = scale * sum_d f32(q[t,h,d]) * f32(k[base+j,g,d]);  m = max_j s[j]
 //     e[j] = exp(s[j] - m);  out[t,h,d] = T(sum_j e[j] * f32(v[base+j,g,d]) / sum_j e[j])
 //
-// Algorithm: one block of 256 threads (8 warps) per (row, head). Warp w takes keys
-// j = w, w + 8, ...; for each key the warp computes the dot product (lane-strided over the head
-// dims, then a shuffle reduction) and updates its running max / sum / accumulator (online
-// softmax, f32). The 8 partial states are merged through shared memory at the end.
+// Algorithm: one block of 256 threads (8 warps) per (row, head). Warp w takes 4 consecutive keys
+// at a time (keys 4w..4w+3, then 32 further on, ...); for each key the warp computes the dot
+// product (lane-strided over the head dims, then a shuffle reduction) and updates its running
+// max / sum / accumulator (online softmax, f32). The 8 partial states are merged through
+// shared memory at the end.
 // Correctness first: K/V are re-read for every query row of a prefill (a flash-attention style
 // tiling replaces this later). head_dim <= KILN_ATTN_MAX_HEAD_DIM.
 //
@@ -31,6 +35,7 @@ namespace kiln {
 #define KILN_ATTN_WARPS 8
 #define KILN_ATTN_MAX_HEAD_DIM 256
 #define KILN_ATTN_DIMS_PER_LANE (KILN_ATTN_MAX_HEAD_DIM / 32)
+#define KILN_ATTN_KEYS_PER_WARP 4
 
 template <typename T>
 __device__ void attention(const T* __restrict__ q, const T* __restrict__ k_cache, const T* __restrict__ v_cache,
@@ -70,26 +75,52 @@ __device__ void attention(const T* __restrict__ q, const T* __restrict__ k_cache
     acc[c] = 0.0f;
   }
   float m = -kiln::inf(), l = 0.0f;
-  for (long long j = warp; j < len; j += KILN_ATTN_WARPS) {
-    const T* kr = kh + (size_t)j * kv_dim;
-    float dot = 0.0f;
+  // Warp w takes keys [j0, j0 + KEYS) with j0 = w * KEYS + i * WARPS * KEYS: the loads of KEYS
+  // keys are independent, so they are in flight together.
+  constexpr int KEYS = KILN_ATTN_KEYS_PER_WARP;
+  for (long long j0 = (long long)warp * KEYS; j0 < len; j0 += KILN_ATTN_WARPS * KEYS) {
+    float s[KEYS];
 #pragma unroll
-    for (int c = 0; c < KILN_ATTN_DIMS_PER_LANE; ++c) {
-      const unsigned int d = lane + 32 * c;
-      if (d < head_dim) dot = __fmaf_rn(qv[c], kiln::to_f32(kr[d]), dot);
+    for (int u = 0; u < KEYS; ++u) {
+      const long long j = j0 + u;
+      float dot = 0.0f;
+      if (j < len) {
+        const T* kr = kh + (size_t)j * kv_dim;
+#pragma unroll
+        for (int c = 0; c < KILN_ATTN_DIMS_PER_LANE; ++c) {
+          const unsigned int d = lane + 32 * c;
+          if (d < head_dim) dot = __fmaf_rn(qv[c], kiln::to_f32(kr[d]), dot);
+        }
+      }
+      s[u] = dot;
     }
-    const float s = scale * kiln::warp_sum(dot);
-    const float m_new = fmaxf(m, s);
+    float m_new = m;
+#pragma unroll
+    for (int u = 0; u < KEYS; ++u) {
+      s[u] = j0 + u < len ? scale * kiln::warp_sum(s[u]) : -kiln::inf();
+      m_new = fmaxf(m_new, s[u]);
+    }
     if (m_new == -kiln::inf()) continue;  // every score so far is -inf: nothing to weigh yet
     const float corr = m == -kiln::inf() ? 0.0f : expf(m - m_new);
-    const float e = expf(s - m_new);
-    l = l * corr + e;
-    const T* vr = vh + (size_t)j * kv_dim;
+    float e[KEYS];
+    l = l * corr;
 #pragma unroll
-    for (int c = 0; c < KILN_ATTN_DIMS_PER_LANE; ++c) {
-      const unsigned int d = lane + 32 * c;
-      const float vv = d < head_dim ? kiln::to_f32(vr[d]) : 0.0f;
-      acc[c] = acc[c] * corr + e * vv;
+    for (int u = 0; u < KEYS; ++u) {
+      e[u] = s[u] == -kiln::inf() ? 0.0f : expf(s[u] - m_new);
+      l += e[u];
+    }
+#pragma unroll
+    for (int c = 0; c < KILN_ATTN_DIMS_PER_LANE; ++c) acc[c] *= corr;
+#pragma unroll
+    for (int u = 0; u < KEYS; ++u) {
+      if (j0 + u >= len) break;
+      const T* vr = vh + (size_t)(j0 + u) * kv_dim;
+#pragma unroll
+      for (int c = 0; c < KILN_ATTN_DIMS_PER_LANE; ++c) {
+        const unsigned int d = lane + 32 * c;
+        const float vv = d < head_dim ? kiln::to_f32(vr[d]) : 0.0f;
+        acc[c] = __fmaf_rn(e[u], vv, acc[c]);
+      }
     }
     m = m_new;
   }

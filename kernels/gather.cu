@@ -1,5 +1,8 @@
 // gather.cu: kiln_gather_{f32,f16,bf16}(table, indices, out, rows, dim, table_rows)
 //
+// Check on a GPU: python3 scripts/kernel_check.py --only gather   (NVRTC build, no GPU:
+// cargo test --test kernels_compile)
+//
 // Semantics (Op::Gather): out[r, :] = table[indices[r], :]; an index outside
 // [0, table_rows) gives a zero row. Used for the token embedding and for picking the rows whose
 // logits are wanted (prefill).

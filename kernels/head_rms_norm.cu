@@ -1,5 +1,8 @@
 // head_rms_norm.cu: kiln_head_rms_norm_{f32,f16,bf16}(x, weight, out, rows, heads, head_dim, eps)
 //
+// Check on a GPU: python3 scripts/kernel_check.py --only head_rms_norm   (NVRTC build, no GPU:
+// cargo test --test kernels_compile)
+//
 // Semantics (Op::HeadRmsNorm, Qwen3's Q/K norm): x is [rows, heads * head_dim]; each head of
 // each row is RMS-normalized on its own, exactly as rms_norm.cu with dim = head_dim, and scaled
 // by the shared weight [head_dim]:

@@ -1,6 +1,9 @@
 // kv_write.cu: kiln_kv_write_{f32,f16,bf16}(k, v, positions, cache_base, k_cache, v_cache, rows,
 //              kv_dim, kv_rows)
 //
+// Check on a GPU: python3 scripts/kernel_check.py --only kv_write   (NVRTC build, no GPU:
+// cargo test --test kernels_compile)
+//
 // Semantics (Op::KvWrite): for each token t with positions[t] >= 0, k[t, :] and v[t, :] are
 // copied to row cache_base[t] + positions[t] of k_cache and v_cache ([kv_rows, kv_dim]).
 // Padding tokens (positions[t] < 0) write nothing; a target row outside [0, kv_rows) is

@@ -2,6 +2,9 @@
 //   dt in {f32, f16, bf16} is the storage type of x, weight and bias; outdt in {dt, f32} is the
 //   type of out (f32 for logits). `bias` is a null pointer when has_bias == 0.
 //
+// Check on a GPU: python3 scripts/kernel_check.py --only linear   (NVRTC build, no GPU:
+// cargo test --test kernels_compile)
+//
 // Semantics (Op::Linear): out[r, n] = sum_k x[r, k] * weight[n, k] (+ bias[n]), accumulated in
 // f32, rounded once to outdt. weight is [out_features, in_features] row-major (HF layout).
 //

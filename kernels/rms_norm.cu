@@ -1,5 +1,8 @@
 // rms_norm.cu: kiln_rms_norm_{f32,f16,bf16}(x, weight, out, rows, dim, eps)
 //
+// Check on a GPU: python3 scripts/kernel_check.py --only rms_norm   (NVRTC build, no GPU:
+// cargo test --test kernels_compile)
+//
 // Semantics (Op::RmsNorm), per row, in f32:
 //   inv = 1 / sqrt(sum(x*x) / dim + eps)
 //   t   = round_to_storage(x * inv)       (Hugging Face: `hidden.to(input_dtype)`)

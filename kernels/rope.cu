@@ -2,6 +2,9 @@
 //          interleaved, theta, scaling_kind, factor, low_freq_factor, high_freq_factor,
 //          original_max_position)
 //
+// Check on a GPU: python3 scripts/kernel_check.py --only rope   (NVRTC build, no GPU:
+// cargo test --test kernels_compile)
+//
 // Semantics (Op::Rope): x is [rows, heads * head_dim]. For row r with p = positions[r]:
 // - p < 0 (padding): out row = x row, unchanged;
 // - otherwise for each head and each pair i < rotary_dim / 2, the pair is (2i, 2i+1) when

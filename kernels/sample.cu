@@ -1,5 +1,8 @@
 // sample.cu: kiln_sample_f32(logits, temperature, top_k, top_p, seed, counter, out, rows, vocab)
 //
+// Check on a GPU: python3 scripts/kernel_check.py --only sample   (NVRTC build, no GPU:
+// cargo test --test kernels_compile)
+//
 // Semantics (Op::Sample): one token per row of logits (f32 [rows, vocab]), exactly the steps
 // of `sampling::sample_row` (src/runtime/sampling.rs), with the same generator:
 // 1. temperature <= 0 or not finite: argmax, lowest index on ties, NaN never wins.
@@ -30,8 +33,17 @@
 //   in any order), and "the prefix where the running sum reaches X" is found by the same radix
 //   select, weighted by mass instead of count. If the top_p prefix then has at most
 //   KILN_SAMPLE_CAP candidates, the draw (step 5) takes the exact path. Otherwise the result
-//   can differ from the CPU's sequential f32 sums only where u lands within their rounding
-//   error of a boundary.
+//   is that of exact sums (to ~1e-7 of the mass), and differs from the CPU's sequential f32
+//   sums where u lands within their rounding error of a boundary. That error is not small
+//   over a whole vocabulary (~1e-5..1e-4 of the mass for 152k candidates), so with top_k off
+//   at T=1 a neighbouring candidate is drawn in a good fraction of rows; kernel_check.py checks
+//   such draws against exact sums.
+//
+// Histograms aggregate per warp before their shared atomics (a flat distribution puts most
+// candidates in one bin). Cost: every pass re-reads the row and recomputes exp, on one SM per
+// row: on an H200, 8 rows of a 151936 vocab take ~40 us greedy, ~360 us with top_k 40, ~1.4 ms
+// top_p 0.95 alone, ~3.3 ms on a flat distribution (many passes). Faster sampling (several
+// blocks per row, or keys cached in a scratch buffer) needs a scratch region in the plan.
 //
 // Geometry: grid (rows), block 1024, no dynamic shared memory (about 36 KB static).
 #include "common.cuh"
@@ -168,15 +180,42 @@ __device__ u64 radix_select(const Row& row, u64 lo, bool by_mass, u64 need, int 
     }
     __syncthreads();
     const u64 hi_mask = shift + 8 >= 64 ? 0ull : ~0ull << (shift + 8);
-    for (unsigned int i = threadIdx.x; i < row.vocab; i += blockDim.x) {
-      const float w = weight_of(row, i);
-      const u64 key = key_of(row, w, i);
-      if (key < lo || (key & hi_mask) != prefix) continue;
-      const unsigned int digit = (unsigned int)(key >> shift) & 255u;
-      atomicAdd(&s.count_hist[digit], 1u);
-      if (by_mass) {
-        const u64 m = fixed_of(w);
-        if (m) atomicAdd(&s.mass_hist[digit], m);
+    // Warp-uniform trip count, so that the warp can aggregate: candidates of a warp that fall in
+    // the same bin are added by one lane (a flat distribution puts nearly all of them in one or
+    // two bins, and same-address shared atomics serialize).
+    const unsigned int lane = threadIdx.x & 31;
+    for (unsigned int base = threadIdx.x - lane; base < row.vocab; base += blockDim.x) {
+      const unsigned int i = base + lane;
+      bool valid = i < row.vocab;
+      unsigned int digit = 0;
+      u64 m = 0;
+      if (valid) {
+        const float w = weight_of(row, i);
+        const u64 key = key_of(row, w, i);
+        valid = key >= lo && (key & hi_mask) == prefix;
+        digit = (unsigned int)(key >> shift) & 255u;
+        m = by_mass ? fixed_of(w) : 0ull;
+      }
+      if (!by_mass) {
+        // Lanes with the same bin form one group (an invalid lane forms its own); its lowest
+        // lane adds the group's size.
+        const unsigned int peers = __match_any_sync(0xffffffffu, valid ? digit : 256u + lane);
+        if (valid && (int)lane == __ffs(peers) - 1) atomicAdd(&s.count_hist[digit], (unsigned int)__popc(peers));
+        continue;
+      }
+      // By mass: one round per distinct bin in the warp (one or two on a flat distribution).
+      unsigned int pending = __ballot_sync(0xffffffffu, valid);
+      while (pending) {
+        const int leader = __ffs(pending) - 1;
+        const unsigned int bin = __shfl_sync(0xffffffffu, digit, leader);
+        const bool mine = valid && digit == bin;
+        const unsigned int group = __ballot_sync(0xffffffffu, mine);
+        u64 sum = mine ? m : 0ull;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        if ((int)lane == leader && sum) atomicAdd(&s.mass_hist[bin], sum);
+        if ((int)lane == leader) atomicAdd(&s.count_hist[bin], (unsigned int)__popc(group));
+        pending &= ~group;
       }
     }
     __syncthreads();

@@ -1,5 +1,8 @@
 // swiglu.cu: kiln_swiglu_{f32,f16,bf16}(gate, up, out, n)
 //
+// Check on a GPU: python3 scripts/kernel_check.py --only swiglu   (NVRTC build, no GPU:
+// cargo test --test kernels_compile)
+//
 // Semantics (Op::SwiGlu), elementwise in f32: out = silu(g) * u = g / (1 + exp(-g)) * u.
 //
 // CPU reference:

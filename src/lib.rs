@@ -13,3 +13,4 @@ pub mod bundled;
 pub mod cli;
 pub mod gate;
 pub mod synth;
+pub mod bench;

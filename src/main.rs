@@ -20,6 +20,8 @@ enum Command {
     Inspect(cli::plan_cmd::InspectCmd),
     /// Compare two plan files: regions, arenas, then a unified diff of the dumps.
     Diff(cli::diff::DiffCmd),
+    /// Measure decode (or --prefill) speed against the GPU's roofline and PyTorch (GPU machine).
+    Bench(kiln::bench::BenchArgs),
 }
 
 fn main() {
@@ -29,6 +31,7 @@ fn main() {
         Command::Plan(c) => cli::plan_cmd::plan_main(c),
         Command::Inspect(c) => cli::plan_cmd::inspect_main(c),
         Command::Diff(c) => cli::diff::diff_main(c),
+        Command::Bench(c) => kiln::bench::main(c),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");

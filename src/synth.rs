@@ -181,7 +181,7 @@ pub fn write_config(config: &ModelConfig, shape: &str, seed: u64, dtype: SrcDTyp
                 }
             }
         });
-        crate::model::write_hf_dir(out, &config, rx.into_iter())
+        crate::model::write_hf_dir(out, &config, rx)
     });
     result.with_context(|| format!("writing the {shape} synth model to `{}`", out.display()))?;
     let secs = t0.elapsed().as_secs_f64();
@@ -217,14 +217,16 @@ mod tests {
     #[test]
     fn random_tensor_has_the_intended_moments() {
         let spec = TensorSpec { name: "blk.0.ffn_up.weight".into(), shape: vec![1000, 1000] };
-        let v: Vec<f32> = random_tensor(&spec, 1, SrcDType::F32, 4).chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+        let v: Vec<f32> =
+            random_tensor(&spec, 1, SrcDType::F32, 4).chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
         let n = v.len() as f64;
         let mean = v.iter().map(|&x| x as f64).sum::<f64>() / n;
         let std = (v.iter().map(|&x| (x as f64 - mean).powi(2)).sum::<f64>() / n).sqrt();
         assert!(mean.abs() < 1e-4, "mean {mean}");
         assert!((std - 0.02).abs() < 2e-4, "std {std}");
         let norm = TensorSpec { name: "blk.0.attn_norm.weight".into(), shape: vec![4096] };
-        let w: Vec<f32> = random_tensor(&norm, 1, SrcDType::F32, 1).chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+        let w: Vec<f32> =
+            random_tensor(&norm, 1, SrcDType::F32, 1).chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
         let m = w.iter().sum::<f32>() / w.len() as f32;
         assert!((m - 1.0).abs() < 0.01, "norm mean {m}");
     }

@@ -125,14 +125,9 @@ fn random_weights(cfg: &ModelConfig, seed: u64) -> BTreeMap<String, Vec<f32>> {
     let mut w = BTreeMap::new();
     for t in cfg.tensors() {
         let n: usize = t.shape.iter().product();
-        let scale = if t.name.ends_with("norm.weight") || t.name.ends_with(".bias") {
-            1.0
-        } else if t.name == "token_embd.weight" {
-            1.0
-        } else {
-            let gain = if t.name.contains("attn_q.") || t.name.contains("attn_k.") { 2.0 } else { 1.0 };
-            gain / (t.shape[1] as f32).sqrt()
-        };
+        let is_matrix = t.shape.len() == 2 && t.name != "token_embd.weight";
+        let gain = if t.name.contains("attn_q.") || t.name.contains("attn_k.") { 2.0 } else { 1.0 };
+        let scale = if is_matrix { gain / (t.shape[1] as f32).sqrt() } else { 1.0 };
         let vals: Vec<f32> = (0..n)
             .map(|_| {
                 let u = rng.signed();
@@ -391,6 +386,12 @@ fn run_step(
     logit_row: Option<usize>,
     sampling: &Sampling,
 ) -> (Vec<Vec<f32>>, Vec<i32>) {
+    try_run_step(exec, phase, rows, logit_row, sampling).unwrap_or_else(|e| panic!("{e:#}"))
+}
+
+type StepResult = anyhow::Result<(Vec<Vec<f32>>, Vec<i32>)>;
+
+fn try_run_step(exec: &mut CpuExecutor, phase: Phase, rows: &[Row], logit_row: Option<usize>, sampling: &Sampling) -> StepResult {
     let plan = exec.plan().clone();
     let program = plan.program(phase, rows.len()).expect("bucket is planned");
     let sample_rows = plan.programs[program].sample_rows;
@@ -407,15 +408,15 @@ fn run_step(
     step.set_f32(&plan, names::TOP_P, &sampling.top_p[..sample_rows]).unwrap();
     step.set_u32(&plan, names::SEED, &sampling.seed[..sample_rows]).unwrap();
     step.set_u32(&plan, names::COUNTER, &sampling.counter[..sample_rows]).unwrap();
-    exec.run(program, &step).unwrap();
+    exec.run(program, &step)?;
     let vocab = plan.config.vocab_size;
     let logits = exec.read_tensor(names::LOGITS, sample_rows * vocab * 4).unwrap();
     let logits: Vec<f32> = logits.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect();
     let tokens = exec.read_tensor(names::TOKENS, sample_rows * 4).unwrap();
-    (
+    Ok((
         logits.chunks(vocab).map(|c| c.to_vec()).collect(),
         tokens.chunks_exact(4).map(|c| i32::from_le_bytes(c.try_into().unwrap())).collect(),
-    )
+    ))
 }
 
 /// Prefills `tokens` of the sequence whose KV rows start at `cache_base`, in the smallest
@@ -667,12 +668,32 @@ fn alias_temp(plan: &Plan, program: usize, moved: &str, target: &str) -> Plan {
     bad
 }
 
-fn logits_of_run(plan: Plan, cfg: &ModelConfig, w: &BTreeMap<String, Vec<f32>>) -> Vec<f32> {
-    let mut exec = CpuExecutor::new(plan, &TestWeights::new(cfg, w)).unwrap();
-    let mut out = prefill(&mut exec, &[3, 1, 4, 1, 5], 0);
-    let (logits, _) = run_step(&mut exec, Phase::Decode, &[Row { token: 9, pos: 5, cache_base: 0 }], None, &Sampling::greedy(1));
+/// Logits of a 5-token prefill (bucket 8) and one decode step (batch 1), or the executor's
+/// error if it refuses the plan.
+fn logits_of_run(plan: Plan, cfg: &ModelConfig, w: &BTreeMap<String, Vec<f32>>) -> anyhow::Result<Vec<f32>> {
+    let mut exec = CpuExecutor::new(plan, &TestWeights::new(cfg, w))?;
+    let mut rows = vec![PAD; 8];
+    for (i, t) in [3, 1, 4, 1, 5].into_iter().enumerate() {
+        rows[i] = Row { token: t, pos: i as i32, cache_base: 0 };
+    }
+    let (prefill_logits, _) = try_run_step(&mut exec, Phase::Prefill, &rows, Some(4), &Sampling::greedy(1))?;
+    let mut out = prefill_logits.concat();
+    let decode = [Row { token: 9, pos: 5, cache_base: 0 }];
+    let (logits, _) = try_run_step(&mut exec, Phase::Decode, &decode, None, &Sampling::greedy(1))?;
     out.extend_from_slice(&logits[0]);
-    out
+    Ok(out)
+}
+
+/// What running a corrupted plan shows: the executor refused it (an operand aliased within one
+/// launch), or the logits moved away from the good plan's.
+fn corruption_shows(good: &[f32], bad: anyhow::Result<Vec<f32>>) -> Option<String> {
+    match bad {
+        Err(e) => Some(format!("executor refused it: {e:#}")),
+        Ok(l) => {
+            let diff = good.iter().zip(&l).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+            (diff > 1e-3).then(|| format!("logits moved by up to {diff}"))
+        }
+    }
 }
 
 /// A planner bug that puts `blk.0.attn_k` on top of the still-live `blk.0.attn_q` is caught by
@@ -685,17 +706,16 @@ fn overlapping_live_temps_are_rejected_and_corrupt_the_output() {
     let w = random_weights(cfg, 3);
     let plan = plan_for(cfg, DType::F32, vec![8]);
     check_plan(&plan).unwrap();
-    let good = logits_of_run(plan.clone(), cfg, &w);
+    let good = logits_of_run(plan.clone(), cfg, &w).unwrap();
     for (phase, bucket) in [(Phase::Prefill, 8), (Phase::Decode, 1)] {
         let program = plan.program(phase, bucket).unwrap();
         let mut bad = alias_temp(&plan, program, "blk.0.attn_k", "blk.0.attn_q");
         bad.programs[program].deps = conflict_edges(&bad.programs[program]);
         let err = check_plan(&bad).expect_err("the checker accepts overlapping live temps");
         eprintln!("checker on aliased {phase:?} plan: {err:#}");
-        let corrupted = logits_of_run(bad, cfg, &w);
-        let diff = good.iter().zip(&corrupted).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
-        eprintln!("aliased {phase:?} plan changes the logits by up to {diff}");
-        assert!(diff > 1e-3, "the executor ignored the plan's offsets ({phase:?}): logits unchanged");
+        let shown = corruption_shows(&good, logits_of_run(bad, cfg, &w));
+        eprintln!("aliased {phase:?} plan on the CPU executor: {shown:?}");
+        assert!(shown.is_some(), "the executor ignored the plan's offsets ({phase:?}): logits unchanged");
     }
 }
 
@@ -703,14 +723,14 @@ fn overlapping_live_temps_are_rejected_and_corrupt_the_output() {
 /// program, with the dependency edges re-derived from the corrupted operands (exactly what a
 /// buggy planner would emit), must be rejected by the plan checker.
 #[test]
-#[ignore = "plan::check does not detect aliasing of two same-sized live temps (known gap, see the report)"]
+
 fn every_aliasing_of_live_temps_is_rejected() {
     let mut accepted = Vec::new();
     let (mut total, mut corrupting) = (0, 0);
     for (ci, case) in cases().iter().enumerate().take(2) {
         let w = random_weights(&case.cfg, ci as u64);
         let plan = plan_for(&case.cfg, DType::F32, vec![8]);
-        let good = logits_of_run(plan.clone(), &case.cfg, &w);
+        let good = logits_of_run(plan.clone(), &case.cfg, &w).unwrap();
         for (pi, p) in plan.programs.iter().enumerate() {
             for m in &p.temps {
                 for t in &p.temps {
@@ -721,7 +741,7 @@ fn every_aliasing_of_live_temps_is_rejected() {
                     bad.programs[pi].deps = conflict_edges(&bad.programs[pi]);
                     total += 1;
                     if check_plan(&bad).is_ok() {
-                        let changed = bad.region_bytes == plan.region_bytes && logits_of_run(bad, &case.cfg, &w) != good;
+                        let changed = corruption_shows(&good, logits_of_run(bad, &case.cfg, &w)).is_some();
                         corrupting += changed as usize;
                         accepted.push(format!(
                             "{}: {} `{}` onto `{}`{}",

@@ -96,6 +96,7 @@ fn gate_logic_runs_with_the_cpu_standing_in() {
     let args = GateArgs {
         checks: vec![1, 2, 4],
         steps: 3,
+        min_context: 64,
         synth_dir: std::env::temp_dir(),
         skip_hf: true,
         hf_shapes: vec![],

@@ -30,13 +30,7 @@ fn expected_symbols() -> BTreeSet<String> {
 }
 
 fn plan(cfg: &ModelConfig, dtype: DType) -> Plan {
-    let opts = PlanOptions {
-        decode_buckets: vec![1, 4],
-        prefill_buckets: vec![16],
-        max_context: 64,
-        dtype,
-        memory_budget: None,
-    };
+    let opts = PlanOptions { decode_buckets: vec![1, 4], prefill_buckets: vec![16], max_context: 64, dtype, memory_budget: None };
     build_plan(cfg, &opts).unwrap_or_else(|e| panic!("plan for {dtype}: {e:#}"))
 }
 
@@ -93,7 +87,8 @@ fn check_arch(arch: &'static str) {
     let expected = expected_symbols();
     let missing: Vec<_> = expected.difference(&names).collect();
     assert!(missing.is_empty(), "{arch}: kernels missing from the CUBIN: {missing:?}");
-    let extra: Vec<_> = names.difference(&expected).collect();
+    // Kernels outside the plan ABI (the bandwidth probe of `kiln bench`) are allowed by prefix.
+    let extra: Vec<_> = names.difference(&expected).filter(|n| !n.starts_with("kiln_bench_")).collect();
     assert!(extra.is_empty(), "{arch}: unexpected kernels in the CUBIN (add them to the ABI and this list): {extra:?}");
     for (label, plan) in plans() {
         let wanted = abi::symbols(&plan);

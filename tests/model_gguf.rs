@@ -3,7 +3,7 @@
 //! facts (RoPE style, biases, Q/K norm, tying, RoPE scaling) are read right.
 
 use kiln::ir::{RopeScaling, RopeSpec, RopeStyle};
-use kiln::model::gguf::{gguf_config, gguf_tokenizer, GgmlType, GgufFile, GgufValue, GgufValueType, GgufWeights};
+use kiln::model::gguf::{GgmlType, GgufFile, GgufValue, GgufValueType, GgufWeights};
 use kiln::model::gguf_write::GgufBuilder;
 use kiln::model::{self, Arch, ModelConfig, SrcDType, WeightSource};
 use std::path::{Path, PathBuf};
@@ -31,11 +31,15 @@ fn err(bytes: Vec<u8>) -> String {
 
 /// Everything kiln derives from a buffer; must return (Ok or Err), never panic.
 fn load_everything(bytes: &[u8]) -> anyhow::Result<()> {
-    let file = GgufFile::parse(bytes, "fuzz.gguf")?;
-    let (config, _) = gguf_config(&file, bytes)?;
-    let _ = gguf_tokenizer(&file, &config)?;
-    let w = GgufWeights::new(kiln::model::bytes::ModelBytes::Owned(bytes.to_vec()), "fuzz.gguf")?;
-    model::check_weights(&config, &w)
+    let m = kiln::model::gguf::load_gguf(kiln::model::bytes::ModelBytes::Owned(bytes.to_vec()), "fuzz.gguf")?;
+    model::check_weights(&m.config, m.weights.as_ref())?;
+    if let Some(t) = &m.tokenizer {
+        let ids = t.encode("Once upon a time", true)?;
+        for id in ids {
+            t.decode_piece(None, id);
+        }
+    }
+    Ok(())
 }
 
 #[test]
@@ -105,11 +109,9 @@ fn bad_magic_and_versions() {
     let e = err(bad);
     assert!(e.contains("test.gguf") && e.contains("is not a GGUF file"), "{e}");
 
-    for (version, expect) in [
-        (1u32, "GGUF version 1"),
-        (4, "GGUF version 4; kiln reads versions 2 and 3"),
-        (3u32.swap_bytes(), "big-endian"),
-    ] {
+    for (version, expect) in
+        [(1u32, "GGUF version 1"), (4, "GGUF version 4; kiln reads versions 2 and 3"), (3u32.swap_bytes(), "big-endian")]
+    {
         let mut b = bytes.clone();
         b[4..8].copy_from_slice(&version.to_le_bytes());
         let e = err(b);
@@ -224,10 +226,7 @@ fn quantized_tensor_is_recognized_but_not_loaded() {
     assert_eq!((info.ggml_type.name(), info.n_bytes), ("Q4_1", 320));
     let w = GgufWeights::new(kiln::model::bytes::ModelBytes::Owned(bytes), "q.gguf").unwrap();
     let e = format!("{:#}", w.tensor("blk.0.attn_q.weight").err().unwrap());
-    assert!(
-        e.contains("tensor `blk.0.attn_q.weight` in `q.gguf` is Q4_1; kiln loads only F32/F16/BF16 GGUF tensors so far"),
-        "{e}"
-    );
+    assert!(e.contains("tensor `blk.0.attn_q.weight` in `q.gguf` is Q4_1; kiln loads only F32/F16/BF16 GGUF tensors so far"), "{e}");
     for (id, name) in [(8, "Q8_0"), (12, "Q4_K"), (14, "Q6_K"), (30, "BF16"), (39, "MXFP4")] {
         assert_eq!(GgmlType::from_id(id).unwrap().name(), name);
     }
@@ -278,8 +277,7 @@ fn math_changing_metadata_is_refused_by_name() {
 #[test]
 fn linear_rope_scaling_and_missing_metadata() {
     let mut b = builder_for(&tiny(Arch::Llama), "llama");
-    b.kv("llama.rope.scaling.type", GgufValue::String("linear".into()))
-        .kv("llama.rope.scaling.factor", GgufValue::F32(4.0));
+    b.kv("llama.rope.scaling.type", GgufValue::String("linear".into())).kv("llama.rope.scaling.factor", GgufValue::F32(4.0));
     assert_eq!(open(b.build(), "x.gguf").unwrap().config.rope.scaling, RopeScaling::Linear { factor: 4.0 });
 
     let mut b = builder_for(&tiny(Arch::Llama), "llama");
@@ -350,16 +348,13 @@ fn misaligned_offset_and_bad_alignment_are_refused() {
 #[test]
 fn metadata_arrays_of_every_type_parse() {
     let mut b = builder_for(&tiny(Arch::Llama), "llama");
-    let arrays = vec![
+    let arrays = [
         GgufValue::Array(GgufValueType::U8, vec![GgufValue::U8(1)]),
         GgufValue::Array(GgufValueType::I16, vec![GgufValue::I16(-2)]),
         GgufValue::Array(GgufValueType::U64, vec![GgufValue::U64(3)]),
         GgufValue::Array(GgufValueType::F64, vec![GgufValue::F64(0.5)]),
         GgufValue::Array(GgufValueType::Bool, vec![GgufValue::Bool(true)]),
-        GgufValue::Array(
-            GgufValueType::Array,
-            vec![GgufValue::Array(GgufValueType::String, vec![GgufValue::String("nested".into())])],
-        ),
+        GgufValue::Array(GgufValueType::Array, vec![GgufValue::Array(GgufValueType::String, vec![GgufValue::String("nested".into())])]),
     ];
     for (i, a) in arrays.iter().enumerate() {
         b.kv(&format!("general.test{i}"), a.clone());

@@ -172,3 +172,31 @@ fn check_weights_refuses_unused_tensor() {
     let e = err_of(model::open_gguf_bytes(bytes, "extra.gguf"));
     assert!(e.contains("tensor `blk.0.attn_output.bias` is not used"), "{e}");
 }
+
+#[test]
+fn corrupt_llama2c_headers_are_refused_without_allocating() {
+    use kiln::model::bytes::ModelBytes;
+    use kiln::model::llama2c::Llama2cWeights;
+    let bytes = std::fs::read(stories_dir().join("stories260K.bin")).unwrap();
+    // (header field index, value, expected message)
+    let cases = [
+        (2, i32::MAX, "must be exactly"),
+        (0, i32::MAX, "not a multiple of n_heads"),
+        (1, i32::MAX, "must be exactly"),
+        (5, i32::MIN, "header field `vocab_size` is -2147483648"),
+        (5, -512, "separate classifier"),
+        (3, 7, "not a multiple of n_heads"),
+        (4, 3, "not a multiple of n_kv_heads"),
+        (6, -1, "header field `seq_len` is -1"),
+        (0, 0, "header field `dim` is 0"),
+    ];
+    for (field, value, expect) in cases {
+        let mut b = bytes.clone();
+        b[field * 4..field * 4 + 4].copy_from_slice(&value.to_le_bytes());
+        let e = err_of(Llama2cWeights::new(ModelBytes::Owned(b), "bad.bin"));
+        assert!(e.contains("bad.bin") && e.contains(expect), "field {field} = {value}: {e}");
+    }
+    let mut b = bytes.clone();
+    b[..4].copy_from_slice(&0x616b_3432u32.to_le_bytes());
+    assert!(err_of(Llama2cWeights::new(ModelBytes::Owned(b), "v1.bin")).contains("versioned llama2.c export"));
+}

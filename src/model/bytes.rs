@@ -140,11 +140,7 @@ impl<'a> Reader<'a> {
         let n = self.u64(what)?;
         match usize::try_from(n) {
             Ok(n) if n <= self.remaining() => Ok(n),
-            _ => bail!(
-                "`{}` is truncated or corrupt: {what} at byte {at} is {n}, but only {} bytes follow",
-                self.file,
-                self.remaining()
-            ),
+            _ => bail!("`{}` is truncated or corrupt: {what} at byte {at} is {n}, but only {} bytes follow", self.file, self.remaining()),
         }
     }
 }

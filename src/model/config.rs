@@ -114,13 +114,13 @@ impl ModelConfig {
         ensure!(self.vocab_size > 0 && self.hidden_size > 0 && self.n_layers > 0, "config has a zero vocab, hidden size or layer count");
         ensure!(self.n_heads > 0 && self.n_kv_heads > 0, "config has zero attention heads");
         ensure!(
-            self.n_heads % self.n_kv_heads == 0,
+            self.n_heads.is_multiple_of(self.n_kv_heads),
             "num_attention_heads {} is not a multiple of num_key_value_heads {}",
             self.n_heads,
             self.n_kv_heads
         );
         ensure!(self.head_dim > 0 && self.rope.rotary_dim as usize <= self.head_dim, "rotary dim exceeds head_dim");
-        ensure!(self.rope.rotary_dim % 2 == 0, "rotary dim {} is odd", self.rope.rotary_dim);
+        ensure!(self.rope.rotary_dim.is_multiple_of(2), "rotary dim {} is odd", self.rope.rotary_dim);
         Ok(())
     }
 

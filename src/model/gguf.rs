@@ -435,8 +435,9 @@ impl GgufFile {
                 format!("`{file_name}`: tensor `{name}` has GGML type id {type_id}, which kiln does not know (a newer llama.cpp type?)")
             })?;
             let offset = r.u64(&format_args!("data offset of tensor `{name}`"))?;
-            let n_bytes = tensor_bytes(&ne, ggml_type)
-                .with_context(|| format!("`{file_name}` is corrupt: tensor `{name}` has impossible dimensions {ne:?} for type {ggml_type}"))?;
+            let n_bytes = tensor_bytes(&ne, ggml_type).with_context(|| {
+                format!("`{file_name}` is corrupt: tensor `{name}` has impossible dimensions {ne:?} for type {ggml_type}")
+            })?;
             if offset % alignment != 0 {
                 bail!("`{file_name}` is corrupt: tensor `{name}` starts at data offset {offset}, which is not a multiple of the alignment {alignment}");
             }
@@ -692,10 +693,7 @@ pub fn gguf_config(file: &GgufFile, bytes: &[u8]) -> Result<(ModelConfig, GgufCo
         "llama" => Arch::Llama,
         "qwen2" => Arch::Qwen2,
         "qwen3" => Arch::Qwen3,
-        other => bail!(
-            "`{name}`: architecture `{other}` is not supported by kiln (supported: {})",
-            SUPPORTED_ARCHS.join(", ")
-        ),
+        other => bail!("`{name}`: architecture `{other}` is not supported by kiln (supported: {})", SUPPORTED_ARCHS.join(", ")),
     };
     check_arch_keys(file, arch_name)?;
     let key = |k: &str| format!("{arch_name}.{k}");
@@ -751,9 +749,7 @@ pub fn gguf_config(file: &GgufFile, bytes: &[u8]) -> Result<(ModelConfig, GgufCo
         Arch::Qwen2 | Arch::Qwen3 => RopeStyle::HalfSplit,
     };
 
-    let embd = file
-        .tensor_info("token_embd.weight")
-        .with_context(|| format!("`{name}` has no `token_embd.weight` tensor"))?;
+    let embd = file.tensor_info("token_embd.weight").with_context(|| format!("`{name}` has no `token_embd.weight` tensor"))?;
     let vocab_size = match file.u64_opt(&key("vocab_size"))? {
         Some(_) => file.usize_req(&key("vocab_size"))?,
         None => match file.get("tokenizer.ggml.tokens").and_then(GgufValue::as_array) {
@@ -765,9 +761,8 @@ pub fn gguf_config(file: &GgufFile, bytes: &[u8]) -> Result<(ModelConfig, GgufCo
         None => true,
         Some(out) => {
             // llama2.c converters write the shared table twice; one copy is enough.
-            let same = out.ggml_type == embd.ggml_type
-                && out.ne == embd.ne
-                && file.tensor_data(bytes, out)? == file.tensor_data(bytes, embd)?;
+            let same =
+                out.ggml_type == embd.ggml_type && out.ne == embd.ne && file.tensor_data(bytes, out)? == file.tensor_data(bytes, embd)?;
             if same {
                 consumed.absorbed.push(out.name.clone());
             }
@@ -804,6 +799,7 @@ pub fn gguf_config(file: &GgufFile, bytes: &[u8]) -> Result<(ModelConfig, GgufCo
         eos_token_ids,
     };
     config.validate().with_context(|| format!("`{name}`: metadata gives an inconsistent config"))?;
+    super::ensure_addressable(&config).with_context(|| format!("`{name}`"))?;
     Ok((config, consumed))
 }
 
@@ -850,9 +846,7 @@ fn rope_scaling_from_metadata(file: &GgufFile, arch: &str) -> Result<RopeScaling
                 .try_into()
                 .context("original context length too large")?,
         },
-        Some(other) => bail!(
-            "`{name}`: RoPE scaling type `{other}` is not supported by kiln (supported: none, linear, llama3)"
-        ),
+        Some(other) => bail!("`{name}`: RoPE scaling type `{other}` is not supported by kiln (supported: none, linear, llama3)"),
     })
 }
 
@@ -860,13 +854,7 @@ fn rope_scaling_from_metadata(file: &GgufFile, arch: &str) -> Result<RopeScaling
 /// frequency divisors. kiln recognises it when it equals Llama 3 scaling with the published
 /// parameters (low 1, high 4, original context 8192) and the factor it holds for the longest
 /// wavelengths; anything else is refused.
-fn rope_scaling_from_factors(
-    file: &GgufFile,
-    bytes: &[u8],
-    info: &GgufTensorInfo,
-    theta: f32,
-    rotary_dim: u32,
-) -> Result<RopeScaling> {
+fn rope_scaling_from_factors(file: &GgufFile, bytes: &[u8], info: &GgufTensorInfo, theta: f32, rotary_dim: u32) -> Result<RopeScaling> {
     let name = &file.file_name;
     let pairs = (rotary_dim / 2) as usize;
     if info.ggml_type != GgmlType::F32 || info.shape() != [pairs] {
@@ -923,10 +911,7 @@ impl GgufWeights {
 
     /// A tensor of any GGML type, with its raw bytes (for future dequantization and tools).
     pub fn raw_tensor(&self, name: &str) -> Result<(&GgufTensorInfo, &[u8])> {
-        let info = self
-            .gguf
-            .tensor_info(name)
-            .with_context(|| format!("`{}` has no tensor `{name}`", self.gguf.file_name))?;
+        let info = self.gguf.tensor_info(name).with_context(|| format!("`{}` has no tensor `{name}`", self.gguf.file_name))?;
         Ok((info, self.gguf.tensor_data(&self.bytes, info)?))
     }
 }
@@ -937,7 +922,7 @@ impl WeightSource for GgufWeights {
         let Some(dtype) = info.ggml_type.src_dtype() else {
             bail!(
                 "tensor `{name}` in `{}` is {}; kiln loads only F32/F16/BF16 GGUF tensors so far \
-                 (convert with `llama-quantize --allow-requantize ... F16`, or use the F16/BF16 GGUF or Hugging Face weights)",
+                 (use an F32/F16/BF16 GGUF or the model's Hugging Face weights)",
                 self.gguf.file_name,
                 info.ggml_type
             );
@@ -945,7 +930,12 @@ impl WeightSource for GgufWeights {
         let shape = info.shape();
         let expected = shape.iter().product::<usize>() * dtype.size();
         if data.len() != expected {
-            bail!("tensor `{name}` in `{}` holds {} bytes, but shape {shape:?} of {} needs {expected}", self.gguf.file_name, data.len(), dtype.name());
+            bail!(
+                "tensor `{name}` in `{}` holds {} bytes, but shape {shape:?} of {} needs {expected}",
+                self.gguf.file_name,
+                data.len(),
+                dtype.name()
+            );
         }
         Ok(TensorRef { dtype, shape, data })
     }
@@ -963,10 +953,41 @@ impl WeightSource for GgufWeights {
 pub fn load_gguf(bytes: ModelBytes, file_name: &str) -> Result<LoadedModel> {
     let mut weights = GgufWeights::new(bytes, file_name)?;
     let (config, consumed) = gguf_config(&weights.gguf, &weights.bytes)?;
+    refuse_unloadable_types(&weights.gguf, &config)?;
     weights.absorbed = consumed.absorbed;
     let tokenizer = gguf_tokenizer(&weights.gguf, &config)?;
     let source = format!("{file_name} (GGUF v{}, {})", weights.gguf.version, config.arch.name());
     Ok(LoadedModel { config, weights: Box::new(weights), tokenizer, source })
+}
+
+/// One error for all tensors of the model whose GGML type kiln cannot load (a quantized file
+/// has hundreds; listing each would bury the point).
+fn refuse_unloadable_types(file: &GgufFile, config: &ModelConfig) -> Result<()> {
+    let mut first = None;
+    let mut counts: Vec<(GgmlType, usize)> = Vec::new();
+    for spec in config.tensors() {
+        let Some(info) = file.tensor_info(&spec.name) else { continue };
+        if info.ggml_type.src_dtype().is_some() {
+            continue;
+        }
+        first.get_or_insert(info);
+        match counts.iter_mut().find(|(t, _)| *t == info.ggml_type) {
+            Some((_, n)) => *n += 1,
+            None => counts.push((info.ggml_type, 1)),
+        }
+    }
+    let Some(first) = first else { return Ok(()) };
+    let total: usize = counts.iter().map(|(_, n)| n).sum();
+    counts.sort_by_key(|c| std::cmp::Reverse(c.1));
+    let by_type: Vec<String> = counts.iter().map(|(t, n)| format!("{n} {t}")).collect();
+    bail!(
+        "tensor `{}` in `{}` is {}; kiln loads only F32/F16/BF16 GGUF tensors so far ({total} of the model's tensors \
+         are quantized: {}). Use an F32/F16/BF16 GGUF or the model's Hugging Face weights.",
+        first.name,
+        file.file_name,
+        first.ggml_type,
+        by_type.join(", ")
+    )
 }
 
 /// Opens the GGUF file at `path`.

@@ -6,7 +6,7 @@
 //! Never: ignores a tensor it cannot place (only RoPE `inv_freq` buffers and a tied
 //! `lm_head.weight` are skipped, both recomputable), or loads a dtype other than F32/F16/BF16.
 
-use super::bytes::{map_file, read_small_file, ModelBytes};
+use super::bytes::{checked_numel, map_file, read_small_file, ModelBytes};
 use super::tokenizer_hf::HfTokenizer;
 use super::{LoadedModel, ModelConfig, SrcDType, TensorRef, Tokenizer, WeightSource};
 use crate::ir::RopeStyle;
@@ -37,11 +37,8 @@ const LAYER_NAMES: &[(&str, &str)] = &[
 ];
 
 /// Model-level tensor names: (Hugging Face, canonical).
-const GLOBAL_NAMES: &[(&str, &str)] = &[
-    ("model.embed_tokens.weight", "token_embd.weight"),
-    ("model.norm.weight", "output_norm.weight"),
-    ("lm_head.weight", "output.weight"),
-];
+const GLOBAL_NAMES: &[(&str, &str)] =
+    &[("model.embed_tokens.weight", "token_embd.weight"), ("model.norm.weight", "output_norm.weight"), ("lm_head.weight", "output.weight")];
 
 /// Splits `{prefix}{i}.{rest}` into `(i, rest)`, accepting only canonical decimal indices.
 fn split_layer<'a>(name: &'a str, prefix: &str) -> Option<(usize, &'a str)> {
@@ -94,6 +91,9 @@ pub fn torch_dtype_name(dtype: SrcDType) -> &'static str {
     }
 }
 
+/// A tensor of a safetensors header: name, dtype, shape, data offsets.
+type HeaderEntry = (String, Dtype, Vec<usize>, (usize, usize));
+
 struct Entry {
     file: usize,
     hf_name: String,
@@ -120,17 +120,16 @@ impl SafetensorsWeights {
         let single = dir.join("model.safetensors");
         let (file_names, weight_map): (Vec<String>, Option<BTreeMap<String, String>>) = if index_path.is_file() {
             let text = read_small_file(&index_path, "safetensors index")?;
-            let v: serde_json::Value = serde_json::from_slice(&text)
-                .with_context(|| format!("`{}` is not valid JSON", index_path.display()))?;
+            let v: serde_json::Value =
+                serde_json::from_slice(&text).with_context(|| format!("`{}` is not valid JSON", index_path.display()))?;
             let map = v
                 .get("weight_map")
                 .and_then(|m| m.as_object())
                 .with_context(|| format!("`{}` has no `weight_map` object", index_path.display()))?;
             let mut weight_map = BTreeMap::new();
             for (tensor, file) in map {
-                let file = file
-                    .as_str()
-                    .with_context(|| format!("`{}`: `weight_map.{tensor}` is not a file name", index_path.display()))?;
+                let file =
+                    file.as_str().with_context(|| format!("`{}`: `weight_map.{tensor}` is not a file name", index_path.display()))?;
                 if file.contains('/') || file.contains('\\') || file == ".." || file.is_empty() {
                     bail!("`{}`: shard name `{file}` is not a plain file name in the directory", index_path.display());
                 }
@@ -157,14 +156,11 @@ impl SafetensorsWeights {
             let path = dir.join(file_name);
             let shown = path.display().to_string();
             let bytes = map_file(&path)?;
-            let (header_len, metadata) = SafeTensors::read_metadata(&bytes)
-                .map_err(|e| anyhow::anyhow!("`{shown}` is not a valid safetensors file: {e}"))?;
+            let (header_len, metadata) =
+                SafeTensors::read_metadata(&bytes).map_err(|e| anyhow::anyhow!("`{shown}` is not a valid safetensors file: {e}"))?;
             let data_start = 8 + header_len;
-            let mut infos: Vec<(String, Dtype, Vec<usize>, (usize, usize))> = metadata
-                .tensors()
-                .into_iter()
-                .map(|(name, info)| (name, info.dtype, info.shape.clone(), info.data_offsets))
-                .collect();
+            let mut infos: Vec<HeaderEntry> =
+                metadata.tensors().into_iter().map(|(name, info)| (name, info.dtype, info.shape.clone(), info.data_offsets)).collect();
             infos.sort_by_key(|t| t.3);
             for (hf_name, dtype, shape, (start, end)) in infos {
                 if found_hf.insert(hf_name.clone(), fi).is_some() {
@@ -219,11 +215,7 @@ impl SafetensorsWeights {
 impl WeightSource for SafetensorsWeights {
     fn tensor(&self, name: &str) -> Result<TensorRef<'_>> {
         let e = self.entries.get(name).with_context(|| {
-            format!(
-                "`{}` has no tensor `{name}` (Hugging Face name `{}`)",
-                self.dir,
-                canonical_to_hf(name).unwrap_or_else(|| "?".into())
-            )
+            format!("`{}` has no tensor `{name}` (Hugging Face name `{}`)", self.dir, canonical_to_hf(name).unwrap_or_else(|| "?".into()))
         })?;
         let (file, bytes) = &self.files[e.file];
         let data = bytes.get(e.range.clone()).with_context(|| format!("`{file}`: tensor `{}` lies outside the file", e.hf_name))?;
@@ -271,7 +263,7 @@ pub fn half_split_to_interleaved(data: &[u8], n_heads: usize, head_dim: usize) -
 
 fn permute_rope_rows(data: &[u8], n_heads: usize, head_dim: usize, to_interleaved: bool) -> Result<Vec<u8>> {
     let rows = n_heads * head_dim;
-    if rows == 0 || head_dim % 2 != 0 || data.len() % rows != 0 {
+    if rows == 0 || !head_dim.is_multiple_of(2) || !data.len().is_multiple_of(rows) {
         bail!("cannot permute {} bytes as {n_heads} heads of {head_dim} rows", data.len());
     }
     let row_bytes = data.len() / rows;
@@ -305,7 +297,7 @@ where
     let mut hf_config = config.clone();
     hf_config.rope.style = RopeStyle::HalfSplit;
     // Refuse what transformers cannot express before writing any bytes.
-    hf_config.to_hf_json("bfloat16")?;
+    hf_config.to_hf_json()?;
 
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create `{}`", dir.display()))?;
     let table: Vec<(String, Vec<usize>, String)> = config
@@ -321,10 +313,7 @@ where
     // The header goes first but its offsets are known only at the end: reserve room for the
     // longest header these tensors can have and pad with spaces (allowed by the format).
     let reserved = {
-        let per_tensor: usize = table
-            .iter()
-            .map(|(_, shape, hf)| hf.len() + 2 + 64 + shape.len() * 21 + 42)
-            .sum();
+        let per_tensor: usize = table.iter().map(|(_, shape, hf)| hf.len() + 2 + 64 + shape.len() * 21 + 42).sum();
         (per_tensor + 64).div_ceil(8) * 8
     };
     let final_path = dir.join("model.safetensors");
@@ -348,14 +337,15 @@ where
             if &shape != want_shape {
                 bail!("tensor `{name}` has shape {shape:?}, but the config needs {want_shape:?}");
             }
-            let n_bytes = shape.iter().product::<usize>() * dtype.size();
+            let n_bytes = checked_numel(&shape).and_then(|n| n.checked_mul(dtype.size())).context("tensor too large")?;
             if bytes.len() != n_bytes {
                 bail!("tensor `{name}` has {} bytes, but {shape:?} of {} is {n_bytes}", bytes.len(), dtype.name());
             }
             if name == "token_embd.weight" {
                 embd_dtype = Some(dtype);
             }
-            let rope_heads = match name.rsplit_once('.').map(|(base, _)| base.rsplit('.').next().unwrap_or(base)) {
+            // `blk.3.attn_q.weight` -> `attn_q`: the tensors whose rows follow RoPE pairs.
+            let rope_heads = match name.rsplit('.').nth(1) {
                 Some("attn_q") => Some(config.n_heads),
                 Some("attn_k") => Some(config.n_kv_heads),
                 Some("attn_q_norm" | "attn_k_norm") => Some(1),
@@ -400,9 +390,14 @@ where
         }
     };
     std::fs::rename(&partial_path, &final_path).with_context(|| format!("cannot rename to `{}`", final_path.display()))?;
+    // A shard index left from an earlier model would take precedence over the new file.
+    let stale_index = dir.join("model.safetensors.index.json");
+    if stale_index.exists() {
+        std::fs::remove_file(&stale_index).with_context(|| format!("cannot remove the stale `{}`", stale_index.display()))?;
+    }
     let torch_dtype = torch_dtype_name(embd_dtype.unwrap_or(SrcDType::BF16));
     let config_path = dir.join("config.json");
-    std::fs::write(&config_path, hf_config.to_hf_json(torch_dtype)?).with_context(|| format!("cannot write `{}`", config_path.display()))?;
+    std::fs::write(&config_path, hf_config.to_hf_json_with_dtype(torch_dtype)?)
+        .with_context(|| format!("cannot write `{}`", config_path.display()))?;
     Ok(())
 }
-

@@ -105,9 +105,7 @@ impl<'a> Fields<'a> {
 }
 
 fn token_id(v: &Value, key: &str) -> Result<u32> {
-    v.as_u64()
-        .and_then(|u| u32::try_from(u).ok())
-        .with_context(|| format!("config.json field `{key}` must be a token id, found {v}"))
+    v.as_u64().and_then(|u| u32::try_from(u).ok()).with_context(|| format!("config.json field `{key}` must be a token id, found {v}"))
 }
 
 impl ModelConfig {
@@ -124,10 +122,7 @@ impl ModelConfig {
             "qwen2" => (Arch::Qwen2, "Qwen2ForCausalLM"),
             "qwen3" => (Arch::Qwen3, "Qwen3ForCausalLM"),
             "mistral" => (Arch::Llama, "MistralForCausalLM"),
-            other => bail!(
-                "config.json `model_type` `{other}` is not supported by kiln (supported: {})",
-                SUPPORTED_MODEL_TYPES.join(", ")
-            ),
+            other => bail!("config.json `model_type` `{other}` is not supported by kiln (supported: {})", SUPPORTED_MODEL_TYPES.join(", ")),
         };
         if let Some(archs) = f.get("architectures") {
             let archs = archs.as_array().with_context(|| format!("config.json field `architectures` must be a list, found {archs}"))?;
@@ -219,11 +214,7 @@ impl ModelConfig {
             Some(v) => vec![token_id(v, "eos_token_id")?],
         };
 
-        let unknown: Vec<&str> = obj
-            .keys()
-            .map(String::as_str)
-            .filter(|k| !f.read.contains(k) && !HARMLESS_FIELDS.contains(k))
-            .collect();
+        let unknown: Vec<&str> = obj.keys().map(String::as_str).filter(|k| !f.read.contains(k) && !HARMLESS_FIELDS.contains(k)).collect();
         match unknown.as_slice() {
             [] => {}
             [one] => bail!(
@@ -256,16 +247,22 @@ impl ModelConfig {
             eos_token_ids,
         };
         config.validate().context("config.json describes an inconsistent model")?;
+        super::ensure_addressable(&config).context("config.json")?;
         Ok(config)
     }
 
     /// The `config.json` of a Hugging Face directory holding this model, for transformers
-    /// (`LlamaForCausalLM`, `Qwen2ForCausalLM` or `Qwen3ForCausalLM`). `torch_dtype` names
-    /// the dtype of the weights (`bfloat16`, `float16`, `float32`).
+    /// (`LlamaForCausalLM`, `Qwen2ForCausalLM` or `Qwen3ForCausalLM`), with `torch_dtype`
+    /// `bfloat16`.
     ///
     /// Hugging Face checkpoints use half-split RoPE; a config with interleaved RoPE (GGUF
     /// `llama`, llama2.c) is refused here, and [`super::hf::write_hf_dir`] converts it.
-    pub fn to_hf_json(&self, torch_dtype: &str) -> Result<String> {
+    pub fn to_hf_json(&self) -> Result<String> {
+        self.to_hf_json_with_dtype("bfloat16")
+    }
+
+    /// [`ModelConfig::to_hf_json`] with another `torch_dtype` (`float16`, `float32`).
+    pub fn to_hf_json_with_dtype(&self, torch_dtype: &str) -> Result<String> {
         let v = self.hf_json_value(torch_dtype)?;
         let mut s = serde_json::to_string_pretty(&v)?;
         s.push('\n');
@@ -282,7 +279,11 @@ impl ModelConfig {
             );
         }
         if self.rope.rotary_dim as usize != self.head_dim {
-            bail!("rotary dim {} differs from head_dim {}; transformers' Llama and Qwen rotate whole heads", self.rope.rotary_dim, self.head_dim);
+            bail!(
+                "rotary dim {} differs from head_dim {}; transformers' Llama and Qwen rotate whole heads",
+                self.rope.rotary_dim,
+                self.head_dim
+            );
         }
         let (model_type, class) = match self.arch {
             Arch::Llama => ("llama", "LlamaForCausalLM"),
@@ -297,7 +298,11 @@ impl ModelConfig {
             _ => {}
         }
         if self.qk_norm != (self.arch == Arch::Qwen3) {
-            bail!("{class} {} Q/K norm, but this config says qk_norm = {}", if self.qk_norm { "has no" } else { "always has" }, self.qk_norm);
+            bail!(
+                "{class} {} Q/K norm, but this config says qk_norm = {}",
+                if self.qk_norm { "has no" } else { "always has" },
+                self.qk_norm
+            );
         }
         let num = |x: f32| -> Value {
             // Print the f32's shortest decimal, not the f64 widening (1e-5, not 9.99999974e-6).
@@ -398,9 +403,7 @@ fn read_rope<'a>(f: &mut Fields<'a>, head_dim: usize) -> Result<RopeSpec> {
 /// Parses a `rope_scaling` / `rope_parameters` object: the scaling, and `rope_theta` if it
 /// holds one. Unknown keys and unsupported types are refused by name.
 fn parse_rope_scaling(v: &Value, field: &str) -> Result<(RopeScaling, Option<f32>)> {
-    let obj = v.as_object().with_context(|| {
-        format!("config.json `{field}` must be an object, found {v}")
-    })?;
+    let obj = v.as_object().with_context(|| format!("config.json `{field}` must be an object, found {v}"))?;
     let ty = obj
         .get("rope_type")
         .or_else(|| obj.get("type"))
@@ -410,7 +413,9 @@ fn parse_rope_scaling(v: &Value, field: &str) -> Result<(RopeScaling, Option<f32
     let num = |key: &str| -> Result<Option<f32>> {
         match obj.get(key).filter(|x| !x.is_null()) {
             None => Ok(None),
-            Some(x) => x.as_f64().map(|f| Some(f as f32)).with_context(|| format!("config.json `{field}.{key}` must be a number, found {x}")),
+            Some(x) => {
+                x.as_f64().map(|f| Some(f as f32)).with_context(|| format!("config.json `{field}.{key}` must be a number, found {x}"))
+            }
         }
     };
     let need = |key: &str| -> Result<f32> { num(key)?.with_context(|| format!("config.json `{field}` of type `{ty}` needs `{key}`")) };
@@ -434,9 +439,7 @@ fn parse_rope_scaling(v: &Value, field: &str) -> Result<(RopeScaling, Option<f32
                 &["factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"],
             )
         }
-        other => bail!(
-            "config.json `{field}` type `{other}` is not supported by kiln (supported: default, linear, llama3)"
-        ),
+        other => bail!("config.json `{field}` type `{other}` is not supported by kiln (supported: default, linear, llama3)"),
     };
     for key in obj.keys() {
         if !matches!(key.as_str(), "rope_type" | "type" | "rope_theta") && !allowed.contains(&key.as_str()) {

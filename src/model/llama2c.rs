@@ -34,6 +34,9 @@ pub const LLAMA2C_BOS: u32 = 1;
 pub const LLAMA2C_EOS: u32 = 2;
 pub const LLAMA2C_UNK: u32 = 0;
 
+/// Canonical name, shape and f32-element range of each tensor, in file order.
+type TensorLayout = Vec<(String, Vec<usize>, Range<usize>)>;
+
 /// The checkpoint header.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Llama2cHeader {
@@ -84,7 +87,7 @@ impl Llama2cHeader {
             shared_classifier: v[5] > 0,
             seq_len: v[6] as usize,
         };
-        if h.dim % h.n_heads != 0 || h.n_heads % h.n_kv_heads != 0 {
+        if !h.dim.is_multiple_of(h.n_heads) || !h.n_heads.is_multiple_of(h.n_kv_heads) {
             bail!(
                 "`{file_name}` is not a valid llama2.c checkpoint: dim {} is not a multiple of n_heads {}, \
                  or n_heads is not a multiple of n_kv_heads {}",
@@ -130,6 +133,7 @@ impl Llama2cHeader {
             eos_token_ids: vec![LLAMA2C_EOS],
         };
         config.validate()?;
+        super::ensure_addressable(&config)?;
         Ok(config)
     }
 
@@ -138,9 +142,10 @@ impl Llama2cHeader {
     pub fn expected_file_bytes(&self) -> Option<usize> {
         let (d, f, v, l) = (self.dim, self.hidden_dim, self.vocab_size, self.n_layers);
         let kvd = self.kv_dim();
-        let per_layer = [d, d.checked_mul(d)?, kvd.checked_mul(d)?.checked_mul(2)?, d.checked_mul(d)?, d, f.checked_mul(d)?.checked_mul(3)?]
-            .into_iter()
-            .try_fold(0usize, |a, x| a.checked_add(x))?;
+        let per_layer =
+            [d, d.checked_mul(d)?, kvd.checked_mul(d)?.checked_mul(2)?, d.checked_mul(d)?, d, f.checked_mul(d)?.checked_mul(3)?]
+                .into_iter()
+                .try_fold(0usize, |a, x| a.checked_add(x))?;
         let embeddings = v.checked_mul(d)?.checked_mul(if self.shared_classifier { 1 } else { 2 })?;
         let freq_cis = self.seq_len.checked_mul(self.head_dim() / 2)?.checked_mul(2)?;
         let floats = l.checked_mul(per_layer)?.checked_add(embeddings)?.checked_add(d)?.checked_add(freq_cis)?;
@@ -149,7 +154,7 @@ impl Llama2cHeader {
 
     /// Every tensor's canonical name, shape and f32-element range, in file order, plus the
     /// total number of f32 elements after the header. `None` on overflow.
-    fn layout(&self) -> Option<(Vec<(String, Vec<usize>, Range<usize>)>, usize)> {
+    fn layout(&self) -> Option<(TensorLayout, usize)> {
         let (d, f, v, l) = (self.dim, self.hidden_dim, self.vocab_size, self.n_layers);
         let kvd = self.kv_dim();
         let mut tensors = Vec::new();
@@ -266,9 +271,10 @@ pub fn parse_llama2c_tokenizer(bytes: &[u8], file_name: &str, vocab_size: usize)
     for id in 0..vocab_size {
         let score = r.f32(&format_args!("score of token {id} (the model's vocab has {vocab_size} tokens)"))?;
         let len = r.i32(&format_args!("length of token {id}"))?;
-        let len = usize::try_from(len).ok().filter(|&n| n <= max_len as usize).with_context(|| {
-            format!("`{file_name}` is corrupt: token {id} has length {len}, but max_token_length is {max_len}")
-        })?;
+        let len = usize::try_from(len)
+            .ok()
+            .filter(|&n| n <= max_len as usize)
+            .with_context(|| format!("`{file_name}` is corrupt: token {id} has length {len}, but max_token_length is {max_len}"))?;
         pieces.push(r.take(len, &format_args!("bytes of token {id}"))?.to_vec());
         scores.push(score);
     }
@@ -281,13 +287,7 @@ pub fn parse_llama2c_tokenizer(bytes: &[u8], file_name: &str, vocab_size: usize)
     }
     let eos = [LLAMA2C_EOS];
     let kinds = infer_kinds(&pieces, Some(LLAMA2C_BOS), &eos, Some(LLAMA2C_UNK));
-    let specials = SpmSpecials {
-        bos: Some(LLAMA2C_BOS),
-        eos: eos.to_vec(),
-        unk: Some(LLAMA2C_UNK),
-        add_bos: true,
-        add_space_prefix: true,
-    };
+    let specials = SpmSpecials { bos: Some(LLAMA2C_BOS), eos: eos.to_vec(), unk: Some(LLAMA2C_UNK), add_bos: true, add_space_prefix: true };
     SpmTokenizer::new(pieces, scores, kinds, specials, &format!("`{file_name}`"))
 }
 

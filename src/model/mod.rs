@@ -3,7 +3,14 @@
 //!
 //! Owns: file formats (GGUF, llama2.c, Hugging Face directories), the mapping of their tensor
 //! names and layouts to kiln's canonical table, tokenizers.
-//! Never: converts to a plan's dtype (that is `runtime::weights`, at the plan's offsets).
+//! Never: converts to a plan's dtype (that is `runtime::weights`, at the plan's offsets), or
+//! ignores a tensor or config field it does not understand.
+//!
+//! Files: [`bytes`] (mapping, bounds-checked reader), [`gguf`] (+ [`gguf_write`] for tests and
+//! export), [`llama2c`], [`hf`] (safetensors directories, reader and writer) with
+//! [`hf_config`] (`config.json`), [`tokenizer_spm`] (SentencePiece BPE) and [`tokenizer_hf`]
+//! (`tokenizers` crate: `tokenizer.json` and GGUF byte-level BPE). This file: [`open`], the
+//! format detection, and [`check_weights`].
 
 pub mod bytes;
 pub mod config;
@@ -96,10 +103,7 @@ pub struct LoadedModel {
 /// Every tensor is checked against the config's table ([`check_weights`]) before returning.
 pub fn open(path: &Path, tokenizer: Option<&Path>) -> Result<LoadedModel> {
     if !path.exists() {
-        bail!(
-            "model file `{}` not found (give --model a .gguf file, a llama2.c .bin, or a Hugging Face directory)",
-            path.display()
-        );
+        bail!("model file `{}` not found (give --model a .gguf file, a llama2.c .bin, or a Hugging Face directory)", path.display());
     }
     let model = if path.is_dir() {
         if !path.join("config.json").is_file() {
@@ -161,15 +165,10 @@ pub fn open_tokenizer_file(path: &Path, config: &ModelConfig) -> Result<Box<dyn 
 pub fn check_weights(config: &ModelConfig, weights: &dyn WeightSource) -> Result<()> {
     let names = weights.tensor_names();
     if let Some(names) = &names {
-        // Every layer has at least 9 tensors; refuse a corrupt layer count before building a
-        // table of that many layers.
-        if config.n_layers.saturating_mul(9) > names.len() {
-            bail!(
-                "`{}` holds {} tensors, too few for the {} layers its config declares",
-                weights.describe(),
-                names.len(),
-                config.n_layers
-            );
+        // Every layer has several tensors: a layer count above the tensor count is corrupt, and
+        // refusing it here keeps the table built below proportional to the file.
+        if config.n_layers > names.len() {
+            bail!("`{}` holds {} tensors, too few for the {} layers its config declares", weights.describe(), names.len(), config.n_layers);
         }
     }
     let table = config.tensors();
@@ -180,15 +179,18 @@ pub fn check_weights(config: &ModelConfig, weights: &dyn WeightSource) -> Result
             Ok(t) => {
                 if t.shape != spec.shape {
                     problems.push(format!("tensor `{}` has shape {:?}, but the config needs {:?}", spec.name, t.shape, spec.shape));
-                } else if t.data.len() != t.shape.iter().product::<usize>() * t.dtype.size() {
-                    problems.push(format!(
-                        "tensor `{}` holds {} bytes, but {:?} of {} needs {}",
-                        spec.name,
-                        t.data.len(),
-                        t.shape,
-                        t.dtype.name(),
-                        t.shape.iter().product::<usize>() * t.dtype.size()
-                    ));
+                } else {
+                    let needed = bytes::checked_numel(&t.shape).and_then(|n| n.checked_mul(t.dtype.size()));
+                    if needed != Some(t.data.len()) {
+                        problems.push(format!(
+                            "tensor `{}` holds {} bytes, but {:?} of {} needs {}",
+                            spec.name,
+                            t.data.len(),
+                            t.shape,
+                            t.dtype.name(),
+                            needed.map_or("more than fits in memory".to_string(), |n| n.to_string())
+                        ));
+                    }
                 }
             }
         }
@@ -214,6 +216,34 @@ pub fn check_weights(config: &ModelConfig, weights: &dyn WeightSource) -> Result
         if n == 1 { "" } else { "s" },
         problems.join("\n  ")
     )
+}
+
+/// Every tensor of `config` (and the whole model) has a byte size that fits in `u64` even in
+/// f32, computed in closed form: a corrupt dimension must give an error, not an overflow later
+/// (or a table of a billion layers).
+pub fn ensure_addressable(config: &ModelConfig) -> Result<()> {
+    let (d, f, v) = (config.hidden_size as u64, config.intermediate_size as u64, config.vocab_size as u64);
+    let (qd, kvd, hd) = (config.n_heads as u64, config.n_kv_heads as u64, config.head_dim as u64);
+    let size = || -> Option<u64> {
+        let (qd, kvd) = (qd.checked_mul(hd)?, kvd.checked_mul(hd)?);
+        let per_layer =
+            [d, qd.checked_mul(d)?, kvd.checked_mul(d)?.checked_mul(2)?, d.checked_mul(qd)?, d, f.checked_mul(d)?.checked_mul(3)?];
+        let per_layer = per_layer.iter().try_fold(0u64, |a, &x| a.checked_add(x))?.checked_add(qd + 2 * kvd + 2 * hd)?;
+        let embeddings = v.checked_mul(d)?.checked_mul(2)?;
+        (config.n_layers as u64).checked_mul(per_layer)?.checked_add(embeddings)?.checked_add(d)?.checked_mul(4)
+    };
+    match size() {
+        Some(_) => Ok(()),
+        None => bail!(
+            "config describes an impossibly large model (hidden {}, intermediate {}, vocab {}, {} layers, {} heads of {})",
+            config.hidden_size,
+            config.intermediate_size,
+            config.vocab_size,
+            config.n_layers,
+            config.n_heads,
+            config.head_dim
+        ),
+    }
 }
 
 /// The tokenizer's ids fit the embedding table.

@@ -88,8 +88,7 @@ impl HfTokenizer {
         if !path.exists() {
             bail!("tokenizer file `{}` not found", path.display());
         }
-        let inner = tokenizers::Tokenizer::from_file(path)
-            .map_err(|e| anyhow!("cannot load tokenizer `{}`: {e}", path.display()))?;
+        let inner = tokenizers::Tokenizer::from_file(path).map_err(|e| anyhow!("cannot load tokenizer `{}`: {e}", path.display()))?;
         Self::from_tokenizer(inner, config.bos_token_id, config.eos_token_ids.clone())
     }
 
@@ -199,16 +198,14 @@ pub const SUPPORTED_GGUF_PRE: &[&str] = &["gpt2", "gpt-2", "smollm", "llama3", "
 
 const LLAMA3_REGEX: &str =
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
-const QWEN2_REGEX: &str =
-    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+const QWEN2_REGEX: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
 /// Pre-tokenizer, normalizer and `ignore_merges` of a GGUF `tokenizer.ggml.pre` type, in
 /// `tokenizer.json` form (as the models' own `tokenizer.json` files spell them).
 fn gguf_pre_tokenizer(pre: &str) -> Result<(Value, Value, bool)> {
-    let byte_level = |use_regex: bool| json!({ "type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": use_regex });
-    let split = |regex: &str| {
-        json!({ "type": "Split", "pattern": { "Regex": regex }, "behavior": "Isolated", "invert": false })
-    };
+    let byte_level =
+        |use_regex: bool| json!({ "type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": use_regex });
+    let split = |regex: &str| json!({ "type": "Split", "pattern": { "Regex": regex }, "behavior": "Isolated", "invert": false });
     Ok(match pre {
         // ByteLevel's own regex is GPT-2's.
         "gpt2" | "gpt-2" => (byte_level(true), Value::Null, false),
@@ -220,16 +217,12 @@ fn gguf_pre_tokenizer(pre: &str) -> Result<(Value, Value, bool)> {
             Value::Null,
             false,
         ),
-        "llama3" | "llama-v3" | "llama-bpe" => (
-            json!({ "type": "Sequence", "pretokenizers": [split(LLAMA3_REGEX), byte_level(false)] }),
-            Value::Null,
-            true,
-        ),
-        "qwen2" | "deepseek-r1-qwen" => (
-            json!({ "type": "Sequence", "pretokenizers": [split(QWEN2_REGEX), byte_level(false)] }),
-            json!({ "type": "NFC" }),
-            false,
-        ),
+        "llama3" | "llama-v3" | "llama-bpe" => {
+            (json!({ "type": "Sequence", "pretokenizers": [split(LLAMA3_REGEX), byte_level(false)] }), Value::Null, true)
+        }
+        "qwen2" | "deepseek-r1-qwen" => {
+            (json!({ "type": "Sequence", "pretokenizers": [split(QWEN2_REGEX), byte_level(false)] }), json!({ "type": "NFC" }), false)
+        }
         other => bail!(
             "byte-level BPE pre-tokenizer `{other}` (tokenizer.ggml.pre) is not supported by kiln (supported: {}); \
              use the model's Hugging Face directory with its tokenizer.json instead",

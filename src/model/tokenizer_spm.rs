@@ -67,6 +67,9 @@ pub struct SpmTokenizer {
     /// Token of each byte value, from the `<0xXX>` pieces.
     byte_tokens: [Option<u32>; 256],
     specials: SpmSpecials,
+    /// Control and user-defined pieces, longest first: matched whole in the input text (as
+    /// llama.cpp does when parsing special tokens) instead of being spelled out.
+    special_pieces: Vec<(String, u32)>,
 }
 
 /// The byte of a `<0xXX>` piece.
@@ -120,14 +123,23 @@ impl SpmTokenizer {
                     lookup.entry(piece.clone()).or_insert(id as u32);
                 }
                 TokenKind::Byte => {
-                    let b = parse_byte_piece(piece)
-                        .with_context(|| format!("{source}: token {id} is a byte token but its piece is {:?}, not `<0xXX>`", String::from_utf8_lossy(piece)))?;
+                    let b = parse_byte_piece(piece).with_context(|| {
+                        format!("{source}: token {id} is a byte token but its piece is {:?}, not `<0xXX>`", String::from_utf8_lossy(piece))
+                    })?;
                     byte_tokens[b as usize].get_or_insert(id as u32);
                 }
                 TokenKind::Unknown | TokenKind::Control | TokenKind::Unused => {}
             }
         }
-        Ok(SpmTokenizer { pieces, scores, kinds, lookup, byte_tokens, specials })
+        let mut special_pieces: Vec<(String, u32)> = pieces
+            .iter()
+            .zip(&kinds)
+            .enumerate()
+            .filter(|(_, (p, k))| matches!(k, TokenKind::Control | TokenKind::UserDefined) && !p.is_empty())
+            .filter_map(|(id, (p, _))| Some((String::from_utf8(p.clone()).ok()?, id as u32)))
+            .collect();
+        special_pieces.sort_by(|a, b| b.0.len().cmp(&a.0.len()).then(a.1.cmp(&b.1)));
+        Ok(SpmTokenizer { pieces, scores, kinds, lookup, byte_tokens, specials, special_pieces })
     }
 
     /// From GGUF metadata (`tokenizer.ggml.tokens`, `.scores`, `.token_type`, special ids).
@@ -175,6 +187,74 @@ impl SpmTokenizer {
 
     pub fn score(&self, id: u32) -> Option<f32> {
         self.scores.get(id as usize).copied()
+    }
+
+    /// Encodes one run of plain text (no special pieces) onto `ids`: dummy-prefix space when
+    /// `prefix_space`, one symbol per character, greedy merging of the best-scoring pair,
+    /// byte fallback for what stays unknown.
+    fn encode_fragment(&self, text: &str, prefix_space: bool, ids: &mut Vec<u32>) -> Result<()> {
+        if text.is_empty() {
+            return Ok(());
+        }
+        let mut buf = String::with_capacity(text.len() + 1);
+        if prefix_space && self.specials.add_space_prefix {
+            buf.push(' ');
+        }
+        buf.push_str(text);
+        let bytes = buf.as_bytes();
+
+        // One symbol per character.
+        let mut symbols: Vec<Symbol> = Vec::with_capacity(bytes.len());
+        for (start, ch) in buf.char_indices() {
+            let i = symbols.len();
+            symbols.push(Symbol { start, len: ch.len_utf8(), prev: i.checked_sub(1), next: None });
+            if i > 0 {
+                symbols[i - 1].next = Some(i);
+            }
+        }
+        let mut heap = BinaryHeap::new();
+        let try_add = |heap: &mut BinaryHeap<Bigram>, symbols: &[Symbol], left: Option<usize>, right: Option<usize>| {
+            let (Some(left), Some(right)) = (left, right) else { return };
+            let (l, r) = (symbols[left], symbols[right]);
+            let piece = &bytes[l.start..r.start + r.len];
+            if let Some(&id) = self.lookup.get(piece) {
+                heap.push(Bigram { score: self.scores[id as usize], left, right, len: piece.len() });
+            }
+        };
+        for i in 1..symbols.len() {
+            try_add(&mut heap, &symbols, Some(i - 1), Some(i));
+        }
+        while let Some(b) = heap.pop() {
+            let (l, r) = (symbols[b.left], symbols[b.right]);
+            // Stale: one side was merged into something else since this pair was queued.
+            if l.len == 0 || r.len == 0 || l.len + r.len != b.len {
+                continue;
+            }
+            symbols[b.left].len += r.len;
+            symbols[b.left].next = r.next;
+            symbols[b.right].len = 0;
+            if let Some(n) = r.next {
+                symbols[n].prev = Some(b.left);
+            }
+            try_add(&mut heap, &symbols, l.prev, Some(b.left));
+            try_add(&mut heap, &symbols, Some(b.left), r.next);
+        }
+
+        let mut at = if symbols.is_empty() { None } else { Some(0) };
+        while let Some(i) = at {
+            let s = symbols[i];
+            let piece = &bytes[s.start..s.start + s.len];
+            match self.lookup.get(piece) {
+                Some(&id) => ids.push(id),
+                None => {
+                    for &b in piece {
+                        ids.push(self.byte_token(b)?);
+                    }
+                }
+            }
+            at = s.next;
+        }
+        Ok(())
     }
 
     fn byte_token(&self, b: u8) -> Result<u32> {
@@ -247,67 +327,25 @@ impl Tokenizer for SpmTokenizer {
                 ids.push(bos);
             }
         }
-        if text.is_empty() {
-            return Ok(ids);
-        }
-        let mut buf = String::with_capacity(text.len() + 1);
-        if self.specials.add_space_prefix {
-            buf.push(' ');
-        }
-        buf.push_str(text);
-        let bytes = buf.as_bytes();
-
-        // One symbol per character.
-        let mut symbols: Vec<Symbol> = Vec::with_capacity(bytes.len());
-        for (start, ch) in buf.char_indices() {
-            let i = symbols.len();
-            symbols.push(Symbol { start, len: ch.len_utf8(), prev: i.checked_sub(1), next: None });
-            if i > 0 {
-                symbols[i - 1].next = Some(i);
-            }
-        }
-        let mut heap = BinaryHeap::new();
-        let try_add = |heap: &mut BinaryHeap<Bigram>, symbols: &[Symbol], left: Option<usize>, right: Option<usize>| {
-            let (Some(left), Some(right)) = (left, right) else { return };
-            let (l, r) = (symbols[left], symbols[right]);
-            let piece = &bytes[l.start..r.start + r.len];
-            if let Some(&id) = self.lookup.get(piece) {
-                heap.push(Bigram { score: self.scores[id as usize], left, right, len: piece.len() });
-            }
-        };
-        for i in 1..symbols.len() {
-            try_add(&mut heap, &symbols, Some(i - 1), Some(i));
-        }
-        while let Some(b) = heap.pop() {
-            let (l, r) = (symbols[b.left], symbols[b.right]);
-            // Stale: one side was merged into something else since this pair was queued.
-            if l.len == 0 || r.len == 0 || l.len + r.len != b.len {
-                continue;
-            }
-            symbols[b.left].len += r.len;
-            symbols[b.left].next = r.next;
-            symbols[b.right].len = 0;
-            if let Some(n) = r.next {
-                symbols[n].prev = Some(b.left);
-            }
-            try_add(&mut heap, &symbols, l.prev, Some(b.left));
-            try_add(&mut heap, &symbols, Some(b.left), r.next);
-        }
-
-        let mut at = if symbols.is_empty() { None } else { Some(0) };
-        while let Some(i) = at {
-            let s = symbols[i];
-            let piece = &bytes[s.start..s.start + s.len];
-            match self.lookup.get(piece) {
-                Some(&id) => ids.push(id),
-                None => {
-                    for &b in piece {
-                        ids.push(self.byte_token(b)?);
-                    }
+        // Split at special pieces; like llama.cpp, every text fragment that starts the input or
+        // follows a special token gets the dummy-prefix space.
+        let mut after_special = true;
+        let mut fragment_start = 0;
+        let mut at = 0;
+        while at < text.len() {
+            let rest = &text[at..];
+            match self.special_pieces.iter().find(|(p, _)| rest.starts_with(p.as_str())) {
+                Some((piece, id)) => {
+                    self.encode_fragment(&text[fragment_start..at], after_special, &mut ids)?;
+                    ids.push(*id);
+                    after_special = true;
+                    at += piece.len();
+                    fragment_start = at;
                 }
+                None => at += rest.chars().next().map_or(1, char::len_utf8),
             }
-            at = s.next;
         }
+        self.encode_fragment(&text[fragment_start..], after_special, &mut ids)?;
         Ok(ids)
     }
 

@@ -17,6 +17,9 @@
 //!    clobbered since. A planner bug that overlaps two live buffers fails here.
 //! 6. The dependency edges order every pair of launches that conflict (touch a common byte,
 //!    one of them writing): the later one is reachable from the earlier one.
+//! 7. The temps table agrees with the launches: every arena operand is exactly one temp, written
+//!    at its first launch and read only while live; temps live at a common launch share no
+//!    byte. (Invariant 5 alone cannot tell two same-sized buffers at one offset apart.)
 
 use super::{Access, BufArg, Plan, ProgramPlan, RegionKind, ALIGN};
 use crate::ir::ValueClass;
@@ -133,6 +136,39 @@ fn check_program(plan: &Plan, p: &ProgramPlan) -> Result<()> {
                 }
             }
             shadow.insert((b.region, s), (e, s, b.bytes));
+        }
+    }
+    // 7: the temps table agrees with the launches, and temps live at a common launch share no
+    // byte. Tags of (offset, length) alone cannot tell two same-sized buffers apart, so this is
+    // what catches a planner that puts one live temp exactly on top of another.
+    let arena = plan.region_bytes[RegionKind::Arena.index()];
+    for t in &p.temps {
+        ensure!(t.offset % ALIGN == 0 && t.offset + t.bytes <= arena, "temp `{}` is misaligned or outside the arena", t.name);
+        ensure!(t.first <= t.last && (t.last as usize) < p.launches.len(), "temp `{}` has lifetime [{}, {}]", t.name, t.first, t.last);
+    }
+    for (k, a) in p.temps.iter().enumerate() {
+        for b in &p.temps[k + 1..] {
+            let live_together = a.first <= b.last && b.first <= a.last;
+            let share = a.offset < b.offset + b.bytes && b.offset < a.offset + a.bytes;
+            ensure!(
+                !(live_together && share),
+                "temps `{}` (launches {}..={}) and `{}` (launches {}..={}) are live together but share arena bytes",
+                a.name, a.first, a.last, b.name, b.first, b.last
+            );
+        }
+    }
+    for (i, l) in p.launches.iter().enumerate() {
+        for (j, b) in l.bufs.iter().enumerate().filter(|(_, b)| b.region == RegionKind::Arena) {
+            let owners = p
+                .temps
+                .iter()
+                .filter(|t| t.offset == b.offset && t.bytes == b.bytes)
+                .filter(|t| match b.access {
+                    Access::Write => t.first as usize == i,
+                    Access::Read => (t.first as usize) < i && i <= t.last as usize,
+                })
+                .count();
+            ensure!(owners == 1, "launch {i} `{}` operand {j} (arena+{}, {} bytes) is not exactly one temp live at that launch", l.name, b.offset, b.bytes);
         }
     }
     // 6: ordering of conflicting launches by the edges.

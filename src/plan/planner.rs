@@ -61,6 +61,10 @@ fn check_options(cfg: &ModelConfig, o: &PlanOptions) -> Result<()> {
         ensure!(big <= o.max_context, "prefill bucket {big} is larger than the max context {}", o.max_context);
     }
     ensure!(o.dtype.is_float(), "plan dtype must be f32, f16 or bf16, not {}", o.dtype);
+    // Limits of the CUDA kernels (kernels/attention.cu keeps a head in registers; the sampler
+    // packs indices into 23 bits). Refused here so no executor meets them.
+    ensure!(cfg.head_dim <= 256, "head_dim {} is larger than the 256 kiln's attention kernels support", cfg.head_dim);
+    ensure!(cfg.vocab_size < (1 << 23), "vocabulary of {} tokens is larger than the 2^23 kiln's sampler supports", cfg.vocab_size);
     ensure!(o.kv_rows() <= i32::MAX as usize, "{} KV rows do not fit the i32 positions the kernels read", o.kv_rows());
     Ok(())
 }
@@ -98,8 +102,9 @@ pub fn build_plan(cfg: &ModelConfig, opts: &PlanOptions) -> Result<Plan> {
     if let Some(budget) = opts.memory_budget {
         if plan.total_bytes() > budget {
             bail!(
-                "the plan needs {} of device memory ({}) but the memory budget is {}; lower --max-context, use fewer or smaller buckets, or a smaller dtype",
+                "the plan needs {} ({} bytes) of device memory ({}) but the memory budget is {}; lower --max-context, use fewer or smaller buckets, or a smaller dtype",
                 fmt_bytes(plan.total_bytes()),
+                plan.total_bytes(),
                 super::dump::region_summary(&plan),
                 fmt_bytes(budget)
             );

@@ -4,8 +4,10 @@
 //! exactly `plan.region_bytes` each, and the reference semantics of every [`Kernel`].
 //! Never: allocates a region after `new`, computes an address, or looks a buffer up by name
 //! while running. Every operand is addressed only through its launch record's
-//! `(region, offset, bytes)`, so a plan that overlaps two live buffers corrupts the output
-//! here exactly as it would on a GPU. That is what makes this executor a test of the plan.
+//! `(region, offset, bytes)`, so a plan that overlaps two live buffers of different launches
+//! corrupts the output here exactly as it would on a GPU; one that aliases a launch's output
+//! with another of its operands (benign here, a race on a GPU) is refused. That is what makes
+//! this executor a test of the plan.
 //!
 //! It trusts the plan's layout (proving it is `plan::check`'s job) but not blindly: every
 //! operand is bounds-checked against its region, its byte length against the kernel's
@@ -17,11 +19,14 @@
 //!   all math is f32, and each result is rounded once to the destination dtype on store;
 //! - reductions (dot products, sums of squares, softmax sums) accumulate sequentially in
 //!   index order;
-//! - RMSNorm follows Hugging Face: `t = round(x * inv_rms)` to the storage dtype of `x`,
-//!   then `out = round(t * w)`. The intermediate rounding is a no-op for f32 and keeps
-//!   bf16/f16 results identical to `LlamaRMSNorm`'s `weight * x.to(input_dtype)`;
+//! - RMSNorm follows Hugging Face: `inv = 1 / sqrt(sum(x^2) / dim + eps)`,
+//!   `t = round(x * inv)` to the storage dtype of `x`, then `out = round(t * w)`. The
+//!   intermediate rounding is a no-op for f32 and reproduces the rounding of `LlamaRMSNorm`'s
+//!   `weight * x.to(input_dtype)` for bf16/f16; it is the same rule for every dtype;
 //! - RoPE angles are `scaled_position(p) * inv_freq(i)` in f32; their cosine and sine are
-//!   taken in f64 and rounded to f32 (correctly rounded, so no libm dependence).
+//!   taken in f64 and rounded to f32, so results do not depend on the platform's f32 libm;
+//! - attention: scores `scale * q.k` in f32, softmax with the max subtracted, then
+//!   `out = sum_j (e_j / sum) * v_j` in key order.
 //!
 //! Allocation while running: kernel math uses scratch vectors owned by the executor, which
 //! grow to their largest use during the first step and are reused afterwards
@@ -65,26 +70,13 @@ impl CpuExecutor {
         let mut sizes = [0usize; 5];
         for r in RegionKind::ALL {
             let bytes = plan.region_bytes[r.index()];
-            sizes[r.index()] = usize::try_from(bytes).with_context(|| {
-                format!(
-                    "region {} needs {bytes} bytes, more than this host can address",
-                    r.name()
-                )
-            })?;
+            sizes[r.index()] = usize::try_from(bytes)
+                .with_context(|| format!("region {} needs {bytes} bytes, more than this host can address", r.name()))?;
         }
         let mut regions = sizes.map(|n| vec![0u8; n]);
         fill_weight_region(&plan, weights, &mut regions[RegionKind::Weights.index()])
-            .with_context(|| {
-                format!(
-                    "loading weights from {} for the CPU executor",
-                    weights.describe()
-                )
-            })?;
-        Ok(CpuExecutor {
-            plan,
-            regions,
-            scratch: Scratch::default(),
-        })
+            .with_context(|| format!("loading weights from {} for the CPU executor", weights.describe()))?;
+        Ok(CpuExecutor { plan, regions, scratch: Scratch::default() })
     }
 
     /// Host image of region `r`, for comparing against a device launch by launch.
@@ -94,27 +86,17 @@ impl CpuExecutor {
 
     /// Runs launch `launch` of program `program` alone, on the regions as they are now.
     pub fn run_launch(&mut self, program: usize, launch: usize) -> Result<()> {
-        let p = self.plan.programs.get(program).with_context(|| {
-            format!(
-                "program {program} does not exist (the plan has {})",
-                self.plan.programs.len()
-            )
-        })?;
-        let l = p.launches.get(launch).with_context(|| {
-            format!(
-                "program {} has no launch {launch} ({} launches)",
-                p.label(),
-                p.launches.len()
-            )
-        })?;
-        execute(&mut self.regions, &mut self.scratch, l).with_context(|| {
-            format!(
-                "launch {launch} `{}` ({}) of program {}",
-                l.name,
-                l.kernel.name(),
-                p.label()
-            )
-        })
+        let p = self
+            .plan
+            .programs
+            .get(program)
+            .with_context(|| format!("program {program} does not exist (the plan has {})", self.plan.programs.len()))?;
+        let l = p
+            .launches
+            .get(launch)
+            .with_context(|| format!("program {} has no launch {launch} ({} launches)", p.label(), p.launches.len()))?;
+        execute(&mut self.regions, &mut self.scratch, l)
+            .with_context(|| format!("launch {launch} `{}` ({}) of program {}", l.name, l.kernel.name(), p.label()))
     }
 }
 
@@ -129,12 +111,7 @@ impl Executor for CpuExecutor {
             .programs
             .get(program)
             .map(|p| p.launches.len())
-            .with_context(|| {
-                format!(
-                    "program {program} does not exist (the plan has {})",
-                    self.plan.programs.len()
-                )
-            })?;
+            .with_context(|| format!("program {program} does not exist (the plan has {})", self.plan.programs.len()))?;
         let dst = &mut self.regions[RegionKind::Step.index()];
         ensure!(
             step.bytes.len() == dst.len(),
@@ -150,17 +127,12 @@ impl Executor for CpuExecutor {
     }
 
     fn read_tensor(&mut self, name: &str, bytes: usize) -> Result<Vec<u8>> {
-        let t = self
-            .plan
-            .tensor(name)
-            .with_context(|| format!("the plan has no tensor `{name}`"))?;
-        ensure!(
-            bytes as u64 <= t.bytes,
-            "asked for {bytes} bytes of `{name}`, which holds {} bytes",
-            t.bytes
-        );
+        let t = self.plan.tensor(name).with_context(|| format!("the plan has no tensor `{name}`"))?;
+        ensure!(bytes as u64 <= t.bytes, "asked for {bytes} bytes of `{name}`, which holds {} bytes", t.bytes);
         let o = t.offset as usize;
-        Ok(self.regions[t.region.index()][o..o + bytes].to_vec())
+        let region = &self.regions[t.region.index()];
+        let data = region.get(o..o + bytes).with_context(|| format!("`{name}` lies outside region {}", t.region.name()))?;
+        Ok(data.to_vec())
     }
 
     fn name(&self) -> &'static str {
@@ -186,13 +158,7 @@ fn byte_range(regions: &[Vec<u8>; 5], b: &BufArg) -> Result<(usize, usize)> {
     let len = regions[b.region.index()].len() as u64;
     match b.offset.checked_add(b.bytes) {
         Some(end) if end <= len => Ok((b.offset as usize, end as usize)),
-        _ => bail!(
-            "operand {}+{} ({} bytes) lies outside region {} ({len} bytes)",
-            b.region.name(),
-            b.offset,
-            b.bytes,
-            b.region.name()
-        ),
+        _ => bail!("operand {}+{} ({} bytes) lies outside region {} ({len} bytes)", b.region.name(), b.offset, b.bytes, b.region.name()),
     }
 }
 
@@ -235,11 +201,7 @@ fn load_all(bytes: &[u8], dtype: DType, dst: &mut Vec<f32>) {
 /// Decodes i32 (or u32, bit for bit) data into `dst` (cleared first).
 fn load_ints(bytes: &[u8], dst: &mut Vec<i32>) {
     dst.clear();
-    dst.extend(
-        bytes
-            .chunks_exact(4)
-            .map(|s| i32::from_le_bytes([s[0], s[1], s[2], s[3]])),
-    );
+    dst.extend(bytes.chunks_exact(4).map(|s| i32::from_le_bytes([s[0], s[1], s[2], s[3]])));
 }
 
 /// Rounds `x` to `dtype` and back: what storing and reloading it would give.
@@ -288,7 +250,12 @@ fn store(regions: &mut [Vec<u8>; 5], b: &BufArg, vals: &[f32]) -> Result<()> {
 // ---------------------------------------------------------------------------------------------
 // Operand checks: arity, access, dtype and exact length, against the kernel's parameters.
 
-/// Checks that `launch` has `reads` read operands followed by `writes` write operands.
+/// Checks that `launch` has `reads` read operands followed by `writes` write operands, and
+/// that no written operand shares a byte with another operand.
+///
+/// The overlap check is here because this executor reads all inputs before it stores the
+/// result, so an output aliased onto its own input would compute correctly on the CPU while
+/// a GPU kernel races on it: the one planner bug the CPU numerics could not otherwise see.
 fn arity(launch: &Launch, reads: usize, writes: usize) -> Result<&[BufArg]> {
     let bufs = &launch.bufs;
     ensure!(
@@ -299,48 +266,45 @@ fn arity(launch: &Launch, reads: usize, writes: usize) -> Result<&[BufArg]> {
         bufs.len()
     );
     for (j, b) in bufs.iter().enumerate() {
-        let want = if j < reads {
-            Access::Read
-        } else {
-            Access::Write
-        };
-        ensure!(
-            b.access == want,
-            "operand {j} should be {want:?} but is {:?}",
-            b.access
-        );
+        let want = if j < reads { Access::Read } else { Access::Write };
+        ensure!(b.access == want, "operand {j} should be {want:?} but is {:?}", b.access);
+    }
+    for (j, w) in bufs.iter().enumerate().skip(reads) {
+        for (k, o) in bufs.iter().enumerate() {
+            let shared = k != j
+                && w.region == o.region
+                && w.offset < o.offset.saturating_add(o.bytes)
+                && o.offset < w.offset.saturating_add(w.bytes);
+            ensure!(
+                !shared,
+                "written operand {j} ({}+{}, {} bytes) overlaps operand {k} ({}+{}, {} bytes): the plan aliases this launch's output with another of its operands",
+                w.region.name(),
+                w.offset,
+                w.bytes,
+                o.region.name(),
+                o.offset,
+                o.bytes
+            );
+        }
     }
     Ok(bufs)
 }
 
 /// A float operand of exactly `elems` elements.
 fn float_operand(b: &BufArg, what: &str, elems: usize) -> Result<()> {
-    ensure!(
-        b.dtype.is_float(),
-        "operand `{what}` must be a float type, is {}",
-        b.dtype
-    );
+    ensure!(b.dtype.is_float(), "operand `{what}` must be a float type, is {}", b.dtype);
     sized(b, what, elems)
 }
 
 /// An operand of dtype `dtype` and exactly `elems` elements.
 fn typed_operand(b: &BufArg, what: &str, dtype: DType, elems: usize) -> Result<()> {
-    ensure!(
-        b.dtype == dtype,
-        "operand `{what}` must be {dtype}, is {}",
-        b.dtype
-    );
+    ensure!(b.dtype == dtype, "operand `{what}` must be {dtype}, is {}", b.dtype);
     sized(b, what, elems)
 }
 
 fn sized(b: &BufArg, what: &str, elems: usize) -> Result<()> {
     let want = elems as u64 * b.dtype.size() as u64;
-    ensure!(
-        b.bytes == want,
-        "operand `{what}` is {} bytes; the kernel's parameters need {elems} x {} = {want}",
-        b.bytes,
-        b.dtype
-    );
+    ensure!(b.bytes == want, "operand `{what}` is {} bytes; the kernel's parameters need {elems} x {} = {want}", b.bytes, b.dtype);
     Ok(())
 }
 
@@ -360,15 +324,9 @@ fn kv_span(t: usize, pos: i32, cache_base: i32, kv_rows: u32) -> Result<usize> {
 
 fn execute(regions: &mut [Vec<u8>; 5], s: &mut Scratch, launch: &Launch) -> Result<()> {
     match launch.kernel {
-        Kernel::Gather {
-            rows,
-            dim,
-            table_rows,
-        } => {
+        Kernel::Gather { rows, dim, table_rows } => {
             let (rows, dim, table_rows) = (rows as usize, dim as usize, table_rows as usize);
-            let [table, indices, out] = arity(launch, 2, 1)? else {
-                unreachable!()
-            };
+            let [table, indices, out] = arity(launch, 2, 1)? else { unreachable!() };
             float_operand(table, "table", table_rows * dim)?;
             typed_operand(indices, "indices", DType::I32, rows)?;
             float_operand(out, "out", rows * dim)?;
@@ -379,21 +337,14 @@ fn execute(regions: &mut [Vec<u8>; 5], s: &mut Scratch, launch: &Launch) -> Resu
             for (r, &i) in s.ints_a.iter().enumerate() {
                 // An index outside the table gives a zero row (the Op's contract).
                 if i >= 0 && (i as usize) < table_rows {
-                    load_into(
-                        tb,
-                        table.dtype,
-                        i as usize * dim,
-                        &mut s.out[r * dim..(r + 1) * dim],
-                    );
+                    load_into(tb, table.dtype, i as usize * dim, &mut s.out[r * dim..(r + 1) * dim]);
                 }
             }
             store(regions, out, &s.out)
         }
         Kernel::RmsNorm { rows, dim, eps } => {
             let (rows, dim) = (rows as usize, dim as usize);
-            let [x, weight, out] = arity(launch, 2, 1)? else {
-                unreachable!()
-            };
+            let [x, weight, out] = arity(launch, 2, 1)? else { unreachable!() };
             float_operand(x, "x", rows * dim)?;
             float_operand(weight, "weight", dim)?;
             float_operand(out, "out", rows * dim)?;
@@ -404,16 +355,9 @@ fn execute(regions: &mut [Vec<u8>; 5], s: &mut Scratch, launch: &Launch) -> Resu
             rms_norm_rows(&s.a, &s.b, &mut s.out, dim, eps, x.dtype);
             store(regions, out, &s.out)
         }
-        Kernel::HeadRmsNorm {
-            rows,
-            heads,
-            head_dim,
-            eps,
-        } => {
+        Kernel::HeadRmsNorm { rows, heads, head_dim, eps } => {
             let (rows, heads, head_dim) = (rows as usize, heads as usize, head_dim as usize);
-            let [x, weight, out] = arity(launch, 2, 1)? else {
-                unreachable!()
-            };
+            let [x, weight, out] = arity(launch, 2, 1)? else { unreachable!() };
             float_operand(x, "x", rows * heads * head_dim)?;
             float_operand(weight, "weight", head_dim)?;
             float_operand(out, "out", rows * heads * head_dim)?;
@@ -425,12 +369,7 @@ fn execute(regions: &mut [Vec<u8>; 5], s: &mut Scratch, launch: &Launch) -> Resu
             rms_norm_rows(&s.a, &s.b, &mut s.out, head_dim, eps, x.dtype);
             store(regions, out, &s.out)
         }
-        Kernel::Linear {
-            rows,
-            in_features,
-            out_features,
-            bias,
-        } => {
+        Kernel::Linear { rows, in_features, out_features, bias } => {
             let (rows, k, n) = (rows as usize, in_features as usize, out_features as usize);
             let bufs = arity(launch, 2 + bias as usize, 1)?;
             let (x, weight, out) = (&bufs[0], &bufs[1], &bufs[bufs.len() - 1]);
@@ -463,25 +402,15 @@ fn execute(regions: &mut [Vec<u8>; 5], s: &mut Scratch, launch: &Launch) -> Resu
             }
             store(regions, out, &s.out)
         }
-        Kernel::Rope {
-            rows,
-            heads,
-            head_dim,
-            rope,
-        } => {
+        Kernel::Rope { rows, heads, head_dim, rope } => {
             let (rows, heads, head_dim) = (rows as usize, heads as usize, head_dim as usize);
-            let [x, positions, out] = arity(launch, 2, 1)? else {
-                unreachable!()
-            };
+            let [x, positions, out] = arity(launch, 2, 1)? else { unreachable!() };
             let width = heads * head_dim;
             float_operand(x, "x", rows * width)?;
             typed_operand(positions, "positions", DType::I32, rows)?;
             float_operand(out, "out", rows * width)?;
             let rotary = rope.rotary_dim as usize;
-            ensure!(
-                rotary.is_multiple_of(2) && rotary <= head_dim,
-                "rotary_dim {rotary} must be even and at most head_dim {head_dim}"
-            );
+            ensure!(rotary.is_multiple_of(2) && rotary <= head_dim, "rotary_dim {rotary} must be even and at most head_dim {head_dim}");
             load_all(operand(regions, x)?, x.dtype, &mut s.a);
             load_ints(operand(regions, positions)?, &mut s.ints_a);
             s.b.clear();
@@ -500,15 +429,9 @@ fn execute(regions: &mut [Vec<u8>; 5], s: &mut Scratch, launch: &Launch) -> Resu
             }
             store(regions, out, &s.out)
         }
-        Kernel::KvWrite {
-            rows,
-            kv_dim,
-            kv_rows,
-        } => {
+        Kernel::KvWrite { rows, kv_dim, kv_rows } => {
             let (rows, kv_dim) = (rows as usize, kv_dim as usize);
-            let [k, v, positions, cache_base, k_cache, v_cache] = arity(launch, 4, 2)? else {
-                unreachable!()
-            };
+            let [k, v, positions, cache_base, k_cache, v_cache] = arity(launch, 4, 2)? else { unreachable!() };
             float_operand(k, "k", rows * kv_dim)?;
             float_operand(v, "v", rows * kv_dim)?;
             typed_operand(positions, "positions", DType::I32, rows)?;
@@ -531,38 +454,16 @@ fn execute(regions: &mut [Vec<u8>; 5], s: &mut Scratch, launch: &Launch) -> Resu
                     let pos = s.ints_a[t];
                     if pos >= 0 {
                         let row = s.ints_b[t] as usize + pos as usize;
-                        store_into(
-                            dst,
-                            cache.dtype,
-                            row * kv_dim,
-                            &src[t * kv_dim..(t + 1) * kv_dim],
-                        );
+                        store_into(dst, cache.dtype, row * kv_dim, &src[t * kv_dim..(t + 1) * kv_dim]);
                     }
                 }
             }
             Ok(())
         }
-        Kernel::Attention {
-            rows,
-            heads,
-            kv_heads,
-            head_dim,
-            scale,
-            kv_rows,
-        } => {
-            let (rows, heads, kv_heads, hd) = (
-                rows as usize,
-                heads as usize,
-                kv_heads as usize,
-                head_dim as usize,
-            );
-            let [q, k_cache, v_cache, positions, cache_base, out] = arity(launch, 5, 1)? else {
-                unreachable!()
-            };
-            ensure!(
-                kv_heads > 0 && heads % kv_heads == 0,
-                "{heads} heads are not a multiple of {kv_heads} kv heads"
-            );
+        Kernel::Attention { rows, heads, kv_heads, head_dim, scale, kv_rows } => {
+            let (rows, heads, kv_heads, hd) = (rows as usize, heads as usize, kv_heads as usize, head_dim as usize);
+            let [q, k_cache, v_cache, positions, cache_base, out] = arity(launch, 5, 1)? else { unreachable!() };
+            ensure!(kv_heads > 0 && heads % kv_heads == 0, "{heads} heads are not a multiple of {kv_heads} kv heads");
             let (qw, kvw) = (heads * hd, kv_heads * hd);
             float_operand(q, "q", rows * qw)?;
             float_operand(k_cache, "k_cache", kv_rows as usize * kvw)?;
@@ -621,27 +522,19 @@ fn execute(regions: &mut [Vec<u8>; 5], s: &mut Scratch, launch: &Launch) -> Resu
         }
         Kernel::SwiGlu { n } => {
             let n = n as usize;
-            let [gate, up, out] = arity(launch, 2, 1)? else {
-                unreachable!()
-            };
+            let [gate, up, out] = arity(launch, 2, 1)? else { unreachable!() };
             float_operand(gate, "gate", n)?;
             float_operand(up, "up", n)?;
             float_operand(out, "out", n)?;
             load_all(operand(regions, gate)?, gate.dtype, &mut s.a);
             load_all(operand(regions, up)?, up.dtype, &mut s.b);
             s.out.clear();
-            s.out.extend(
-                s.a.iter()
-                    .zip(&s.b)
-                    .map(|(&g, &u)| g / (1.0 + (-g).exp()) * u),
-            );
+            s.out.extend(s.a.iter().zip(&s.b).map(|(&g, &u)| g / (1.0 + (-g).exp()) * u));
             store(regions, out, &s.out)
         }
         Kernel::Add { n } => {
             let n = n as usize;
-            let [a, b, out] = arity(launch, 2, 1)? else {
-                unreachable!()
-            };
+            let [a, b, out] = arity(launch, 2, 1)? else { unreachable!() };
             float_operand(a, "a", n)?;
             float_operand(b, "b", n)?;
             float_operand(out, "out", n)?;
@@ -653,10 +546,7 @@ fn execute(regions: &mut [Vec<u8>; 5], s: &mut Scratch, launch: &Launch) -> Resu
         }
         Kernel::Sample { rows, vocab } => {
             let (rows, vocab) = (rows as usize, vocab as usize);
-            let [logits, temperature, top_k, top_p, seed, counter, out] = arity(launch, 6, 1)?
-            else {
-                unreachable!()
-            };
+            let [logits, temperature, top_k, top_p, seed, counter, out] = arity(launch, 6, 1)? else { unreachable!() };
             float_operand(logits, "logits", rows * vocab)?;
             typed_operand(temperature, "temperature", DType::F32, rows)?;
             typed_operand(top_k, "top_k", DType::I32, rows)?;
@@ -665,11 +555,7 @@ fn execute(regions: &mut [Vec<u8>; 5], s: &mut Scratch, launch: &Launch) -> Resu
             typed_operand(counter, "counter", DType::U32, rows)?;
             typed_operand(out, "out", DType::I32, rows)?;
             let lb = operand(regions, logits)?;
-            let (tb, kb, pb) = (
-                operand(regions, temperature)?,
-                operand(regions, top_k)?,
-                operand(regions, top_p)?,
-            );
+            let (tb, kb, pb) = (operand(regions, temperature)?, operand(regions, top_k)?, operand(regions, top_p)?);
             let (sb, cb) = (operand(regions, seed)?, operand(regions, counter)?);
             let word = |b: &[u8], r: usize| [b[4 * r], b[4 * r + 1], b[4 * r + 2], b[4 * r + 3]];
             s.row.clear();

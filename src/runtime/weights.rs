@@ -29,7 +29,9 @@ pub fn convert_tensor(t: &PlannedTensor, src: &dyn WeightSource, dst: &mut [u8])
     if r.data.len() != n * r.dtype.size() {
         bail!("{}: tensor `{}` holds {} bytes, expected {} ({n} x {})", src.describe(), t.name, r.data.len(), n * r.dtype.size(), r.dtype.name());
     }
-    assert_eq!(dst.len() as u64, t.bytes);
+    if dst.len() as u64 != t.bytes {
+        bail!("internal: weight `{}` destination is {} bytes, the plan says {}", t.name, dst.len(), t.bytes);
+    }
     let read = |i: usize| -> f32 {
         let b = &r.data[i * r.dtype.size()..];
         match r.dtype {

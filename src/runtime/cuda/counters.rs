@@ -23,6 +23,7 @@ pub struct Counters {
     pub graphs_instantiated: Cell<u64>,
     pub graph_nodes: Cell<u64>,
     pub modules_loaded: Cell<u64>,
+    pub host_syncs_load: Cell<u64>,
 
     pub driver_calls: Cell<u64>,
     pub device_allocs: Cell<u64>,
@@ -95,7 +96,7 @@ impl Counters {
         bump(&self.kernel_launches, 1);
     }
     pub fn host_sync(&self) {
-        bump(&self.host_syncs, 1);
+        bump(if self.is_loaded() { &self.host_syncs } else { &self.host_syncs_load }, 1);
     }
     pub fn step(&self) {
         bump(&self.steps, 1);

@@ -21,8 +21,7 @@ pub use sys::{CUdeviceptr, CUfunction, CUgraph, CUgraphExec, CUgraphNode, CUstre
 /// Oldest driver kiln runs on, as `cuDriverGetVersion` reports it (1000 * major + 10 * minor).
 pub const MIN_DRIVER_VERSION: i32 = 13000;
 
-pub const NO_DRIVER: &str =
-    "no NVIDIA driver found (libcuda.so.1 could not be loaded); run with --device cpu";
+pub const NO_DRIVER: &str = "no NVIDIA driver found (libcuda.so.1 could not be loaded); run with --device cpu";
 
 /// `13000` -> `13.0`.
 pub fn version_string(v: i32) -> String {
@@ -104,7 +103,9 @@ fn init_once() -> Result<DriverInfo> {
     });
     match first_calls {
         Ok(r) => r,
-        Err(_) => bail!("the NVIDIA driver library was found but is missing entry points kiln needs (too old or broken?); run with --device cpu"),
+        Err(_) => {
+            bail!("the NVIDIA driver library was found but is missing entry points kiln needs (too old or broken?); run with --device cpu")
+        }
     }
 }
 
@@ -164,7 +165,8 @@ impl Device {
             Ok(v)
         };
         use sys::CUdevice_attribute as A;
-        dev.compute_capability = (attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?, attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?);
+        dev.compute_capability =
+            (attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?, attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?);
         dev.multiprocessors = attr(A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
         let mut total = 0usize;
         call(counters, "cuDeviceTotalMem", unsafe { sys::cuDeviceTotalMem_v2(&mut total, handle) })?;
@@ -376,6 +378,8 @@ impl Drop for Module {
 }
 
 /// Raises a function's dynamic shared memory limit when a launch needs more than 48 KiB.
+// `f` is an opaque driver handle, passed through, never dereferenced here.
+#[allow(clippy::not_unsafe_ptr_arg_deref)]
 pub fn set_max_dynamic_shared(counters: &Counters, f: sys::CUfunction, bytes: u32) -> Result<()> {
     let attr = sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
     call(counters, "cuFuncSetAttribute", unsafe { sys::cuFuncSetAttribute(f, attr, bytes as i32) })

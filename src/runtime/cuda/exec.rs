@@ -11,10 +11,10 @@
 //! Never, after `load`: allocates (device or pinned), uploads from pageable memory, captures a
 //! stream, or computes an address. [`Counters`] prove it.
 
+use super::abi;
 use super::counters::{Counters, Snapshot};
 use super::driver::{self, call, CUfunction, Device, DeviceBuffer, Event, Module, PinnedBuffer, Stream};
 use super::graph::{self, CopyEnds, ProgramGraph};
-use super::abi;
 use crate::model::WeightSource;
 use crate::plan::planner::fmt_bytes;
 use crate::plan::{Access, BufArg, Kernel, Plan, ProgramPlan, RegionKind};
@@ -156,10 +156,24 @@ pub struct CudaExecutor {
     load_seconds: f64,
 }
 
-/// Where the compiled kernels come from: the kernels helper's NVRTC module (disk-cached).
-fn compile_kernels(device: &Device) -> Result<Vec<u8>> {
-    // TODO(kernels): super::nvrtc::compile_for_arch once it lands.
-    bail!("compiling the CUDA kernels for {} ({}): the NVRTC module is not built yet", device.name, device.arch())
+/// The compiled kernels for this device: the kernels helper's NVRTC module, disk-cached by
+/// (source hash, arch, NVRTC version, options). Every symbol the plan needs must be in it.
+fn compile_kernels(device: &Device, plan: &Plan) -> Result<Vec<u8>> {
+    let (major, minor) = device.compute_capability;
+    let arch = super::nvrtc::arch_for_compute_capability(major, minor);
+    let compiled =
+        super::nvrtc::load_or_compile(&arch).with_context(|| format!("compiling the CUDA kernels for {} ({arch})", device.name))?;
+    if let Ok(have) = super::nvrtc::cubin_kernel_names(&compiled.cubin) {
+        let missing: Vec<String> = abi::symbols(plan).into_iter().filter(|s| !have.contains(s)).collect();
+        if !missing.is_empty() {
+            bail!(
+                "the compiled kernels lack {} symbol(s) this plan launches: {} (kernel ABI: src/runtime/cuda/abi.rs)",
+                missing.len(),
+                missing.join(", ")
+            );
+        }
+    }
+    Ok(compiled.cubin)
 }
 
 impl CudaExecutor {
@@ -208,7 +222,7 @@ impl CudaExecutor {
         }
 
         // Kernels: one function per symbol the plan uses.
-        let image = compile_kernels(&device)?;
+        let image = compile_kernels(&device, &plan)?;
         let module = Module::load(&counters, &image)?;
         let mut by_symbol: BTreeMap<String, CUfunction> = BTreeMap::new();
         let mut max_shared: BTreeMap<String, u32> = BTreeMap::new();
@@ -223,7 +237,8 @@ impl CudaExecutor {
             let f = module.function(&counters, &s)?;
             let shared = max_shared.get(&s).copied().unwrap_or(0);
             if shared > 48 * 1024 {
-                driver::set_max_dynamic_shared(&counters, f, shared).with_context(|| format!("`{s}` needs {shared} bytes of shared memory"))?;
+                driver::set_max_dynamic_shared(&counters, f, shared)
+                    .with_context(|| format!("`{s}` needs {shared} bytes of shared memory"))?;
             }
             by_symbol.insert(s, f);
         }
@@ -250,7 +265,18 @@ impl CudaExecutor {
                 output_device: region_base[RegionKind::Output.index()],
             };
             for (pi, p) in plan.programs.iter().enumerate() {
-                graphs.push(graph::build(&counters, device.ctx, &p.label(), &p.launches, &p.deps, &funcs[pi], &params[pi], &io[pi], &ends)?);
+                let parts = graph::ProgramParts {
+                    label: p.label(),
+                    launches: &p.launches,
+                    deps: &p.deps,
+                    funcs: &funcs[pi],
+                    params: &params[pi],
+                    io: &io[pi],
+                };
+                // SAFETY: the context is current (Device::open), `funcs` come from `module`, and
+                // the pinned buffers and regions behind `ends` move into `Self` and are dropped
+                // after `graphs` (field order).
+                graphs.push(unsafe { graph::build(&counters, device.ctx, &parts, &ends) }?);
             }
         }
         stream.sync(&counters).context("finishing the upload")?;
@@ -427,8 +453,10 @@ fn upload_weights(plan: &Plan, weights: &dyn WeightSource, counters: &Counters, 
     let bar = if std::io::stderr().is_terminal() {
         let b = indicatif::ProgressBar::new(total);
         b.set_style(
-            indicatif::ProgressStyle::with_template("uploading weights {bar:30} {binary_bytes}/{binary_total_bytes} {binary_bytes_per_sec}")
-                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+            indicatif::ProgressStyle::with_template(
+                "uploading weights {bar:30} {binary_bytes}/{binary_total_bytes} {binary_bytes_per_sec}",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
         );
         b
     } else {
@@ -488,7 +516,9 @@ impl Executor for CudaExecutor {
                 for _ in &self.io[program].outputs {
                     self.counters.download(false);
                 }
-                self.graphs[program].launch(&self.counters, self.stream.0).with_context(|| format!("launching the graph of {}", label()))?;
+                self.graphs[program]
+                    .launch(&self.counters, self.stream.0)
+                    .with_context(|| format!("launching the graph of {}", label()))?;
             }
             Mode::Eager => {
                 self.upload_step_eager(program)?;

@@ -41,52 +41,58 @@ pub struct CopyEnds {
 }
 
 fn memcpy_params(src_host: Option<*const u8>, src_dev: u64, dst_host: Option<*mut u8>, dst_dev: u64, bytes: u64) -> sys::CUDA_MEMCPY3D {
-    // SAFETY: CUDA_MEMCPY3D is a plain C struct; all-zero is its documented "unused" state.
-    let mut p: sys::CUDA_MEMCPY3D = unsafe { std::mem::zeroed() };
-    match src_host {
-        Some(h) => {
-            p.srcMemoryType = sys::CUmemorytype::CU_MEMORYTYPE_HOST;
-            p.srcHost = h as *const c_void;
-        }
-        None => {
-            p.srcMemoryType = sys::CUmemorytype::CU_MEMORYTYPE_DEVICE;
-            p.srcDevice = src_dev;
-        }
+    use sys::CUmemorytype::{CU_MEMORYTYPE_DEVICE, CU_MEMORYTYPE_HOST};
+    // Every field spelled out: the struct holds enums, so it has no valid all-zero value.
+    let bytes = bytes as usize;
+    sys::CUDA_MEMCPY3D {
+        srcXInBytes: 0,
+        srcY: 0,
+        srcZ: 0,
+        srcLOD: 0,
+        srcMemoryType: if src_host.is_some() { CU_MEMORYTYPE_HOST } else { CU_MEMORYTYPE_DEVICE },
+        srcHost: src_host.unwrap_or(std::ptr::null()) as *const c_void,
+        srcDevice: src_dev,
+        srcArray: std::ptr::null_mut(),
+        reserved0: std::ptr::null_mut(),
+        srcPitch: bytes,
+        srcHeight: 1,
+        dstXInBytes: 0,
+        dstY: 0,
+        dstZ: 0,
+        dstLOD: 0,
+        dstMemoryType: if dst_host.is_some() { CU_MEMORYTYPE_HOST } else { CU_MEMORYTYPE_DEVICE },
+        dstHost: dst_host.unwrap_or(std::ptr::null_mut()) as *mut c_void,
+        dstDevice: dst_dev,
+        dstArray: std::ptr::null_mut(),
+        reserved1: std::ptr::null_mut(),
+        dstPitch: bytes,
+        dstHeight: 1,
+        WidthInBytes: bytes,
+        Height: 1,
+        Depth: 1,
     }
-    match dst_host {
-        Some(h) => {
-            p.dstMemoryType = sys::CUmemorytype::CU_MEMORYTYPE_HOST;
-            p.dstHost = h as *mut c_void;
-        }
-        None => {
-            p.dstMemoryType = sys::CUmemorytype::CU_MEMORYTYPE_DEVICE;
-            p.dstDevice = dst_dev;
-        }
-    }
-    p.srcPitch = bytes as usize;
-    p.dstPitch = bytes as usize;
-    p.srcHeight = 1;
-    p.dstHeight = 1;
-    p.WidthInBytes = bytes as usize;
-    p.Height = 1;
-    p.Depth = 1;
-    p
 }
 
-/// Builds and instantiates the graph of one program. `funcs[i]` and `params[i]` belong to
-/// launch `i`; `params` must outlive the graph only until instantiation (the driver copies
-/// kernel arguments into the node), but `exec` keeps them for the executor's life anyway.
-pub fn build(
-    counters: &Counters,
-    ctx: sys::CUcontext,
-    label: &str,
-    launches: &[crate::plan::Launch],
-    deps: &[(u32, u32)],
-    funcs: &[CUfunction],
-    params: &[LaunchParams],
-    io: &ProgramIo,
-    ends: &CopyEnds,
-) -> Result<ProgramGraph> {
+/// What the graph of one program is built from; `funcs[i]` and `params[i]` belong to launch `i`.
+pub struct ProgramParts<'a> {
+    pub label: String,
+    pub launches: &'a [crate::plan::Launch],
+    pub deps: &'a [(u32, u32)],
+    pub funcs: &'a [CUfunction],
+    pub params: &'a [LaunchParams],
+    pub io: &'a ProgramIo,
+}
+
+/// Builds and instantiates the graph of one program. `params` must outlive the graph only until
+/// instantiation (the driver copies kernel arguments into the node), but `exec` keeps them for
+/// the executor's life anyway.
+///
+/// # Safety
+/// `ctx` is the current context and `funcs` were loaded in it; `ends` points at a pinned step
+/// buffer, a pinned output mirror and device regions that cover every span of `parts.io` and
+/// outlive the returned graph (the graph's copies read and write them on every launch).
+pub unsafe fn build(counters: &Counters, ctx: sys::CUcontext, parts: &ProgramParts, ends: &CopyEnds) -> Result<ProgramGraph> {
+    let ProgramParts { label, launches, deps, funcs, params, io } = parts;
     let mut graph: sys::CUgraph = std::ptr::null_mut();
     call(counters, "cuGraphCreate", unsafe { sys::cuGraphCreate(&mut graph, 0) })?;
     // From here on, a failure must destroy the graph: wrap it before adding nodes.
@@ -113,7 +119,7 @@ pub fn build(
 
     let mut launch_nodes: Vec<sys::CUgraphNode> = Vec::with_capacity(launches.len());
     let mut by_after: Vec<Vec<u32>> = vec![Vec::new(); launches.len()];
-    for &(before, after) in deps {
+    for &(before, after) in deps.iter() {
         by_after[after as usize].push(before);
     }
     for (i, l) in launches.iter().enumerate() {
@@ -170,6 +176,8 @@ pub fn build(
 }
 
 impl ProgramGraph {
+    // `stream` is an opaque driver handle, passed through, never dereferenced here.
+    #[allow(clippy::not_unsafe_ptr_arg_deref)]
     pub fn launch(&self, counters: &Counters, stream: sys::CUstream) -> Result<()> {
         counters.graph_launch();
         call(counters, "cuGraphLaunch", unsafe { sys::cuGraphLaunch(self.exec, stream) })

@@ -298,24 +298,13 @@ pub fn load_or_compile(arch: &str) -> Result<CompiledKernels, NvrtcError> {
         if let Ok(cubin) = std::fs::read(path) {
             if cubin.starts_with(b"\x7fELF") {
                 tracing::debug!("kernels for {arch} from cache {}", path.display());
-                return Ok(CompiledKernels {
-                    arch: arch.to_string(),
-                    cubin,
-                    nvrtc_version: version,
-                    log: String::new(),
-                    from_cache: true,
-                });
+                return Ok(CompiledKernels { arch: arch.to_string(), cubin, nvrtc_version: version, log: String::new(), from_cache: true });
             }
         }
     }
     let started = std::time::Instant::now();
     let compiled = with_nvrtc("compile", || compile_unchecked(arch, &include_dir))?;
-    tracing::info!(
-        "compiled kernels for {arch} with NVRTC {}.{} in {:.1?}",
-        version.0,
-        version.1,
-        started.elapsed()
-    );
+    tracing::info!("compiled kernels for {arch} with NVRTC {}.{} in {:.1?}", version.0, version.1, started.elapsed());
     if let Some(path) = &path {
         if let Err(e) = write_atomically(path, &compiled.cubin) {
             tracing::warn!("could not cache compiled kernels at {}: {e}", path.display());
@@ -342,12 +331,10 @@ pub fn cubin_kernel_names(cubin: &[u8]) -> anyhow::Result<Vec<String>> {
     const SHT_SYMTAB: u32 = 2;
     const STT_FUNC: u8 = 2;
     const STB_GLOBAL: u8 = 1;
-    let u16_at = |o: usize| -> anyhow::Result<u16> {
-        Ok(u16::from_le_bytes(cubin.get(o..o + 2).context("truncated CUBIN")?.try_into().unwrap()))
-    };
-    let u32_at = |o: usize| -> anyhow::Result<u32> {
-        Ok(u32::from_le_bytes(cubin.get(o..o + 4).context("truncated CUBIN")?.try_into().unwrap()))
-    };
+    let u16_at =
+        |o: usize| -> anyhow::Result<u16> { Ok(u16::from_le_bytes(cubin.get(o..o + 2).context("truncated CUBIN")?.try_into().unwrap())) };
+    let u32_at =
+        |o: usize| -> anyhow::Result<u32> { Ok(u32::from_le_bytes(cubin.get(o..o + 4).context("truncated CUBIN")?.try_into().unwrap())) };
     let u64_at = |o: usize| -> anyhow::Result<usize> {
         Ok(u64::from_le_bytes(cubin.get(o..o + 8).context("truncated CUBIN")?.try_into().unwrap()) as usize)
     };

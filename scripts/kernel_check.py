@@ -1,0 +1,674 @@
+#!/usr/bin/env python3
+"""GPU check of kiln's CUDA kernels (kernels/*.cu) against NumPy references, llm.c style.
+
+Run on a machine with an NVIDIA GPU and CuPy (cupy-cuda13x), from anywhere:
+
+    python3 scripts/kernel_check.py                 # every kernel, f32 / f16 / bf16
+    python3 scripts/kernel_check.py --only linear,sample --seed 7 --bench
+
+It compiles the kernels the way kiln does (one translation unit including every *.cu;
+-std=c++17; the CUDA include directory from KILN_CUDA_INCLUDE, CUDA_HOME or
+/usr/local/cuda/include), launches each with the geometry of src/plan/geometry.rs on fresh
+random inputs (never zeros; outputs poisoned with NaN / -1 first), and compares with a float64
+NumPy implementation of the semantics written at the top of each kernel file. Sampling is
+checked against a port of `sampling::sample_row` (f32, sequential sums, same generator).
+
+Each check passes when every element is within `atol_rel * max|ref| + rtol * |ref|`; the
+table gives the max abs error and the normalized error max|out - ref| / max|ref|. Exits 1 on
+any failure, printing the first mismatches (at most 10) of each failing check.
+"""
+
+import argparse
+import math
+import os
+import sys
+import time
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+KERNELS = os.path.join(ROOT, "kernels")
+
+
+# ---- storage dtypes -------------------------------------------------------------------------
+
+
+class Storage:
+    """A storage dtype: host representation, conversions, unit roundoff."""
+
+    def __init__(self, name, host_dtype, unit):
+        self.name, self.host_dtype, self.unit = name, host_dtype, unit
+
+    def store(self, a):
+        a = np.asarray(a, dtype=np.float32)
+        if self.name == "f32":
+            return a.copy()
+        if self.name == "f16":
+            return a.astype(np.float16)
+        bits = a.view(np.uint32).astype(np.uint64)
+        rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16  # round to nearest even
+        return rounded.astype(np.uint16)
+
+    def load(self, a):
+        """Stored array -> float64."""
+        if self.name == "bf16":
+            return (a.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+        return a.astype(np.float64)
+
+    def round(self, a):
+        """float64 -> nearest storage value (via f32, as the kernels round an f32), as float64."""
+        return self.load(self.store(np.asarray(a, dtype=np.float64).astype(np.float32)))
+
+    def poison(self, shape):
+        """All-ones bytes: NaN in every float storage type."""
+        n = int(np.prod(shape)) * np.dtype(self.host_dtype).itemsize
+        return np.frombuffer(b"\xff" * n, dtype=self.host_dtype).reshape(shape).copy()
+
+
+F32 = Storage("f32", np.float32, 2.0 ** -24)
+F16 = Storage("f16", np.float16, 2.0 ** -11)
+BF16 = Storage("bf16", np.uint16, 2.0 ** -8)
+DTYPES = {"f32": F32, "f16": F16, "bf16": BF16}
+
+# ---- geometry: mirrors src/plan/geometry.rs -------------------------------------------------
+
+
+def cdiv(a, b):
+    return (a + b - 1) // b
+
+
+def geometry(kernel, **p):
+    if kernel in ("gather", "rms_norm", "kv_write"):
+        return (p["rows"], 1, 1), (256, 1, 1)
+    if kernel in ("head_rms_norm", "rope"):
+        return (p["rows"], p["heads"], 1), (128, 1, 1)
+    if kernel == "linear":
+        if p["rows"] <= 8:
+            return (cdiv(p["out_features"], 8), 1, 1), (256, 1, 1)
+        return (cdiv(p["out_features"], 64), cdiv(p["rows"], 64), 1), (256, 1, 1)
+    if kernel == "attention":
+        return (p["rows"], p["heads"], 1), (256, 1, 1)
+    if kernel in ("swiglu", "add"):
+        return (cdiv(p["n"], 256), 1, 1), (256, 1, 1)
+    if kernel == "sample":
+        return (p["rows"], 1, 1), (1024, 1, 1)
+    raise ValueError(kernel)
+
+
+# ---- reporting ------------------------------------------------------------------------------
+
+
+class Report:
+    def __init__(self):
+        self.rows = []
+
+    def compare(self, name, dt, out, ref, rtol, atol_rel, note=""):
+        out = np.asarray(out, dtype=np.float64).ravel()
+        ref = np.asarray(ref, dtype=np.float64).ravel()
+        scale = float(np.max(np.abs(ref))) if ref.size else 0.0
+        diff = np.abs(out - ref)
+        tol = atol_rel * scale + rtol * np.abs(ref)
+        bad = ~(diff <= tol)  # NaN counts as bad
+        max_abs = float(np.nanmax(diff)) if diff.size and not np.all(np.isnan(diff)) else float("nan")
+        if np.any(np.isnan(out)):
+            max_abs = float("nan")
+        norm = max_abs / scale if scale > 0 else max_abs
+        ok = not np.any(bad)
+        self.rows.append((name, dt, max_abs, norm, int(np.sum(bad)), out.size, ok, note))
+        if not ok:
+            idx = np.nonzero(bad)[0]
+            print(f"  MISMATCH {name} [{dt}]: {len(idx)} of {out.size} elements out of tolerance")
+            for i in idx[:10]:
+                print(f"    [{i}] out={out[i]!r} ref={ref[i]!r} diff={diff[i]:.3e} tol={tol[i]:.3e}")
+        return ok
+
+    def record(self, name, dt, ok, note, bad=0, total=0):
+        self.rows.append((name, dt, float("nan"), float("nan"), bad, total, ok, note))
+        return ok
+
+    def table(self):
+        lines = [f"{'check':<44} {'dtype':<9} {'max_abs':>10} {'norm_err':>10} {'bad':>12}  result  note"]
+        for name, dt, max_abs, norm, bad, total, ok, note in self.rows:
+            fa = "-" if math.isnan(max_abs) and ok else f"{max_abs:.3e}"
+            fn = "-" if math.isnan(norm) and ok else f"{norm:.3e}"
+            lines.append(f"{name:<44} {dt:<9} {fa:>10} {fn:>10} {f'{bad}/{total}':>12}  {'PASS' if ok else 'FAIL':<6}  {note}")
+        return "\n".join(lines)
+
+    def failed(self):
+        return [r for r in self.rows if not r[6]]
+
+
+# ---- the checks -----------------------------------------------------------------------------
+
+
+class Checker:
+    def __init__(self, cp, module, rng, report):
+        self.cp, self.module, self.rng, self.report = cp, module, rng, report
+
+    def fn(self, symbol):
+        return self.module.get_function(symbol)
+
+    def launch(self, symbol, kernel, args, **geo):
+        grid, block = geometry(kernel, **geo)
+        self.fn(symbol)(grid, block, args)
+        self.cp.cuda.Device().synchronize()
+
+    def rand(self, *shape, scale=1.0):
+        a = self.rng.standard_normal(shape).astype(np.float32) * np.float32(scale)
+        a[a == 0] = np.float32(1e-3)  # never zeros
+        return a
+
+    def dev(self, a):
+        return self.cp.asarray(a)
+
+    # gather ---------------------------------------------------------------------------------
+    def gather(self, dt):
+        V, D = 300, 1000
+        idx = np.array([5, 0, V - 1, -1, V, 17, 123456], dtype=np.int32)
+        R = len(idx)
+        table = dt.store(self.rand(V, D))
+        out = self.dev(dt.poison((R, D)))
+        self.launch(f"kiln_gather_{dt.name}", "gather",
+                    (self.dev(table), self.dev(idx), out, np.uint32(R), np.uint32(D), np.uint32(V)), rows=R)
+        ref = np.zeros((R, D))
+        for r, i in enumerate(idx):
+            if 0 <= i < V:
+                ref[r] = dt.load(table[i])
+        self.report.compare("gather (out-of-range rows zero)", dt.name, dt.load(out.get()), ref, 0.0, 0.0)
+
+    # rms_norm / head_rms_norm ---------------------------------------------------------------
+    def rms_ref(self, dt, x, w, eps):
+        inv = 1.0 / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)
+        t = dt.round(x * inv)
+        return t * w
+
+    def rms_norm(self, dt):
+        for R, D in [(5, 1000), (2, 4096)]:
+            eps = 1e-6
+            x = dt.store(self.rand(R, D, scale=2.0))
+            w = dt.store(self.rand(D) * 0.5 + 1.0)
+            out = self.dev(dt.poison((R, D)))
+            self.launch(f"kiln_rms_norm_{dt.name}", "rms_norm",
+                        (self.dev(x), self.dev(w), out, np.uint32(R), np.uint32(D), np.float32(eps)), rows=R)
+            ref = self.rms_ref(dt, dt.load(x), dt.load(w), eps)
+            self.report.compare(f"rms_norm rows={R} dim={D}", dt.name, dt.load(out.get()), ref,
+                                2.5 * dt.unit + 1e-6, 1e-6)
+
+    def head_rms_norm(self, dt):
+        R, H, HD = 3, 4, 128
+        eps = 1e-6
+        x = dt.store(self.rand(R, H * HD, scale=3.0))
+        w = dt.store(self.rand(HD) * 0.5 + 1.0)
+        out = self.dev(dt.poison((R, H * HD)))
+        self.launch(f"kiln_head_rms_norm_{dt.name}", "head_rms_norm",
+                    (self.dev(x), self.dev(w), out, np.uint32(R), np.uint32(H), np.uint32(HD), np.float32(eps)),
+                    rows=R, heads=H)
+        ref = self.rms_ref(dt, dt.load(x).reshape(R, H, HD), dt.load(w), eps).reshape(R, H * HD)
+        self.report.compare(f"head_rms_norm rows={R} heads={H} hd={HD}", dt.name, dt.load(out.get()), ref,
+                            2.5 * dt.unit + 1e-6, 1e-6)
+
+    # linear ---------------------------------------------------------------------------------
+    def linear(self, dt):
+        cases = [  # rows, in, out, bias: GEMV (vector / scalar loads) and tiled
+            (1, 1024, 777, False), (3, 1024, 300, True), (8, 1000, 257, False),
+            (2, 1001, 100, True), (9, 1001, 130, True), (70, 256, 200, False),
+        ]
+        for outdt in (dt, F32) if dt is not F32 else (F32,):
+            for R, K, N, has_bias in cases:
+                x = dt.store(self.rand(R, K))
+                w = dt.store(self.rand(N, K, scale=1.0 / math.sqrt(K)))
+                b = dt.store(self.rand(N))
+                out = self.dev(outdt.poison((R, N)))
+                bias_arg = self.dev(b) if has_bias else np.uint64(0)
+                self.launch(f"kiln_linear_{dt.name}_{outdt.name}", "linear",
+                            (self.dev(x), self.dev(w), bias_arg, out, np.uint32(R), np.uint32(K), np.uint32(N),
+                             np.uint32(int(has_bias))), rows=R, out_features=N)
+                ref = dt.load(x) @ dt.load(w).T
+                if has_bias:
+                    ref = ref + dt.load(b)
+                path = "gemv" if R <= 8 else "tiled"
+                self.report.compare(f"linear {path} {R}x{K}->{N}{' +bias' if has_bias else ''}",
+                                    f"{dt.name}->{outdt.name}", outdt.load(out.get()), ref,
+                                    1.5 * outdt.unit, 2e-5)
+
+    # rope -----------------------------------------------------------------------------------
+    @staticmethod
+    def inv_freq(i, rot, theta, kind, factor, low, high, orig):
+        f = np.float32
+        e = f(2 * i) / f(rot)
+        base = f(1.0) / f(float(theta) ** float(e))
+        if kind != 1:
+            return base
+        old = f(orig)
+        low_wl, high_wl = old / f(low), old / f(high)
+        wavelen = f(2.0) * f(np.pi) / base
+        if wavelen < high_wl:
+            return base
+        if wavelen > low_wl:
+            return base / f(factor)
+        smooth = (old / wavelen - f(low)) / (f(high) - f(low))
+        return (f(1.0) - smooth) * base / f(factor) + smooth * base
+
+    def rope(self, dt):
+        configs = [  # name, interleaved, theta, head_dim, rotary_dim, kind, factor, low, high, orig
+            ("halfsplit", 0, 1e6, 64, 64, 0, 1.0, 0.0, 0.0, 0),
+            ("interleaved partial linear", 1, 1e4, 64, 32, 2, 4.0, 0.0, 0.0, 0),
+            ("halfsplit llama3", 0, 5e5, 128, 128, 1, 32.0, 1.0, 4.0, 8192),
+        ]
+        positions = np.array([0, 5, -1, 3000], dtype=np.int32)
+        R, H = len(positions), 3
+        for name, inter, theta, HD, rot, kind, factor, low, high, orig in configs:
+            x = dt.store(self.rand(R, H * HD))
+            out = self.dev(dt.poison((R, H * HD)))
+            self.launch(f"kiln_rope_{dt.name}", "rope",
+                        (self.dev(x), self.dev(positions), out, np.uint32(R), np.uint32(H), np.uint32(HD),
+                         np.uint32(rot), np.uint32(inter), np.float32(theta), np.uint32(kind), np.float32(factor),
+                         np.float32(low), np.float32(high), np.uint32(orig)), rows=R, heads=H)
+            xs = dt.load(x).reshape(R, H, HD)
+            ref = xs.copy()
+            inv = [self.inv_freq(i, rot, theta, kind, factor, low, high, orig) for i in range(rot // 2)]
+            for r, p in enumerate(positions):
+                if p < 0:
+                    continue
+                pos = np.float32(p) / np.float32(factor) if kind == 2 else np.float32(p)
+                for i in range(rot // 2):
+                    ang = float(np.float32(pos * inv[i]))
+                    c, s = math.cos(ang), math.sin(ang)
+                    ia, ib = (2 * i, 2 * i + 1) if inter else (i, i + rot // 2)
+                    a, b = xs[r, :, ia], xs[r, :, ib]
+                    ref[r, :, ia] = a * c - b * s
+                    ref[r, :, ib] = a * s + b * c
+            self.report.compare(f"rope {name}", dt.name, dt.load(out.get()), ref.reshape(R, H * HD),
+                                1.5 * dt.unit + 1e-6, 2e-6)
+
+    # kv_write -------------------------------------------------------------------------------
+    def kv_write(self, dt):
+        KVD, KVR = 256, 64
+        positions = np.array([3, -1, 0, 10, 10], dtype=np.int32)
+        base = np.array([0, 0, 16, 32, 60], dtype=np.int32)  # the last targets row 70: skipped
+        R = len(positions)
+        k, v = dt.store(self.rand(R, KVD)), dt.store(self.rand(R, KVD))
+        kc0, vc0 = dt.store(self.rand(KVR, KVD)), dt.store(self.rand(KVR, KVD))
+        kc, vc = self.dev(kc0), self.dev(vc0)
+        self.launch(f"kiln_kv_write_{dt.name}", "kv_write",
+                    (self.dev(k), self.dev(v), self.dev(positions), self.dev(base), kc, vc, np.uint32(R),
+                     np.uint32(KVD), np.uint32(KVR)), rows=R)
+        rk, rv = dt.load(kc0), dt.load(vc0)
+        for t in range(R):
+            row = base[t] + positions[t]
+            if positions[t] >= 0 and 0 <= row < KVR:
+                rk[row], rv[row] = dt.load(k[t]), dt.load(v[t])
+        ok = self.report.compare("kv_write k_cache (padding, out of range)", dt.name, dt.load(kc.get()), rk, 0.0, 0.0)
+        self.report.compare("kv_write v_cache", dt.name, dt.load(vc.get()), rv, 0.0, 0.0)
+        return ok
+
+    # attention ------------------------------------------------------------------------------
+    def attention(self, dt):
+        cases = [  # name, heads, kv_heads, head_dim, kv_rows, positions, cache_base
+            ("prefill-like gqa4 hd128", 8, 2, 128, 256, [0, 7, -1, 100, 200], [0, 0, 0, 32, 40]),
+            ("decode long ctx hd64", 4, 4, 64, 4096, [2047, 4000], [0, 0]),
+            ("odd head_dim 80 gqa2", 6, 3, 80, 64, [10, 63, 5], [0, 0, 50]),
+        ]
+        for name, H, KVH, HD, KVR, pos, cb in cases:
+            pos, cb = np.array(pos, dtype=np.int32), np.array(cb, dtype=np.int32)
+            R = len(pos)
+            scale = 1.0 / math.sqrt(HD)
+            q = dt.store(self.rand(R, H * HD, scale=2.0))
+            kc = dt.store(self.rand(KVR, KVH * HD))
+            vc = dt.store(self.rand(KVR, KVH * HD))
+            out = self.dev(dt.poison((R, H * HD)))
+            self.launch(f"kiln_attention_{dt.name}", "attention",
+                        (self.dev(q), self.dev(kc), self.dev(vc), self.dev(pos), self.dev(cb), out, np.uint32(R),
+                         np.uint32(H), np.uint32(KVH), np.uint32(HD), np.float32(scale), np.uint32(KVR)),
+                        rows=R, heads=H)
+            qf = dt.load(q).reshape(R, H, HD)
+            kf = dt.load(kc).reshape(KVR, KVH, HD)
+            vf = dt.load(vc).reshape(KVR, KVH, HD)
+            ref = np.zeros((R, H, HD))
+            for t in range(R):
+                if pos[t] < 0:
+                    continue
+                rows = slice(cb[t], cb[t] + pos[t] + 1)
+                for h in range(H):
+                    g = h // (H // KVH)
+                    s = np.float64(np.float32(scale)) * (kf[rows, g] @ qf[t, h])
+                    e = np.exp(s - s.max())
+                    ref[t, h] = (e @ vf[rows, g]) / e.sum()
+            self.report.compare(f"attention {name}", dt.name, dt.load(out.get()), ref.reshape(R, H * HD),
+                                1.5 * dt.unit + 1e-5, 2e-5)
+
+    # elementwise ----------------------------------------------------------------------------
+    def swiglu(self, dt):
+        n = 10000
+        g, u = dt.store(self.rand(n, scale=4.0)), dt.store(self.rand(n, scale=2.0))
+        out = self.dev(dt.poison((n,)))
+        self.launch(f"kiln_swiglu_{dt.name}", "swiglu", (self.dev(g), self.dev(u), out, np.uint32(n)), n=n)
+        gf, uf = dt.load(g), dt.load(u)
+        self.report.compare(f"swiglu n={n}", dt.name, dt.load(out.get()), gf / (1.0 + np.exp(-gf)) * uf,
+                            1.5 * dt.unit + 1e-6, 1e-6)
+
+    def add(self, dt):
+        n = 10001
+        a, b = dt.store(self.rand(n)), dt.store(self.rand(n))
+        out = self.dev(dt.poison((n,)))
+        self.launch(f"kiln_add_{dt.name}", "add", (self.dev(a), self.dev(b), out, np.uint32(n)), n=n)
+        self.report.compare(f"add n={n}", dt.name, dt.load(out.get()), dt.load(a) + dt.load(b), 1.01 * dt.unit, 0.0)
+
+    # sample ---------------------------------------------------------------------------------
+    def sample(self):
+        rows = []  # (label, logits f32 [V], temperature, top_k, top_p, seed, counter)
+        V = 151936
+        seeds = range(8)
+        for label, t, k, p in [
+            ("greedy", 0.0, 0, 1.0), ("T<0 greedy", -1.0, 40, 0.9), ("T=inf greedy", float("inf"), 0, 1.0),
+            ("exact: T0.7 k40 p0.9", 0.7, 40, 0.9), ("exact: T1 k50", 1.0, 50, 0.0),
+            ("exact: T1 k4096 p0.5", 1.0, 4096, 0.5),
+            ("large: T1 p0.95", 1.0, 0, 0.95), ("large: T1 pure", 1.0, 0, 1.0), ("large: T0.8 k5000", 0.8, 5000, 1.0),
+        ]:
+            for s in seeds:
+                rows.append((label, self.rand(V, scale=3.0), t, k, p, 1000 + s, 17 * s))
+        for s in seeds:  # flat: the top_p prefix is far beyond the exact path's capacity
+            rows.append(("large flat: T1 p0.9", self.rand(V, scale=0.05), 1.0, 0, 0.9, 2000 + s, s))
+        tie = self.rand(V, scale=3.0)
+        tie[100] = tie[5000] = np.float32(50.0)
+        rows.append(("greedy tie -> lowest index", tie, 0.0, 0, 1.0, 0, 0))
+        nan = self.rand(V, scale=3.0)
+        nan[0], nan[7], nan[9000] = np.nan, np.nan, np.nan
+        rows.append(("greedy with NaNs", nan, 0.0, 0, 1.0, 0, 0))
+        self._sample_batch("vocab=151936", rows)
+
+        small = []
+        for s in seeds:  # vocab <= capacity: every setting takes the exact path
+            for t, k, p in [(1.0, 0, 1.0), (0.5, 0, 0.8), (1.5, 10, 0.9)]:
+                small.append((f"T{t} k{k} p{p}", self.rand(1000, scale=2.0), t, k, p, 3000 + s, s))
+        self._sample_batch("vocab=1000", small)
+
+    def _sample_batch(self, what, rows):
+        cp = self.cp
+        R, V = len(rows), len(rows[0][1])
+        logits = np.stack([r[1] for r in rows]).astype(np.float32)
+        temp = np.array([r[2] for r in rows], dtype=np.float32)
+        topk = np.array([r[3] for r in rows], dtype=np.int32)
+        topp = np.array([r[4] for r in rows], dtype=np.float32)
+        seed = np.array([r[5] for r in rows], dtype=np.uint32)
+        counter = np.array([r[6] for r in rows], dtype=np.uint32)
+        args = [self.dev(a) for a in (logits, temp, topk, topp, seed, counter)]
+        outs = []
+        for _ in range(2):  # twice: the result must be deterministic
+            out = self.dev(np.full(R, -1, dtype=np.int32))
+            self.launch("kiln_sample_f32", "sample", (*args, out, np.uint32(R), np.uint32(V)), rows=R)
+            outs.append(out.get())
+        got = outs[0]
+        self.report.record(f"sample {what}: deterministic", "f32", bool(np.array_equal(outs[0], outs[1])), "two runs")
+        by_label = {}
+        for i, row in enumerate(rows):
+            label = row[0]
+            ref = sample_row_ref(*row[1:])
+            exact = got[i] == ref
+            near = not exact and 0 <= got[i] < V and within_rounding(*row[1:], int(got[i]))
+            e = by_label.setdefault(label, [0, 0, 0, []])
+            e[0 if exact else (1 if near else 2)] += 1
+            if not exact:
+                e[3].append(f"row {i}: got {got[i]} ref {ref}")
+        for label, (n_exact, n_near, n_far, notes) in by_label.items():
+            # The large path sums in 40-bit fixed point, the CPU sequentially in f32: where those
+            # roundings straddle a boundary they pick neighbouring candidates. Elsewhere (the
+            # exact path, greedy) the token must be identical.
+            large = label.startswith("large")
+            ok = n_far == 0 and (large or n_near == 0)
+            total = n_exact + n_near + n_far
+            note = f"{n_exact}/{total} identical to f32 sample_row, {n_near} within f32 rounding of the exact sums"
+            if not ok:
+                print(f"  MISMATCH sample {label}: " + "; ".join(notes[:10]))
+            self.report.record(f"sample {what} {label}", "f32", ok, note, bad=n_far + (0 if large else n_near),
+                               total=total)
+
+    # benchmarks -----------------------------------------------------------------------------
+    def bench(self):
+        cp = self.cp
+
+        def timed(fn, iters=20):
+            fn()
+            cp.cuda.Device().synchronize()
+            e0, e1 = cp.cuda.Event(), cp.cuda.Event()
+            e0.record()
+            for _ in range(iters):
+                fn()
+            e1.record()
+            e1.synchronize()
+            return cp.cuda.get_elapsed_time(e0, e1) / iters * 1e-3
+
+        lines = []
+        for R in (1, 8):
+            K, N = 4096, 14336
+            x = self.dev(BF16.store(self.rand(R, K)))
+            w = self.dev(BF16.store(self.rand(N, K, scale=0.02)))
+            out = self.dev(np.zeros((R, N), dtype=np.uint16))
+            grid, block = geometry("linear", rows=R, out_features=N)
+            f = self.fn("kiln_linear_bf16_bf16")
+            s = timed(lambda: f(grid, block, (x, w, np.uint64(0), out, np.uint32(R), np.uint32(K), np.uint32(N),
+                                              np.uint32(0))))
+            lines.append(f"linear bf16 gemv rows={R} {K}->{N}: {s * 1e6:.1f} us, weights {N * K * 2 / s / 1e9:.0f} GB/s")
+        V = 151936
+        for label, t, k, p, sc in [("greedy", 0.0, 0, 1.0, 3.0), ("T0.7 k40 p0.9", 0.7, 40, 0.9, 3.0),
+                                   ("T1 p0.95", 1.0, 0, 0.95, 3.0), ("T1 flat p0.9", 1.0, 0, 0.9, 0.05)]:
+            R = 8
+            logits = self.dev(self.rand(R, V, scale=sc))
+            args = [self.dev(np.full(R, v, dtype=d)) for v, d in
+                    ((t, np.float32), (k, np.int32), (p, np.float32), (1, np.uint32), (2, np.uint32))]
+            out = self.dev(np.zeros(R, dtype=np.int32))
+            f = self.fn("kiln_sample_f32")
+            s = timed(lambda: f((R, 1, 1), (1024, 1, 1), (logits, *args, out, np.uint32(R), np.uint32(V))), iters=5)
+            lines.append(f"sample {R} rows vocab {V} {label}: {s * 1e6:.1f} us")
+        H, KVH, HD, P = 32, 8, 128, 4095
+        q = self.dev(BF16.store(self.rand(1, H * HD)))
+        kc = self.dev(BF16.store(self.rand(P + 1, KVH * HD)))
+        vc = self.dev(BF16.store(self.rand(P + 1, KVH * HD)))
+        pos, cb = self.dev(np.array([P], dtype=np.int32)), self.dev(np.array([0], dtype=np.int32))
+        out = self.dev(np.zeros((1, H * HD), dtype=np.uint16))
+        f = self.fn("kiln_attention_bf16")
+        s = timed(lambda: f((1, H, 1), (256, 1, 1), (q, kc, vc, pos, cb, out, np.uint32(1), np.uint32(H), np.uint32(KVH),
+                                                     np.uint32(HD), np.float32(0.088), np.uint32(P + 1))))
+        kv_bytes = 2 * (P + 1) * KVH * HD * 2
+        lines.append(f"attention bf16 decode ctx={P + 1} heads={H}/{KVH}: {s * 1e6:.1f} us, KV {kv_bytes / s / 1e9:.0f} GB/s")
+        return lines
+
+
+# ---- sampling reference: a port of src/runtime/sampling.rs -------------------------------------
+
+MASK64 = (1 << 64) - 1
+
+
+def splitmix64(z):
+    z = (z + 0x9E3779B97F4A7C15) & MASK64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK64
+    return z ^ (z >> 31)
+
+
+def uniform(seed, counter):
+    return np.float32((splitmix64((int(seed) << 32) | int(counter)) >> 40) / 16777216.0)
+
+
+def argmax_ref(l):
+    valid = ~np.isnan(l)
+    if not valid.any():
+        return 0
+    m = l[valid].max()
+    return int(np.nonzero(valid & (l == m))[0][0])
+
+
+def candidates(logits, temperature, top_k):
+    """Steps 2-3 of sample_row: f32 weights, candidate order (w descending, index ascending),
+    the top_k prefix, and each index's rank in that order."""
+    l = np.asarray(logits, dtype=np.float32)
+    mx = l[argmax_ref(l)]
+    with np.errstate(over="ignore", invalid="ignore"):
+        w = np.exp((l - mx) / np.float32(temperature)).astype(np.float32)
+    order = np.lexsort((np.arange(len(l)), -w))
+    rank_of = np.empty(len(l), dtype=np.int64)
+    rank_of[order] = np.arange(len(l))
+    cand = order[:top_k] if 0 < top_k < len(order) else order
+    return w, cand, rank_of
+
+
+def sample_row_ref(logits, temperature, top_k, top_p, seed, counter):
+    """sampling::sample_row: f32 throughout, sequential sums (as Rust's Iterator::sum)."""
+    t = np.float32(temperature)
+    if not (t > 0) or not np.isfinite(t):
+        return argmax_ref(np.asarray(logits, dtype=np.float32))
+    w, cand, _ = candidates(logits, t, top_k)
+    cw = w[cand]
+    if 0 < top_p < 1:
+        cs = np.cumsum(cw, dtype=np.float32)  # np.add.accumulate: sequential
+        hit = np.nonzero(cs >= np.float32(top_p) * cs[-1])[0]
+        keep = int(hit[0]) + 1 if len(hit) else len(cand)
+        cand, cw = cand[:keep], cw[:keep]
+    cs = np.cumsum(cw, dtype=np.float32)
+    hit = np.nonzero(cs > uniform(seed, counter) * cs[-1])[0]
+    return int(cand[hit[0]]) if len(hit) else int(cand[-1])
+
+
+def within_rounding(logits, temperature, top_k, top_p, seed, counter, got, tol=1e-6):
+    """Whether `got` is sample_row's pick when its sums are exact (f64 over the same f32 weights),
+    up to `tol` of the kept mass at the top_p boundary and at the draw."""
+    t = np.float32(temperature)
+    if not (t > 0) or not np.isfinite(t):
+        return False
+    w, cand, rank_of = candidates(logits, t, top_k)
+    cs = np.cumsum(w[cand].astype(np.float64))
+    total = cs[-1]
+    eps = tol * total
+    lo_keep = hi_keep = len(cand)
+    if 0 < top_p < 1:
+        goal = float(np.float32(top_p)) * total
+        lo_keep = int(np.searchsorted(cs, goal - eps)) + 1
+        hi_keep = min(int(np.searchsorted(cs, goal + eps)) + 1, len(cand))
+    r = int(rank_of[got])
+    if r >= hi_keep:
+        return False
+    u = float(uniform(seed, counter))
+    target_lo, target_hi = u * cs[lo_keep - 1] - eps, u * cs[hi_keep - 1] + eps
+    before = cs[r - 1] if r > 0 else 0.0
+    return before <= target_hi and cs[r] >= target_lo
+
+
+# ---- main -----------------------------------------------------------------------------------
+
+
+def cuda_include():
+    for d in (os.environ.get("KILN_CUDA_INCLUDE"),
+              os.path.join(os.environ["CUDA_HOME"], "include") if os.environ.get("CUDA_HOME") else None,
+              "/usr/local/cuda/include"):
+        if d and os.path.isfile(os.path.join(d, "cuda_bf16.h")):
+            return d
+    sys.exit("no CUDA include directory with cuda_bf16.h: set KILN_CUDA_INCLUDE")
+
+
+def nvrtc_cubin(cp, arch):
+    """Compiles kernels/ exactly as src/runtime/cuda/nvrtc.rs does (one unit including every *.cu,
+    every file registered as an NVRTC header) and returns (cubin bytes, log)."""
+    import ctypes
+
+    cp.cuda.nvrtc.getVersion()  # makes CuPy load libnvrtc, so the soname below resolves
+    lib = None
+    for name in ("libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"):
+        try:
+            lib = ctypes.CDLL(name)
+            break
+        except OSError:
+            pass
+    if lib is None:
+        raise OSError("libnvrtc not loadable through ctypes")
+    files = sorted(n for n in os.listdir(KERNELS) if n.endswith(".cu") or n.endswith(".cuh"))
+    unit = "".join(f'#include "{n}"\n' for n in files if n.endswith(".cu")).encode()
+    texts = [open(os.path.join(KERNELS, n), "rb").read() for n in files]
+    prog = ctypes.c_void_p()
+    arr = lambda xs: (ctypes.c_char_p * len(xs))(*xs)
+    rc = lib.nvrtcCreateProgram(ctypes.byref(prog), unit, b"kiln_kernels.cu", len(files), arr(texts),
+                                arr([n.encode() for n in files]))
+    if rc:
+        raise RuntimeError(f"nvrtcCreateProgram: {rc}")
+    opts = [f"--gpu-architecture={arch}", "-std=c++17", "-lineinfo", f"--include-path={cuda_include()}"]
+    rc = lib.nvrtcCompileProgram(prog, len(opts), arr([o.encode() for o in opts]))
+    size = ctypes.c_size_t()
+    lib.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
+    log = ctypes.create_string_buffer(size.value)
+    lib.nvrtcGetProgramLog(prog, log)
+    log = log.value.decode(errors="replace").strip()
+    if rc:
+        raise RuntimeError(f"NVRTC failed ({rc}):\n{log}")
+    lib.nvrtcGetCUBINSize(prog, ctypes.byref(size))
+    cubin = ctypes.create_string_buffer(size.value)
+    lib.nvrtcGetCUBIN(prog, cubin)
+    lib.nvrtcDestroyProgram(ctypes.byref(prog))
+    return cubin.raw, log
+
+
+def load_module(cp, report):
+    """The kernels as a CuPy module: kiln's own NVRTC compile when libnvrtc is reachable through
+    ctypes (CUBIN for the device's arch, sm_90a on Hopper), else CuPy's compile of the same unit."""
+    major, minor = cp.cuda.Device().compute_capability[:-1], cp.cuda.Device().compute_capability[-1]
+    arch = "sm_90a" if (major, minor) == ("9", "0") else f"sm_{major}{minor}"
+    try:
+        cubin, log = nvrtc_cubin(cp, arch)
+        report.record("nvrtc compile: no warnings", arch, "warning" not in log.lower(), log.splitlines()[0] if log else "")
+        if log:
+            print(log)
+        import tempfile
+
+        path = os.path.join(tempfile.mkdtemp(), "kiln_kernels.cubin")
+        with open(path, "wb") as f:
+            f.write(cubin)
+        return cp.RawModule(path=path), f"kiln's NVRTC unit, {arch}, {len(cubin)} bytes"
+    except OSError as e:
+        print(f"(own NVRTC compile unavailable: {e}; using CuPy's)")
+    names = sorted(n for n in os.listdir(KERNELS) if n.endswith(".cu"))
+    unit = "".join(f'#include "{n}"\n' for n in names)
+    options = ("-std=c++17", f"--include-path={KERNELS}", f"--include-path={cuda_include()}")
+    module = cp.RawModule(code=unit, options=options)
+    module.compile()
+    return module, "CuPy RawModule"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--only", help="comma-separated checks (gather,rms_norm,...,sample)")
+    ap.add_argument("--dtypes", default="f32,f16,bf16")
+    ap.add_argument("--seed", type=int, default=None, help="NumPy seed (default: fresh, printed)")
+    ap.add_argument("--bench", action="store_true", help="also time a few decode-sized launches")
+    args = ap.parse_args()
+
+    import cupy as cp
+
+    seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "little")
+    print(f"kernel_check: seed {seed}, device {cp.cuda.runtime.getDeviceProperties(0)['name'].decode()}")
+    report = Report()
+    t0 = time.time()
+    module, how = load_module(cp, report)
+    print(f"compiled the kernels ({how}) in {time.time() - t0:.1f} s")
+
+    checker = Checker(cp, module, np.random.default_rng(seed), report)
+    per_dtype = ["gather", "rms_norm", "head_rms_norm", "linear", "rope", "kv_write", "attention", "swiglu", "add"]
+    only = set(args.only.split(",")) if args.only else None
+    for name in per_dtype:
+        if only and name not in only:
+            continue
+        for dt in args.dtypes.split(","):
+            getattr(checker, name)(DTYPES[dt])
+    if not only or "sample" in only:
+        checker.sample()
+    print()
+    print(report.table())
+    if args.bench:
+        print()
+        for line in checker.bench():
+            print(line)
+    failed = report.failed()
+    print()
+    print(f"{len(report.rows) - len(failed)} passed, {len(failed)} failed")
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
