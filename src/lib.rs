@@ -4,13 +4,13 @@
 //! bucket) -> [`plan`] (fixed regions, offsets and launch records) -> [`runtime`] (execute a
 //! plan: CPU reference, CUDA eager, CUDA graphs).
 
+pub mod bench;
+pub mod bundled;
+pub mod cli;
+pub mod gate;
 pub mod ir;
 pub mod lower;
 pub mod model;
 pub mod plan;
 pub mod runtime;
-pub mod bundled;
-pub mod cli;
-pub mod gate;
 pub mod synth;
-pub mod bench;

@@ -20,6 +20,10 @@ enum Command {
     Inspect(cli::plan_cmd::InspectCmd),
     /// Compare two plan files: regions, arenas, then a unified diff of the dumps.
     Diff(cli::diff::DiffCmd),
+    /// Write a Hugging Face directory of a known model shape with seeded random weights.
+    Synth(kiln::synth::SynthArgs),
+    /// The GPU exactness gates: graph vs eager, GPU vs CPU, GPU vs PyTorch, counters.
+    Gate(kiln::gate::GateArgs),
     /// Measure decode (or --prefill) speed against the GPU's roofline and PyTorch (GPU machine).
     Bench(kiln::bench::BenchArgs),
 }
@@ -31,6 +35,8 @@ fn main() {
         Command::Plan(c) => cli::plan_cmd::plan_main(c),
         Command::Inspect(c) => cli::plan_cmd::inspect_main(c),
         Command::Diff(c) => cli::diff::diff_main(c),
+        Command::Synth(c) => kiln::synth::main(c),
+        Command::Gate(c) => kiln::gate::main(c),
         Command::Bench(c) => kiln::bench::main(c),
     };
     if let Err(e) = result {

@@ -42,7 +42,19 @@ fn plan_then_run_from_the_plan_file() {
     let out = kiln(&["plan", "--model", gguf.to_str().unwrap(), "-o", plan.to_str().unwrap()]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(Path::new(&format!("{}.txt", plan.display())).exists());
-    let out = kiln(&["run", "--device", "cpu", "--model", gguf.to_str().unwrap(), "--plan", plan.to_str().unwrap(), "--temperature", "0", "--max-tokens", "200"]);
+    let out = kiln(&[
+        "run",
+        "--device",
+        "cpu",
+        "--model",
+        gguf.to_str().unwrap(),
+        "--plan",
+        plan.to_str().unwrap(),
+        "--temperature",
+        "0",
+        "--max-tokens",
+        "200",
+    ]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(String::from_utf8_lossy(&out.stdout).starts_with(KNOWN_START));
     let out = kiln(&["inspect", plan.to_str().unwrap(), "--summary"]);
@@ -55,7 +67,16 @@ fn plan_config_reports_arena_and_naive() {
     let plan = tmp.path().join("l.plan");
     let cfg = repo().join("configs/llama3.2-1b/config.json");
     let out = kiln(&[
-        "plan", "--config", cfg.to_str().unwrap(), "--decode-buckets", "1,2,4,8", "--prefill-buckets", "16,64,256", "--max-context", "4096", "-o",
+        "plan",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--decode-buckets",
+        "1,2,4,8",
+        "--prefill-buckets",
+        "16,64,256",
+        "--max-context",
+        "4096",
+        "-o",
         plan.to_str().unwrap(),
     ]);
     let text = String::from_utf8_lossy(&out.stdout);
@@ -94,7 +115,10 @@ fn wrong_tensor_shape_in_hf_dir() {
     .unwrap();
     let data = vec![0u8; 4 * 9 * 4];
     let mut tensors = std::collections::HashMap::new();
-    tensors.insert("model.embed_tokens.weight".to_string(), safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![4, 9], &data).unwrap());
+    tensors.insert(
+        "model.embed_tokens.weight".to_string(),
+        safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![4, 9], &data).unwrap(),
+    );
     safetensors::serialize_to_file(&tensors, None, &dir.join("model.safetensors")).unwrap();
     let err = fails(&["run", "--device", "cpu", "--model", dir.to_str().unwrap()]);
     assert!(err.contains("embed") || err.contains("token_embd"), "{err}");
@@ -113,7 +137,19 @@ fn unsupported_architecture() {
 fn plan_for_another_model() {
     let tmp = tempfile::tempdir().unwrap();
     let plan = tmp.path().join("q.plan");
-    let out = kiln(&["plan", "--shape", "qwen3-0.6b", "--max-context", "64", "--prefill-buckets", "16", "--decode-buckets", "1", "-o", plan.to_str().unwrap()]);
+    let out = kiln(&[
+        "plan",
+        "--shape",
+        "qwen3-0.6b",
+        "--max-context",
+        "64",
+        "--prefill-buckets",
+        "16",
+        "--decode-buckets",
+        "1",
+        "-o",
+        plan.to_str().unwrap(),
+    ]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let err = fails(&["run", "--device", "cpu", "--plan", plan.to_str().unwrap(), "--max-tokens", "2"]);
     assert!(err.contains("another model"), "{err}");

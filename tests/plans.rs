@@ -43,7 +43,13 @@ fn references() -> Vec<Reference> {
         Reference {
             name: "stories260k",
             config: stories_config,
-            options: PlanOptions { decode_buckets: vec![1, 2, 4, 8], prefill_buckets: vec![16, 64, 256], max_context: 512, dtype: DType::F32, memory_budget: None },
+            options: PlanOptions {
+                decode_buckets: vec![1, 2, 4, 8],
+                prefill_buckets: vec![16, 64, 256],
+                max_context: 512,
+                dtype: DType::F32,
+                memory_budget: None,
+            },
         },
         Reference { name: "llama3.2-1b", config: || hf_config("llama3.2-1b"), options: big(4096) },
         Reference { name: "qwen2.5-0.5b", config: || hf_config("qwen2.5-0.5b"), options: big(4096) },
@@ -68,7 +74,8 @@ fn committed_plans_match_the_code() {
             std::fs::write(&dump_path, dump::dump(&plan)).unwrap();
             continue;
         }
-        let committed = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}; run KILN_BLESS=1 cargo test --test plans", path.display()));
+        let committed =
+            std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}; run KILN_BLESS=1 cargo test --test plans", path.display()));
         assert!(
             committed == bytes,
             "plans/{}.plan no longer matches what this code plans; review `kiln diff` and re-bless with KILN_BLESS=1 cargo test --test plans",

@@ -125,11 +125,14 @@ pub fn run(python: &str, script: &Path, job: &Job, timeout: Duration) -> Result<
     std::fs::write(&job_path, serde_json::to_vec(job)?).with_context(|| format!("writing {}", job_path.display()))?;
     let _ = std::fs::remove_file(&job.out);
     let t0 = Instant::now();
+    use std::os::unix::process::CommandExt;
+    // Its own process group, so that a timeout also stops the compile workers torch starts.
     let mut child = std::process::Command::new(python)
         .arg(script)
         .arg("--job")
         .arg(&job_path)
         .env("PYTHONUNBUFFERED", "1")
+        .process_group(0)
         .spawn()
         .with_context(|| format!("starting `{python} {}`", script.display()))?;
     let status = loop {
@@ -137,7 +140,8 @@ pub fn run(python: &str, script: &Path, job: &Job, timeout: Duration) -> Result<
             break Some(s);
         }
         if t0.elapsed() > timeout {
-            // Our own child, by its handle.
+            // Our own child's process group (its id is the child's), then the child itself.
+            let _ = std::process::Command::new("kill").args(["-KILL", "--", &format!("-{}", child.id())]).status();
             let _ = child.kill();
             let _ = child.wait();
             break None;
@@ -197,5 +201,11 @@ mod tests {
         std::fs::write(&script, format!("echo '{{\"modes\": {{}}}}' > {}\nexit 1\n", job.out.display())).unwrap();
         let r = run("sh", &script, &job, Duration::from_secs(30)).unwrap();
         assert!(r.incomplete.is_some());
+        // A script past its timeout is stopped, with what it wrote kept.
+        std::fs::write(&script, format!("echo '{{\"modes\": {{}}}}' > {}\nsleep 30\n", job.out.display())).unwrap();
+        let t0 = Instant::now();
+        let r = run("sh", &script, &job, Duration::from_secs(1)).unwrap();
+        assert!(r.incomplete.unwrap().contains("--torch-timeout"));
+        assert!(t0.elapsed() < Duration::from_secs(10));
     }
 }

@@ -33,7 +33,9 @@ pub fn diff_text(a: &crate::plan::Plan, b: &crate::plan::Plan, a_name: &str, b_n
     for l in labels {
         let pa = a.programs.iter().find(|p| p.label() == l);
         let pb = b.programs.iter().find(|p| p.label() == l);
-        let f = |p: Option<&crate::plan::ProgramPlan>| p.map(|p| format!("arena={} launches={}", p.arena_bytes, p.launches.len())).unwrap_or_else(|| "absent".into());
+        let f = |p: Option<&crate::plan::ProgramPlan>| {
+            p.map(|p| format!("arena={} launches={}", p.arena_bytes, p.launches.len())).unwrap_or_else(|| "absent".into())
+        };
         let (fa, fb) = (f(pa), f(pb));
         let mark = if fa == fb { " " } else { "*" };
         let _ = writeln!(s, " {mark} {l:<14} {fa} -> {fb}");

@@ -89,7 +89,9 @@ pub fn make_executor(device: &str, plan: Plan, m: &LoadedModel) -> Result<Box<dy
     };
     Ok(match device {
         "cpu" => Box::new(CpuExecutor::new(plan, m.weights.as_ref())?),
-        "cuda" | "cuda-graph" => Box::new(crate::runtime::cuda::CudaExecutor::load(plan, m.weights.as_ref(), crate::runtime::cuda::Mode::Graph)?),
+        "cuda" | "cuda-graph" => {
+            Box::new(crate::runtime::cuda::CudaExecutor::load(plan, m.weights.as_ref(), crate::runtime::cuda::Mode::Graph)?)
+        }
         "cuda-eager" => Box::new(crate::runtime::cuda::CudaExecutor::load(plan, m.weights.as_ref(), crate::runtime::cuda::Mode::Eager)?),
         other => bail!("unknown --device `{other}`: use cpu, cuda, cuda-eager or auto"),
     })
@@ -107,7 +109,10 @@ pub fn run_main(cmd: &RunCmd) -> Result<()> {
         (None, Some(tok)) => tok.encode(&cmd.prompt, true).context("tokenizing the prompt")?,
         (None, None) => match m.config.bos_token_id {
             Some(bos) if cmd.prompt.is_empty() => vec![bos],
-            _ => bail!("{} has no tokenizer, so --prompt text cannot be encoded; give --prompt-ids 1,2,3 (or --tokenizer for llama2.c models)", m.source),
+            _ => bail!(
+                "{} has no tokenizer, so --prompt text cannot be encoded; give --prompt-ids 1,2,3 (or --tokenizer for llama2.c models)",
+                m.source
+            ),
         },
     };
     if prompt.len() > plan.options.max_context {
@@ -118,7 +123,9 @@ pub fn run_main(cmd: &RunCmd) -> Result<()> {
             plan.config.max_position_embeddings
         );
     }
-    let seed = cmd.seed.unwrap_or_else(|| std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos() ^ d.as_secs() as u32).unwrap_or(0));
+    let seed = cmd.seed.unwrap_or_else(|| {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos() ^ d.as_secs() as u32).unwrap_or(0)
+    });
     let sampling = Sampling { temperature: cmd.temperature, top_k: cmd.top_k, top_p: cmd.top_p, seed };
     let t_load = std::time::Instant::now();
     let mut exec = make_executor(&cmd.device, plan, &m)?;

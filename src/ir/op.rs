@@ -34,7 +34,9 @@ pub enum RopeScaling {
         original_max_position: u32,
     },
     /// Linear position interpolation: positions divided by `factor`.
-    Linear { factor: f32 },
+    Linear {
+        factor: f32,
+    },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
@@ -54,12 +56,7 @@ impl RopeSpec {
         let base = 1.0f32 / self.theta.powf((2 * i) as f32 / d);
         match self.scaling {
             RopeScaling::None | RopeScaling::Linear { .. } => base,
-            RopeScaling::Llama3 {
-                factor,
-                low_freq_factor,
-                high_freq_factor,
-                original_max_position,
-            } => {
+            RopeScaling::Llama3 { factor, low_freq_factor, high_freq_factor, original_max_position } => {
                 let old = original_max_position as f32;
                 let low_freq_wavelen = old / low_freq_factor;
                 let high_freq_wavelen = old / high_freq_factor;
@@ -101,14 +98,7 @@ pub enum Op {
     Rope { x: ValueId, positions: ValueId, out: ValueId, head_dim: u32, rope: RopeSpec },
     /// Writes `k` and `v` rows into the caches at row `cache_base[t] + positions[t]`;
     /// skipped for positions < 0. Has no output value: it updates state.
-    KvWrite {
-        k: ValueId,
-        v: ValueId,
-        positions: ValueId,
-        cache_base: ValueId,
-        k_cache: ValueId,
-        v_cache: ValueId,
-    },
+    KvWrite { k: ValueId, v: ValueId, positions: ValueId, cache_base: ValueId, k_cache: ValueId, v_cache: ValueId },
     /// Causal grouped-query attention of each query row over its sequence's cache rows
     /// (see the module doc), softmax in f32, scaled by `scale`.
     Attention {
@@ -131,15 +121,7 @@ pub enum Op {
     /// `temperature[r] <= 0`; otherwise softmax(logits / T), keep the `top_k` largest
     /// (0 = all), then the smallest prefix whose mass reaches `top_p`, and draw with a
     /// counter-based generator keyed by `(seed[r], counter[r])`.
-    Sample {
-        logits: ValueId,
-        temperature: ValueId,
-        top_k: ValueId,
-        top_p: ValueId,
-        seed: ValueId,
-        counter: ValueId,
-        out: ValueId,
-    },
+    Sample { logits: ValueId, temperature: ValueId, top_k: ValueId, top_p: ValueId, seed: ValueId, counter: ValueId, out: ValueId },
 }
 
 impl Op {
@@ -230,12 +212,7 @@ impl Op {
                 ("head_dim", head_dim.to_string()),
                 ("scale", format!("{scale}")),
             ],
-            Op::Gather { .. }
-            | Op::Linear { .. }
-            | Op::KvWrite { .. }
-            | Op::SwiGlu { .. }
-            | Op::Add { .. }
-            | Op::Sample { .. } => vec![],
+            Op::Gather { .. } | Op::Linear { .. } | Op::KvWrite { .. } | Op::SwiGlu { .. } | Op::Add { .. } | Op::Sample { .. } => vec![],
         }
     }
 }

@@ -29,15 +29,7 @@ pub fn program_to_text(p: &Program) -> String {
             })
             .collect();
         let attrs: Vec<String> = node.op.attrs().into_iter().map(|(k, v)| format!(" {k}={v}")).collect();
-        let _ = writeln!(
-            s,
-            "  op{i} {} = {}({}){} -> {}",
-            node.name,
-            node.op.mnemonic(),
-            args.join(", "),
-            attrs.concat(),
-            outs.join(", ")
-        );
+        let _ = writeln!(s, "  op{i} {} = {}({}){} -> {}", node.name, node.op.mnemonic(), args.join(", "), attrs.concat(), outs.join(", "));
     }
     s
 }

@@ -117,13 +117,7 @@ fn check_op(p: &Program, name: &str, op: &Op) -> Result<()> {
     };
     let same_shape = |a: ValueId, b: ValueId| -> Result<()> {
         if v(a).shape != v(b).shape {
-            return Err(ctx(format!(
-                "`{}` {} and `{}` {} must have the same shape",
-                v(a).name,
-                v(a).shape,
-                v(b).name,
-                v(b).shape
-            )));
+            return Err(ctx(format!("`{}` {} and `{}` {} must have the same shape", v(a).name, v(a).shape, v(b).name, v(b).shape)));
         }
         Ok(())
     };
@@ -192,7 +186,10 @@ fn check_op(p: &Program, name: &str, op: &Op) -> Result<()> {
         }
         Op::Attention { q, k_cache, v_cache, positions, cache_base, out, n_heads, n_kv_heads, head_dim, scale } => {
             let (r, qd) = want_2d(q)?;
-            ensure!(n_heads > 0 && n_kv_heads > 0 && n_heads % n_kv_heads == 0, ctx(format!("{n_heads} heads are not a multiple of {n_kv_heads} kv heads")));
+            ensure!(
+                n_heads > 0 && n_kv_heads > 0 && n_heads % n_kv_heads == 0,
+                ctx(format!("{n_heads} heads are not a multiple of {n_kv_heads} kv heads"))
+            );
             ensure!(qd == (n_heads * head_dim) as usize, ctx(format!("q row length {qd} != {n_heads} heads x {head_dim}")));
             let (_, cd) = want_2d(k_cache)?;
             same_shape(k_cache, v_cache)?;
@@ -217,7 +214,14 @@ fn check_op(p: &Program, name: &str, op: &Op) -> Result<()> {
         Op::Sample { logits, temperature, top_k, top_p, seed, counter, out } => {
             let (r, _) = want_2d(logits)?;
             want_dtype(logits, DType::F32)?;
-            for (id, dt) in [(temperature, DType::F32), (top_k, DType::I32), (top_p, DType::F32), (seed, DType::U32), (counter, DType::U32), (out, DType::I32)] {
+            for (id, dt) in [
+                (temperature, DType::F32),
+                (top_k, DType::I32),
+                (top_p, DType::F32),
+                (seed, DType::U32),
+                (counter, DType::U32),
+                (out, DType::I32),
+            ] {
                 want_dtype(id, dt)?;
                 want_vec(id, r)?;
             }

@@ -131,12 +131,7 @@ impl ModelConfig {
             style: RopeStyle::HalfSplit,
             theta: 500000.0,
             rotary_dim: 0,
-            scaling: RopeScaling::Llama3 {
-                factor,
-                low_freq_factor: 1.0,
-                high_freq_factor: 4.0,
-                original_max_position: 8192,
-            },
+            scaling: RopeScaling::Llama3 { factor, low_freq_factor: 1.0, high_freq_factor: 4.0, original_max_position: 8192 },
         };
         let qwen_rope = RopeSpec { style: RopeStyle::HalfSplit, theta: 1000000.0, rotary_dim: 0, scaling: RopeScaling::None };
         let mut c = match name {
@@ -212,10 +207,7 @@ impl ModelConfig {
                 bos_token_id: Some(151643),
                 eos_token_ids: vec![151645],
             },
-            other => anyhow::bail!(
-                "unknown model shape `{other}`: known shapes are {}",
-                PRESETS.join(", ")
-            ),
+            other => anyhow::bail!("unknown model shape `{other}`: known shapes are {}", PRESETS.join(", ")),
         };
         c.rope.rotary_dim = c.head_dim as u32;
         c.validate()?;

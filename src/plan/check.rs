@@ -27,17 +27,24 @@ use anyhow::{bail, ensure, Result};
 use std::collections::BTreeMap;
 
 pub fn check_plan(plan: &Plan) -> Result<()> {
-    check_inner(plan).map_err(|e| e.context("plan check failed: this plan is inconsistent and must not run (re-plan with this kiln, and report a bug if it persists)"))
+    check_inner(plan).map_err(|e| {
+        e.context("plan check failed: this plan is inconsistent and must not run (re-plan with this kiln, and report a bug if it persists)")
+    })
 }
 
 fn check_inner(plan: &Plan) -> Result<()> {
     for r in RegionKind::ALL {
-        ensure!(plan.region_bytes[r.index()] % ALIGN == 0, "region {} size {} is not {ALIGN}-aligned", r.name(), plan.region_bytes[r.index()]);
+        ensure!(
+            plan.region_bytes[r.index()].is_multiple_of(ALIGN),
+            "region {} size {} is not {ALIGN}-aligned",
+            r.name(),
+            plan.region_bytes[r.index()]
+        );
     }
     // 1 + 2: persistent tensors.
     let mut per_region: BTreeMap<RegionKind, Vec<(u64, u64, &str)>> = BTreeMap::new();
     for t in &plan.tensors {
-        ensure!(t.offset % ALIGN == 0, "tensor `{}` offset {} is not aligned", t.name, t.offset);
+        ensure!(t.offset.is_multiple_of(ALIGN), "tensor `{}` offset {} is not aligned", t.name, t.offset);
         ensure!(
             t.offset + t.bytes <= plan.region_bytes[t.region.index()],
             "tensor `{}` [{}, {}) overruns region {} ({} bytes)",
@@ -73,7 +80,7 @@ fn check_program(plan: &Plan, p: &ProgramPlan) -> Result<()> {
     let mut shadow: BTreeMap<(RegionKind, u64), (u64, u64, u64)> = BTreeMap::new();
     for (i, l) in p.launches.iter().enumerate() {
         for (j, b) in l.bufs.iter().enumerate() {
-            ensure!(b.offset % ALIGN == 0, "launch {i} `{}` operand {j} offset {} is not aligned", l.name, b.offset);
+            ensure!(b.offset.is_multiple_of(ALIGN), "launch {i} `{}` operand {j} offset {} is not aligned", l.name, b.offset);
             ensure!(
                 b.offset + b.bytes <= plan.region_bytes[b.region.index()],
                 "launch {i} `{}` operand {j} overruns region {}",
@@ -143,7 +150,7 @@ fn check_program(plan: &Plan, p: &ProgramPlan) -> Result<()> {
     // what catches a planner that puts one live temp exactly on top of another.
     let arena = plan.region_bytes[RegionKind::Arena.index()];
     for t in &p.temps {
-        ensure!(t.offset % ALIGN == 0 && t.offset + t.bytes <= arena, "temp `{}` is misaligned or outside the arena", t.name);
+        ensure!(t.offset.is_multiple_of(ALIGN) && t.offset + t.bytes <= arena, "temp `{}` is misaligned or outside the arena", t.name);
         ensure!(t.first <= t.last && (t.last as usize) < p.launches.len(), "temp `{}` has lifetime [{}, {}]", t.name, t.first, t.last);
     }
     for (k, a) in p.temps.iter().enumerate() {
@@ -153,7 +160,12 @@ fn check_program(plan: &Plan, p: &ProgramPlan) -> Result<()> {
             ensure!(
                 !(live_together && share),
                 "temps `{}` (launches {}..={}) and `{}` (launches {}..={}) are live together but share arena bytes",
-                a.name, a.first, a.last, b.name, b.first, b.last
+                a.name,
+                a.first,
+                a.last,
+                b.name,
+                b.first,
+                b.last
             );
         }
     }
@@ -168,7 +180,13 @@ fn check_program(plan: &Plan, p: &ProgramPlan) -> Result<()> {
                     Access::Read => (t.first as usize) < i && i <= t.last as usize,
                 })
                 .count();
-            ensure!(owners == 1, "launch {i} `{}` operand {j} (arena+{}, {} bytes) is not exactly one temp live at that launch", l.name, b.offset, b.bytes);
+            ensure!(
+                owners == 1,
+                "launch {i} `{}` operand {j} (arena+{}, {} bytes) is not exactly one temp live at that launch",
+                l.name,
+                b.offset,
+                b.bytes
+            );
         }
     }
     // 6: ordering of conflicting launches by the edges.
@@ -191,12 +209,17 @@ fn check_program(plan: &Plan, p: &ProgramPlan) -> Result<()> {
         reach[i] = row;
     }
     for j in 0..n {
-        for i in 0..j {
-            let conflict = p.launches[i].bufs.iter().any(|a| {
-                p.launches[j].bufs.iter().any(|b| (a.access == Access::Write || b.access == Access::Write) && touches(a, b))
-            });
-            if conflict && reach[i][j / 64] & (1 << (j % 64)) == 0 {
-                bail!("launches {i} `{}` and {j} `{}` touch the same bytes but no dependency orders them", p.launches[i].name, p.launches[j].name);
+        for (i, reach_i) in reach.iter().enumerate().take(j) {
+            let conflict = p.launches[i]
+                .bufs
+                .iter()
+                .any(|a| p.launches[j].bufs.iter().any(|b| (a.access == Access::Write || b.access == Access::Write) && touches(a, b)));
+            if conflict && reach_i[j / 64] & (1 << (j % 64)) == 0 {
+                bail!(
+                    "launches {i} `{}` and {j} `{}` touch the same bytes but no dependency orders them",
+                    p.launches[i].name,
+                    p.launches[j].name
+                );
             }
         }
     }

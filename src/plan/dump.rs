@@ -10,11 +10,7 @@ use super::{Access, Kernel, Plan, ProgramPlan, RegionKind};
 use std::fmt::Write;
 
 pub fn region_summary(plan: &Plan) -> String {
-    RegionKind::ALL
-        .iter()
-        .map(|r| format!("{} {}", r.name(), fmt_bytes(plan.region_bytes[r.index()])))
-        .collect::<Vec<_>>()
-        .join(", ")
+    RegionKind::ALL.iter().map(|r| format!("{} {}", r.name(), fmt_bytes(plan.region_bytes[r.index()]))).collect::<Vec<_>>().join(", ")
 }
 
 /// Largest sum of live temp bytes at any launch (the lower bound any allocator could reach).
@@ -122,7 +118,8 @@ pub fn dump(plan: &Plan) -> String {
     let _ = writeln!(s, "tensors:");
     for t in &plan.tensors {
         let shape: Vec<String> = t.shape.iter().map(|d| d.to_string()).collect();
-        let _ = writeln!(s, "  {}+{} {} {} {}[{}] {}", t.region.name(), t.offset, t.class.name(), t.name, t.dtype, shape.join(","), t.bytes);
+        let _ =
+            writeln!(s, "  {}+{} {} {} {}[{}] {}", t.region.name(), t.offset, t.class.name(), t.name, t.dtype, shape.join(","), t.bytes);
     }
     for p in &plan.programs {
         let _ = writeln!(s, "program {}", p.label());
@@ -134,7 +131,9 @@ pub fn dump(plan: &Plan) -> String {
             let ops: Vec<String> = l
                 .bufs
                 .iter()
-                .map(|b| format!("{}{}+{}:{}:{}", if b.access == Access::Write { "w " } else { "" }, b.region.name(), b.offset, b.bytes, b.dtype))
+                .map(|b| {
+                    format!("{}{}+{}:{}:{}", if b.access == Access::Write { "w " } else { "" }, b.region.name(), b.offset, b.bytes, b.dtype)
+                })
                 .collect();
             let after: Vec<String> = waits[i].iter().map(|w| format!("L{w}")).collect();
             let _ = writeln!(

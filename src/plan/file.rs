@@ -94,7 +94,24 @@ pub fn check_model(plan: &Plan, config: &ModelConfig, model_desc: &str) -> Resul
                 if a.$f != b.$f { diffs.push(format!("{}: plan {:?}, model {:?}", stringify!($f), a.$f, b.$f)); }
             )*};
         }
-        cmp!(arch, vocab_size, hidden_size, intermediate_size, n_layers, n_heads, n_kv_heads, head_dim, rms_norm_eps, rope, tie_word_embeddings, qkv_bias, qk_norm, max_position_embeddings, bos_token_id, eos_token_ids);
+        cmp!(
+            arch,
+            vocab_size,
+            hidden_size,
+            intermediate_size,
+            n_layers,
+            n_heads,
+            n_kv_heads,
+            head_dim,
+            rms_norm_eps,
+            rope,
+            tie_word_embeddings,
+            qkv_bias,
+            qk_norm,
+            max_position_embeddings,
+            bos_token_id,
+            eos_token_ids
+        );
         bail!(
             "the plan was built for another model than {model_desc} (fingerprint {} vs {}; {}); re-plan for this model with `kiln plan --model ...`",
             &plan.fingerprint[..12],

@@ -44,8 +44,7 @@ pub enum RegionKind {
 }
 
 impl RegionKind {
-    pub const ALL: [RegionKind; 5] =
-        [RegionKind::Weights, RegionKind::State, RegionKind::Step, RegionKind::Output, RegionKind::Arena];
+    pub const ALL: [RegionKind; 5] = [RegionKind::Weights, RegionKind::State, RegionKind::Step, RegionKind::Output, RegionKind::Arena];
     pub fn name(self) -> &'static str {
         match self {
             RegionKind::Weights => "weights",
@@ -218,12 +217,7 @@ impl Plan {
     }
     /// Smallest bucket of `phase` that holds `n` (tokens or sequences).
     pub fn bucket_for(&self, phase: Phase, n: usize) -> Option<usize> {
-        self.programs
-            .iter()
-            .enumerate()
-            .filter(|(_, p)| p.phase == phase && p.bucket >= n)
-            .min_by_key(|(_, p)| p.bucket)
-            .map(|(i, _)| i)
+        self.programs.iter().enumerate().filter(|(_, p)| p.phase == phase && p.bucket >= n).min_by_key(|(_, p)| p.bucket).map(|(i, _)| i)
     }
 }
 

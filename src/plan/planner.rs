@@ -41,10 +41,7 @@ impl PlanOptions {
 }
 
 fn check_options(cfg: &ModelConfig, o: &PlanOptions) -> Result<()> {
-    ensure!(
-        !o.decode_buckets.is_empty() || !o.prefill_buckets.is_empty(),
-        "no buckets: give at least one decode or prefill bucket"
-    );
+    ensure!(!o.decode_buckets.is_empty() || !o.prefill_buckets.is_empty(), "no buckets: give at least one decode or prefill bucket");
     for (what, b) in [("decode", &o.decode_buckets), ("prefill", &o.prefill_buckets)] {
         ensure!(b.iter().all(|&x| x > 0), "{what} buckets must be positive, got {b:?}");
         ensure!(b.windows(2).all(|w| w[0] < w[1]), "{what} buckets must be strictly ascending, got {b:?}");
@@ -132,11 +129,8 @@ pub fn fmt_bytes(b: u64) -> String {
 /// Weights in the config's tensor-table order; state, step fields and outputs in order of
 /// first appearance over the programs, each sized for its largest use.
 fn layout_persistent(cfg: &ModelConfig, opts: &PlanOptions, programs: &[Program]) -> Result<(Vec<PlannedTensor>, [u64; 5])> {
-    let mut order: Vec<(String, ValueClass, DType, Vec<usize>)> = cfg
-        .tensors()
-        .into_iter()
-        .map(|t| (t.name, ValueClass::Weight, opts.dtype, t.shape))
-        .collect();
+    let mut order: Vec<(String, ValueClass, DType, Vec<usize>)> =
+        cfg.tensors().into_iter().map(|t| (t.name, ValueClass::Weight, opts.dtype, t.shape)).collect();
     for p in programs {
         for v in &p.values {
             match v.class {
@@ -325,14 +319,9 @@ fn kernel_of(p: &Program, op: &Op) -> Kernel {
             let (dk, dc) = (dims(k), dims(k_cache));
             Kernel::KvWrite { rows: u(dk[0]), kv_dim: u(dk[1]), kv_rows: u(dc[0]) }
         }
-        Op::Attention { q, k_cache, n_heads, n_kv_heads, head_dim, scale, .. } => Kernel::Attention {
-            rows: u(dims(q)[0]),
-            heads: n_heads,
-            kv_heads: n_kv_heads,
-            head_dim,
-            scale,
-            kv_rows: u(dims(k_cache)[0]),
-        },
+        Op::Attention { q, k_cache, n_heads, n_kv_heads, head_dim, scale, .. } => {
+            Kernel::Attention { rows: u(dims(q)[0]), heads: n_heads, kv_heads: n_kv_heads, head_dim, scale, kv_rows: u(dims(k_cache)[0]) }
+        }
         Op::SwiGlu { gate, .. } => Kernel::SwiGlu { n: u(p.value(gate).shape.numel()) },
         Op::Add { a, .. } => Kernel::Add { n: u(p.value(a).shape.numel()) },
         Op::Sample { logits, .. } => {
@@ -354,9 +343,10 @@ fn dependencies(launches: &[Launch]) -> Vec<(u32, u32)> {
     let nodes: Vec<_> = (0..n).map(|_| g.add_node(())).collect();
     for j in 0..n {
         for i in 0..j {
-            let conflict = launches[i].bufs.iter().any(|a| {
-                launches[j].bufs.iter().any(|b| (a.access == Access::Write || b.access == Access::Write) && overlaps(a, b))
-            });
+            let conflict = launches[i]
+                .bufs
+                .iter()
+                .any(|a| launches[j].bufs.iter().any(|b| (a.access == Access::Write || b.access == Access::Write) && overlaps(a, b)));
             if conflict {
                 g.add_edge(nodes[i], nodes[j], ());
             }

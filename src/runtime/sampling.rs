@@ -38,7 +38,7 @@ pub fn argmax(logits: &[f32]) -> usize {
 }
 
 pub fn sample_row(logits: &[f32], temperature: f32, top_k: i32, top_p: f32, seed: u32, counter: u32) -> usize {
-    if !(temperature > 0.0) || !temperature.is_finite() {
+    if temperature.is_nan() || temperature <= 0.0 || !temperature.is_finite() {
         return argmax(logits);
     }
     let max = logits[argmax(logits)];

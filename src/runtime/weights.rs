@@ -27,7 +27,14 @@ pub fn convert_tensor(t: &PlannedTensor, src: &dyn WeightSource, dst: &mut [u8])
     }
     let n: usize = t.shape.iter().product();
     if r.data.len() != n * r.dtype.size() {
-        bail!("{}: tensor `{}` holds {} bytes, expected {} ({n} x {})", src.describe(), t.name, r.data.len(), n * r.dtype.size(), r.dtype.name());
+        bail!(
+            "{}: tensor `{}` holds {} bytes, expected {} ({n} x {})",
+            src.describe(),
+            t.name,
+            r.data.len(),
+            n * r.dtype.size(),
+            r.dtype.name()
+        );
     }
     if dst.len() as u64 != t.bytes {
         bail!("internal: weight `{}` destination is {} bytes, the plan says {}", t.name, dst.len(), t.bytes);
@@ -40,10 +47,7 @@ pub fn convert_tensor(t: &PlannedTensor, src: &dyn WeightSource, dst: &mut [u8])
             SrcDType::BF16 => bf16::from_le_bytes([b[0], b[1]]).to_f32(),
         }
     };
-    let same = matches!(
-        (r.dtype, t.dtype),
-        (SrcDType::F32, DType::F32) | (SrcDType::F16, DType::F16) | (SrcDType::BF16, DType::BF16)
-    );
+    let same = matches!((r.dtype, t.dtype), (SrcDType::F32, DType::F32) | (SrcDType::F16, DType::F16) | (SrcDType::BF16, DType::BF16));
     if same {
         dst.copy_from_slice(r.data);
         return Ok(());
