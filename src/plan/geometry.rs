@@ -49,6 +49,8 @@ pub fn launch_geometry(kernel: &Kernel, _bufs: &[BufArg]) -> Geometry {
         // One block per token.
         Kernel::KvWrite { rows, .. } => g(rows, 1, 256),
         Kernel::Attention { rows, heads, .. } => g(rows, heads, ATTENTION_THREADS),
+        Kernel::AttentionSplit { rows, heads, splits, .. } => g(rows * heads, splits, ATTENTION_THREADS),
+        Kernel::AttentionMerge { rows, heads, .. } => g(rows, heads, ATTENTION_THREADS),
         Kernel::SwiGlu { n } | Kernel::Add { n } => g(n.div_ceil(ELEMENTWISE_THREADS), 1, ELEMENTWISE_THREADS),
         Kernel::Sample { rows, .. } => g(rows, 1, SAMPLE_THREADS),
     }

@@ -116,6 +116,16 @@ pub enum Kernel {
     KvWrite { rows: u32, kv_dim: u32, kv_rows: u32 },
     /// bufs: q, k_cache, v_cache, positions, cache_base, out.
     Attention { rows: u32, heads: u32, kv_heads: u32, head_dim: u32, scale: f32, kv_rows: u32 },
+    /// Decode attention, first half: each active KV split of each (row, head) writes its
+    /// partial softmax state to the workspace. bufs: q, k_cache, v_cache, positions,
+    /// cache_base, workspace. Workspace: f32 `[rows][heads][splits][head_dim + 2]` holding
+    /// `acc` (sum of `exp(s - m) * v`), `m` (max score) and `l` (sum of `exp(s - m)`) over
+    /// positions `[split * split_len, min((split + 1) * split_len, p + 1))`; a split is active
+    /// iff `p >= 0 && split * split_len <= p`, and inactive splits write nothing.
+    AttentionSplit { rows: u32, heads: u32, kv_heads: u32, head_dim: u32, scale: f32, kv_rows: u32, splits: u32, split_len: u32 },
+    /// Decode attention, second half: combines the active splits of each (row, head).
+    /// bufs: workspace, positions, out.
+    AttentionMerge { rows: u32, heads: u32, head_dim: u32, splits: u32, split_len: u32 },
     /// bufs: gate, up, out.
     SwiGlu { n: u32 },
     /// bufs: a, b, out.
@@ -125,6 +135,17 @@ pub enum Kernel {
 }
 
 impl Kernel {
+    /// Bytes of scratch the launch needs in the arena, live only during the launch (and the
+    /// launch that consumes it). Zero for most kernels.
+    pub fn workspace_bytes(&self) -> u64 {
+        match *self {
+            Kernel::AttentionSplit { rows, heads, head_dim, splits, .. } => {
+                rows as u64 * heads as u64 * splits as u64 * (head_dim as u64 + 2) * 4
+            }
+            _ => 0,
+        }
+    }
+
     pub fn name(&self) -> &'static str {
         match self {
             Kernel::Gather { .. } => "gather",
@@ -134,6 +155,8 @@ impl Kernel {
             Kernel::Rope { .. } => "rope",
             Kernel::KvWrite { .. } => "kv_write",
             Kernel::Attention { .. } => "attention",
+            Kernel::AttentionSplit { .. } => "attention_split",
+            Kernel::AttentionMerge { .. } => "attention_merge",
             Kernel::SwiGlu { .. } => "swiglu",
             Kernel::Add { .. } => "add",
             Kernel::Sample { .. } => "sample",

@@ -83,7 +83,7 @@ pub fn build_plan(cfg: &ModelConfig, opts: &PlanOptions) -> Result<Plan> {
     let by_name: BTreeMap<&str, &PlannedTensor> = tensors.iter().map(|t| (t.name.as_str(), t)).collect();
     let mut planned = Vec::new();
     for p in &programs {
-        planned.push(plan_program(p, &by_name)?);
+        planned.push(plan_program(p, &by_name, opts.max_context)?);
     }
     region_bytes[RegionKind::Arena.index()] = planned.iter().map(|p| p.arena_bytes).max().unwrap_or(0);
 
@@ -213,69 +213,164 @@ impl Arena {
     }
 }
 
-fn plan_program(p: &Program, persistent: &BTreeMap<&str, &PlannedTensor>) -> Result<ProgramPlan> {
-    let n = p.values.len();
-    let mut first = vec![usize::MAX; n];
-    let mut last = vec![0usize; n];
-    for (i, node) in p.ops.iter().enumerate() {
-        for v in node.op.writes() {
-            first[v.index()] = first[v.index()].min(i);
-        }
-        for v in node.op.reads() {
-            last[v.index()] = last[v.index()].max(i);
+/// An operand of a launch before addresses exist: a program value, or the scratch workspace
+/// that one launch writes and the next one reads.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Operand {
+    Value(ValueId),
+    Workspace(usize),
+}
+
+struct LaunchSpec {
+    name: String,
+    kernel: Kernel,
+    operands: Vec<(Operand, Access)>,
+}
+
+struct WorkspaceSpec {
+    name: String,
+    bytes: u64,
+}
+
+/// Decode attention is split over the KV length so that a long context fills the GPU: enough
+/// (row, head, split) blocks for two waves on a 132-SM GPU at full context, splits of at least
+/// 64 positions (a multiple of 64). Fixed per bucket, so a growing sequence never re-plans.
+pub fn attention_splits(rows: u32, heads: u32, max_context: u32) -> (u32, u32) {
+    const TARGET_BLOCKS: u32 = 264;
+    let max_splits = max_context.div_ceil(64).max(1);
+    let splits = TARGET_BLOCKS.div_ceil(rows * heads).clamp(1, max_splits);
+    let split_len = max_context.div_ceil(splits).div_ceil(64) * 64;
+    (max_context.div_ceil(split_len), split_len)
+}
+
+/// The launches of one op: usually one; decode attention becomes split + merge.
+fn launches_of(p: &Program, name: &str, op: &Op, max_context: usize, workspaces: &mut Vec<WorkspaceSpec>) -> Vec<LaunchSpec> {
+    let mut operands: Vec<(Operand, Access)> = op.reads().into_iter().map(|v| (Operand::Value(v), Access::Read)).collect();
+    operands.extend(op.writes().into_iter().map(|v| (Operand::Value(v), Access::Write)));
+    let kernel = kernel_of(p, op);
+    if let (Phase::Decode, Kernel::Attention { rows, heads, kv_heads, head_dim, scale, kv_rows }) = (p.phase, &kernel) {
+        let (splits, split_len) = attention_splits(*rows, *heads, max_context as u32);
+        if splits > 1 {
+            let Op::Attention { q, k_cache, v_cache, positions, cache_base, out, .. } = *op else {
+                unreachable!("attention kernel from attention op")
+            };
+            let split = Kernel::AttentionSplit {
+                rows: *rows,
+                heads: *heads,
+                kv_heads: *kv_heads,
+                head_dim: *head_dim,
+                scale: *scale,
+                kv_rows: *kv_rows,
+                splits,
+                split_len,
+            };
+            let ws = workspaces.len();
+            workspaces.push(WorkspaceSpec { name: format!("{name}.workspace"), bytes: split.workspace_bytes() });
+            let r = |v| (Operand::Value(v), Access::Read);
+            return vec![
+                LaunchSpec {
+                    name: format!("{name}.split"),
+                    kernel: split,
+                    operands: vec![r(q), r(k_cache), r(v_cache), r(positions), r(cache_base), (Operand::Workspace(ws), Access::Write)],
+                },
+                LaunchSpec {
+                    name: format!("{name}.merge"),
+                    kernel: Kernel::AttentionMerge { rows: *rows, heads: *heads, head_dim: *head_dim, splits, split_len },
+                    operands: vec![(Operand::Workspace(ws), Access::Read), r(positions), (Operand::Value(out), Access::Write)],
+                },
+            ];
         }
     }
-    let is_temp = |v: ValueId| p.value(v).class == ValueClass::Temp;
+    vec![LaunchSpec { name: name.to_string(), kernel, operands }]
+}
+
+fn plan_program(p: &Program, persistent: &BTreeMap<&str, &PlannedTensor>, max_context: usize) -> Result<ProgramPlan> {
+    let mut workspaces = Vec::new();
+    let specs: Vec<LaunchSpec> = p.ops.iter().flat_map(|node| launches_of(p, &node.name, &node.op, max_context, &mut workspaces)).collect();
+
+    // Lifetimes in launch indices: first write, last read.
+    let key = |o: Operand| match o {
+        Operand::Value(v) => v.index(),
+        Operand::Workspace(w) => p.values.len() + w,
+    };
+    let n_keys = p.values.len() + workspaces.len();
+    let mut first = vec![usize::MAX; n_keys];
+    let mut last = vec![0usize; n_keys];
+    for (i, spec) in specs.iter().enumerate() {
+        for &(o, access) in &spec.operands {
+            match access {
+                Access::Write => first[key(o)] = first[key(o)].min(i),
+                Access::Read => last[key(o)] = last[key(o)].max(i),
+            }
+        }
+    }
+    let in_arena = |o: Operand| match o {
+        Operand::Value(v) => p.value(v).class == ValueClass::Temp,
+        Operand::Workspace(_) => true,
+    };
+    let size_of = |o: Operand| match o {
+        Operand::Value(v) => p.value(v).bytes(),
+        Operand::Workspace(w) => workspaces[w].bytes,
+    };
+    let name_of = |o: Operand| match o {
+        Operand::Value(v) => p.value(v).name.clone(),
+        Operand::Workspace(w) => workspaces[w].name.clone(),
+    };
     let mut arena = Arena { free: BTreeMap::new(), top: 0 };
     let mut peak = 0u64;
-    let mut offset = vec![0u64; n];
+    let mut offset = vec![0u64; n_keys];
     let mut temps = Vec::new();
     let mut naive = 0u64;
-    for (i, node) in p.ops.iter().enumerate() {
-        for v in node.op.writes() {
-            if is_temp(v) && first[v.index()] == i {
-                let bytes = align_up(p.value(v).bytes());
-                offset[v.index()] = arena.alloc(bytes);
+    for (i, spec) in specs.iter().enumerate() {
+        for &(o, access) in &spec.operands {
+            if access == Access::Write && in_arena(o) && first[key(o)] == i {
+                let bytes = align_up(size_of(o));
+                offset[key(o)] = arena.alloc(bytes);
                 peak = peak.max(arena.top);
                 naive += bytes;
                 temps.push(TempAlloc {
-                    name: p.value(v).name.clone(),
-                    offset: offset[v.index()],
-                    bytes: p.value(v).bytes(),
+                    name: name_of(o),
+                    offset: offset[key(o)],
+                    bytes: size_of(o),
                     first: i as u32,
-                    last: last[v.index()] as u32,
+                    last: last[key(o)] as u32,
                 });
             }
         }
-        let mut dying: Vec<ValueId> = node.op.reads().into_iter().filter(|&v| is_temp(v) && last[v.index()] == i).collect();
-        dying.sort();
+        let mut dying: Vec<Operand> = spec
+            .operands
+            .iter()
+            .filter(|&&(o, access)| access == Access::Read && in_arena(o) && last[key(o)] == i)
+            .map(|&(o, _)| o)
+            .collect();
+        dying.sort_by_key(|&o| key(o));
         dying.dedup();
-        for v in dying {
-            arena.release(offset[v.index()], align_up(p.value(v).bytes()));
+        for o in dying {
+            arena.release(offset[key(o)], align_up(size_of(o)));
         }
     }
 
-    let buf = |v: ValueId, access: Access| -> Result<BufArg> {
-        let val = p.value(v);
-        Ok(if val.class == ValueClass::Temp {
-            BufArg { region: RegionKind::Arena, offset: offset[v.index()], bytes: val.bytes(), dtype: val.dtype, access }
-        } else {
-            let t = persistent.get(val.name.as_str()).ok_or_else(|| anyhow::anyhow!("`{}` has no planned offset", val.name))?;
-            BufArg { region: t.region, offset: t.offset, bytes: val.bytes(), dtype: val.dtype, access }
+    let buf = |o: Operand, access: Access| -> Result<BufArg> {
+        Ok(match o {
+            Operand::Workspace(w) => {
+                BufArg { region: RegionKind::Arena, offset: offset[key(o)], bytes: workspaces[w].bytes, dtype: DType::F32, access }
+            }
+            Operand::Value(v) => {
+                let val = p.value(v);
+                if val.class == ValueClass::Temp {
+                    BufArg { region: RegionKind::Arena, offset: offset[key(o)], bytes: val.bytes(), dtype: val.dtype, access }
+                } else {
+                    let t = persistent.get(val.name.as_str()).ok_or_else(|| anyhow::anyhow!("`{}` has no planned offset", val.name))?;
+                    BufArg { region: t.region, offset: t.offset, bytes: val.bytes(), dtype: val.dtype, access }
+                }
+            }
         })
     };
-    let mut launches = Vec::with_capacity(p.ops.len());
-    for node in &p.ops {
-        let mut bufs = Vec::new();
-        for v in node.op.reads() {
-            bufs.push(buf(v, Access::Read)?);
-        }
-        for v in node.op.writes() {
-            bufs.push(buf(v, Access::Write)?);
-        }
-        let kernel = kernel_of(p, &node.op);
-        let g = super::geometry::launch_geometry(&kernel, &bufs);
-        launches.push(Launch { name: node.name.clone(), kernel, bufs, grid: g.grid, block: g.block, shared_bytes: g.shared_bytes });
+    let mut launches = Vec::with_capacity(specs.len());
+    for spec in specs {
+        let bufs = spec.operands.iter().map(|&(o, a)| buf(o, a)).collect::<Result<Vec<_>>>()?;
+        let g = super::geometry::launch_geometry(&spec.kernel, &bufs);
+        launches.push(Launch { name: spec.name, kernel: spec.kernel, bufs, grid: g.grid, block: g.block, shared_bytes: g.shared_bytes });
     }
     let deps = dependencies(&launches);
     Ok(ProgramPlan {

@@ -520,6 +520,119 @@ fn execute(regions: &mut [Vec<u8>; 5], s: &mut Scratch, launch: &Launch) -> Resu
             }
             store(regions, out, &s.out)
         }
+        Kernel::AttentionSplit { rows, heads, kv_heads, head_dim, scale, kv_rows, splits, split_len } => {
+            let (rows, heads, kv_heads, hd) = (rows as usize, heads as usize, kv_heads as usize, head_dim as usize);
+            let (splits, split_len) = (splits as usize, split_len as usize);
+            let [q, k_cache, v_cache, positions, cache_base, workspace] = arity(launch, 5, 1)? else { unreachable!() };
+            ensure!(kv_heads > 0 && heads % kv_heads == 0, "{heads} heads are not a multiple of {kv_heads} kv heads");
+            ensure!(split_len > 0 && splits > 0, "attention split of zero length");
+            let (qw, kvw, slot) = (heads * hd, kv_heads * hd, hd + 2);
+            float_operand(q, "q", rows * qw)?;
+            float_operand(k_cache, "k_cache", kv_rows as usize * kvw)?;
+            float_operand(v_cache, "v_cache", kv_rows as usize * kvw)?;
+            typed_operand(positions, "positions", DType::I32, rows)?;
+            typed_operand(cache_base, "cache_base", DType::I32, rows)?;
+            typed_operand(workspace, "workspace", DType::F32, rows * heads * splits * slot)?;
+            let group = heads / kv_heads;
+            load_all(operand(regions, q)?, q.dtype, &mut s.a);
+            load_ints(operand(regions, positions)?, &mut s.ints_a);
+            load_ints(operand(regions, cache_base)?, &mut s.ints_b);
+            s.row.clear();
+            s.row.resize(hd, 0.0);
+            // Partial states are computed first, then written, so the workspace write is the
+            // only mutable borrow.
+            let mut partials: Vec<(usize, Vec<f32>)> = Vec::new();
+            {
+                let (kb, vb) = (operand(regions, k_cache)?, operand(regions, v_cache)?);
+                for t in 0..rows {
+                    let pos = s.ints_a[t];
+                    if pos < 0 {
+                        continue;
+                    }
+                    let base = kv_span(t, pos, s.ints_b[t], kv_rows)?;
+                    let n_keys = pos as usize + 1;
+                    ensure!(n_keys <= splits * split_len, "position {pos} is beyond the {splits} x {split_len} attention splits");
+                    for h in 0..heads {
+                        let g = h / group;
+                        let qh = &s.a[t * qw + h * hd..t * qw + (h + 1) * hd];
+                        for sp in 0..splits {
+                            let (lo, hi) = (sp * split_len, ((sp + 1) * split_len).min(n_keys));
+                            if lo >= hi {
+                                break; // inactive splits write nothing
+                            }
+                            s.b.clear();
+                            let mut m = f32::NEG_INFINITY;
+                            for j in lo..hi {
+                                load_into(kb, k_cache.dtype, (base + j) * kvw + g * hd, &mut s.row);
+                                let mut dot = 0.0f32;
+                                for (a, b) in qh.iter().zip(&s.row) {
+                                    dot += a * b;
+                                }
+                                let score = scale * dot;
+                                m = m.max(score);
+                                s.b.push(score);
+                            }
+                            let mut state = vec![0.0f32; slot];
+                            let mut l = 0.0f32;
+                            for (j, &score) in (lo..hi).zip(&s.b) {
+                                let e = (score - m).exp();
+                                l += e;
+                                load_into(vb, v_cache.dtype, (base + j) * kvw + g * hd, &mut s.row);
+                                for (acc, v) in state[..hd].iter_mut().zip(&s.row) {
+                                    *acc += e * v;
+                                }
+                            }
+                            state[hd] = m;
+                            state[hd + 1] = l;
+                            partials.push((((t * heads + h) * splits + sp) * slot, state));
+                        }
+                    }
+                }
+            }
+            let dst = operand_mut(regions, workspace)?;
+            for (at, state) in &partials {
+                store_into(dst, DType::F32, *at, state);
+            }
+            Ok(())
+        }
+        Kernel::AttentionMerge { rows, heads, head_dim, splits, split_len } => {
+            let (rows, heads, hd, splits, split_len) =
+                (rows as usize, heads as usize, head_dim as usize, splits as usize, split_len as usize);
+            let [workspace, positions, out] = arity(launch, 2, 1)? else { unreachable!() };
+            let slot = hd + 2;
+            typed_operand(workspace, "workspace", DType::F32, rows * heads * splits * slot)?;
+            typed_operand(positions, "positions", DType::I32, rows)?;
+            float_operand(out, "out", rows * heads * hd)?;
+            load_all(operand(regions, workspace)?, DType::F32, &mut s.a);
+            load_ints(operand(regions, positions)?, &mut s.ints_a);
+            s.out.clear();
+            s.out.resize(rows * heads * hd, 0.0);
+            for t in 0..rows {
+                let pos = s.ints_a[t];
+                if pos < 0 {
+                    continue;
+                }
+                let active = (pos as usize / split_len + 1).min(splits);
+                for h in 0..heads {
+                    let state = |sp: usize| &s.a[((t * heads + h) * splits + sp) * slot..][..slot];
+                    let big_m = (0..active).map(|sp| state(sp)[hd]).fold(f32::NEG_INFINITY, f32::max);
+                    let mut denom = 0.0f32;
+                    let o = &mut s.out[(t * heads + h) * hd..][..hd];
+                    for sp in 0..active {
+                        let st = &s.a[((t * heads + h) * splits + sp) * slot..][..slot];
+                        let w = (st[hd] - big_m).exp();
+                        denom += w * st[hd + 1];
+                        for (oi, acc) in o.iter_mut().zip(&st[..hd]) {
+                            *oi += w * acc;
+                        }
+                    }
+                    for oi in o.iter_mut() {
+                        *oi /= denom;
+                    }
+                }
+            }
+            store(regions, out, &s.out)
+        }
         Kernel::SwiGlu { n } => {
             let n = n as usize;
             let [gate, up, out] = arity(launch, 2, 1)? else { unreachable!() };

@@ -36,6 +36,10 @@ pub fn symbol(kernel: &Kernel, bufs: &[BufArg]) -> String {
             format!("kiln_linear_{first_float}_{out}")
         }
         Kernel::Sample { .. } => "kiln_sample_f32".to_string(),
+        // The workspace is f32; the kernel is named by the output's dtype.
+        Kernel::AttentionMerge { .. } => {
+            format!("kiln_attention_merge_{}", bufs.last().map(|b| b.dtype.name()).unwrap_or("f32"))
+        }
         k => format!("kiln_{}_{first_float}", k.name()),
     }
 }
@@ -87,6 +91,15 @@ pub fn scalars(kernel: &Kernel) -> Vec<Scalar> {
         // (q, k_cache, v_cache, positions, cache_base, out, rows, heads, kv_heads, head_dim, scale, kv_rows)
         Kernel::Attention { rows, heads, kv_heads, head_dim, scale, kv_rows } => {
             vec![U32(rows), U32(heads), U32(kv_heads), U32(head_dim), F32(scale), U32(kv_rows)]
+        }
+        // (q, k_cache, v_cache, positions, cache_base, workspace, rows, heads, kv_heads, head_dim,
+        //  scale, kv_rows, splits, split_len)
+        Kernel::AttentionSplit { rows, heads, kv_heads, head_dim, scale, kv_rows, splits, split_len } => {
+            vec![U32(rows), U32(heads), U32(kv_heads), U32(head_dim), F32(scale), U32(kv_rows), U32(splits), U32(split_len)]
+        }
+        // (workspace, positions, out, rows, heads, head_dim, splits, split_len)
+        Kernel::AttentionMerge { rows, heads, head_dim, splits, split_len } => {
+            vec![U32(rows), U32(heads), U32(head_dim), U32(splits), U32(split_len)]
         }
         // (gate, up, out, n) / (a, b, out, n)
         Kernel::SwiGlu { n } | Kernel::Add { n } => vec![U32(n)],
