@@ -123,3 +123,48 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) {
   KERNEL_MACRO(f32, float)                \
   KERNEL_MACRO(f16, __half)               \
   KERNEL_MACRO(bf16, __nv_bfloat16)
+
+// ---- streaming loads and tensor-core helpers (decode GEMV, split attention) ------------------
+
+namespace kiln {
+
+// 16 bytes read exactly once per launch (weights, KV cache): through the read-only path with no
+// L1 allocation, so that the L1 keeps what is reused (the activations), and a 256-byte L2
+// prefetch of the surrounding line. `p` must be 16-byte aligned.
+__device__ __forceinline__ uint4 load16_stream(const void* p) {
+  uint4 v;
+  asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p));
+  return v;
+}
+
+// The 16 bits of a 16-bit storage value, and the 32 of an f32.
+__device__ __forceinline__ unsigned int storage_bits(__half x) { return __half_as_ushort(x); }
+__device__ __forceinline__ unsigned int storage_bits(__nv_bfloat16 x) { return __bfloat16_as_ushort(x); }
+__device__ __forceinline__ unsigned int storage_bits(float x) { return __float_as_uint(x); }
+
+// d += A * B for one m16n8k16 tile with f32 accumulation (`mma.sync`, sm_80+): A is 16x16
+// (row-major fragment a0..a3), B is 16x8 (column fragment b0, b1), both f16 or bf16 pairs.
+// Fragment layouts are the PTX ISA's; callers may permute k as long as A and B agree.
+template <typename H> __device__ __forceinline__ void mma_m16n8k16(float (&d)[4], unsigned int a0, unsigned int a1,
+                                                                   unsigned int a2, unsigned int a3, unsigned int b0,
+                                                                   unsigned int b1);
+template <> __device__ __forceinline__ void mma_m16n8k16<__nv_bfloat16>(float (&d)[4], unsigned int a0, unsigned int a1,
+                                                                        unsigned int a2, unsigned int a3,
+                                                                        unsigned int b0, unsigned int b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+template <> __device__ __forceinline__ void mma_m16n8k16<__half>(float (&d)[4], unsigned int a0, unsigned int a1,
+                                                                 unsigned int a2, unsigned int a3, unsigned int b0,
+                                                                 unsigned int b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+}  // namespace kiln

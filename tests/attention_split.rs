@@ -41,7 +41,14 @@ fn split_decode_attention_matches_unsplit_prefill() {
     .build();
     let cfg = kiln::model::ModelConfig { max_position_embeddings: 512, ..cfg };
     let max_context = 512;
-    let opts = PlanOptions { decode_buckets: vec![1, 2], prefill_buckets: vec![512], max_context, dtype: DType::F32, memory_budget: None };
+    let opts = PlanOptions {
+        decode_buckets: vec![1, 2],
+        prefill_buckets: vec![512],
+        max_context,
+        dtype: DType::F32,
+        memory_budget: None,
+        burst: 0,
+    };
     let plan = build_plan(&cfg, &opts).unwrap();
     let decode = plan.program(Phase::Decode, 2).unwrap();
     let split_len = plan.programs[decode]

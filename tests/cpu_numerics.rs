@@ -347,7 +347,8 @@ impl<'a> Reference<'a> {
 // Driving the executor.
 
 fn plan_for(cfg: &ModelConfig, dtype: DType, prefill_buckets: Vec<usize>) -> Plan {
-    let opts = PlanOptions { decode_buckets: vec![1, 2, 4], prefill_buckets, max_context: MAX_CONTEXT, dtype, memory_budget: None };
+    let opts =
+        PlanOptions { decode_buckets: vec![1, 2, 4], prefill_buckets, max_context: MAX_CONTEXT, dtype, memory_budget: None, burst: 0 };
     build_plan(cfg, &opts).expect("plan builds")
 }
 

@@ -13,7 +13,7 @@ use kiln::synth::MemWeights;
 
 fn small_plan(kind: &str, dtype: DType) -> Plan {
     let cfg = random_config(kind).unwrap();
-    let opts = PlanOptions { decode_buckets: vec![1, 4], prefill_buckets: vec![32], max_context: 64, dtype, memory_budget: None };
+    let opts = PlanOptions { decode_buckets: vec![1, 4], prefill_buckets: vec![32], max_context: 64, dtype, memory_budget: None, burst: 0 };
     build_plan(&cfg, &opts).unwrap()
 }
 
@@ -40,7 +40,7 @@ fn load_without_a_driver_is_a_clear_error_not_a_panic() {
 #[test]
 fn param_slots_are_pointers_then_scalars() {
     let plan = small_plan("qwen2", DType::BF16);
-    let base = [0x1000_0000u64, 0x2000_0000, 0x3000_0000, 0x4000_0000, 0x5000_0000];
+    let base = [0x1000_0000u64, 0x2000_0000, 0x3000_0000, 0x4000_0000, 0x5000_0000, 0x6000_0000];
     let p = &plan.programs[0];
     for l in &p.launches {
         let slots = param_slots(&l.kernel, &l.bufs, &base);

@@ -66,6 +66,7 @@ fn random_options(rng: &mut Rng, cfg: &ModelConfig) -> PlanOptions {
         max_context,
         dtype: rng.pick(&[DType::F32, DType::F16, DType::BF16]),
         memory_budget: None,
+        burst: 0,
     };
     if opts.decode_buckets.is_empty() && opts.prefill_buckets.is_empty() {
         opts.prefill_buckets.push(max_context.min(4));
@@ -76,7 +77,7 @@ fn random_options(rng: &mut Rng, cfg: &ModelConfig) -> PlanOptions {
 /// Liveness from the IR (op order == launch order), checked against the plan's temps table
 /// and launch operands; then every pair of temps live at a common launch is byte-disjoint.
 fn recheck_liveness(cfg: &ModelConfig, plan: &Plan) {
-    let lower_opts = LowerOptions { dtype: plan.options.dtype, kv_rows: plan.options.kv_rows() };
+    let lower_opts = LowerOptions { dtype: plan.options.dtype, kv_rows: plan.options.kv_rows(), burst: plan.options.burst };
     let arena = plan.region_bytes[RegionKind::Arena.index()];
     for p in &plan.programs {
         let label = p.label();
@@ -200,7 +201,14 @@ fn small_config() -> ModelConfig {
 }
 
 fn small_options() -> PlanOptions {
-    PlanOptions { decode_buckets: vec![1, 2, 4], prefill_buckets: vec![4, 8], max_context: 32, dtype: DType::F32, memory_budget: None }
+    PlanOptions {
+        decode_buckets: vec![1, 2, 4],
+        prefill_buckets: vec![4, 8],
+        max_context: 32,
+        dtype: DType::F32,
+        memory_budget: None,
+        burst: 0,
+    }
 }
 
 fn plan_error(cfg: &ModelConfig, opts: &PlanOptions) -> String {

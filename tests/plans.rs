@@ -38,6 +38,7 @@ fn references() -> Vec<Reference> {
         max_context: ctx,
         dtype: DType::BF16,
         memory_budget: None,
+        burst: 0,
     };
     vec![
         Reference {
@@ -49,6 +50,7 @@ fn references() -> Vec<Reference> {
                 max_context: 512,
                 dtype: DType::F32,
                 memory_budget: None,
+                burst: 0,
             },
         },
         Reference { name: "llama3.2-1b", config: || hf_config("llama3.2-1b"), options: big(4096) },

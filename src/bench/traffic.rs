@@ -117,8 +117,14 @@ mod tests {
     use crate::plan::{build_plan, PlanOptions};
 
     fn plan_of(cfg: &ModelConfig, decode: Vec<usize>, prefill: Vec<usize>) -> Plan {
-        let opts =
-            PlanOptions { decode_buckets: decode, prefill_buckets: prefill, max_context: 64, dtype: DType::BF16, memory_budget: None };
+        let opts = PlanOptions {
+            decode_buckets: decode,
+            prefill_buckets: prefill,
+            max_context: 64,
+            dtype: DType::BF16,
+            memory_budget: None,
+            burst: 0,
+        };
         build_plan(cfg, &opts).unwrap()
     }
 

@@ -26,6 +26,9 @@ pub struct PlanArgs {
     /// Fail if the plan needs more device memory than this (e.g. 24GiB).
     #[arg(long)]
     pub memory_budget: Option<String>,
+    /// Tokens per row one device-loop launch may generate (0: no device loops).
+    #[arg(long, default_value_t = 0)]
+    pub burst: usize,
 }
 
 impl PlanArgs {
@@ -42,6 +45,7 @@ impl PlanArgs {
             max_context,
             dtype: resolve_dtype(&self.dtype, source_dtype)?,
             memory_budget: self.memory_budget.as_deref().map(parse_bytes).transpose()?,
+            burst: self.burst,
         })
     }
 }

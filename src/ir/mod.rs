@@ -29,6 +29,9 @@ pub enum ValueClass {
     Output,
     /// An intermediate; lives in the activation arena only between its first write and last read.
     Temp,
+    /// Tokens a device loop streams to the host (`ring.tokens`); host-mapped memory on a GPU,
+    /// read by the host without synchronizing. Written only by `advance`.
+    Ring,
 }
 
 impl ValueClass {
@@ -39,6 +42,7 @@ impl ValueClass {
             ValueClass::Step => "step",
             ValueClass::Output => "output",
             ValueClass::Temp => "temp",
+            ValueClass::Ring => "ring",
         }
     }
 }
@@ -71,6 +75,9 @@ pub enum Phase {
     Decode,
     /// Up to `bucket` prompt tokens of one sequence; logits for the last real token only.
     Prefill,
+    /// A device loop: the decode program of `bucket` sequences followed by `advance`, repeated
+    /// on the device until the loop control says stop (budget, stop token, context end).
+    DecodeLoop,
 }
 
 impl Phase {
@@ -78,6 +85,7 @@ impl Phase {
         match self {
             Phase::Decode => "decode",
             Phase::Prefill => "prefill",
+            Phase::DecodeLoop => "loop",
         }
     }
 }
@@ -105,6 +113,7 @@ impl Program {
         match self.phase {
             Phase::Decode => format!("decode.b{}", self.bucket),
             Phase::Prefill => format!("prefill.t{}", self.bucket),
+            Phase::DecodeLoop => format!("loop.b{}", self.bucket),
         }
     }
 

@@ -117,6 +117,22 @@ pub enum Op {
     SwiGlu { gate: ValueId, up: ValueId, out: ValueId },
     /// `out = a + b`, elementwise.
     Add { a: ValueId, b: ValueId, out: ValueId },
+    /// The step of a device loop, after `sample`: for every row `r` with `positions[r] >= 0`,
+    /// `ring[produced * rows + r] = tokens[r]`, `token_ids[r] = tokens[r]`, `positions[r] += 1`,
+    /// `counter[r] += 1`; a row whose token is in `stop_ids` (-1 = unused slot) is finished.
+    /// Then `produced += 1`, and `done = 1` when `produced >= budget`, when every row is
+    /// finished or padding, when a row's next position reaches `max_position`, or when the ring
+    /// is full. `control` is `u32 [4 + rows]`: budget, produced, done, max_position, then one
+    /// finished flag per row. The only op that writes step inputs.
+    Advance {
+        tokens: ValueId,
+        stop_ids: ValueId,
+        token_ids: ValueId,
+        positions: ValueId,
+        counter: ValueId,
+        control: ValueId,
+        ring: ValueId,
+    },
     /// One token per row of `logits` (`f32 [rows, vocab]`): argmax (lowest index on ties) where
     /// `temperature[r] <= 0`; otherwise softmax(logits / T), keep the `top_k` largest
     /// (0 = all), then the smallest prefix whose mass reaches `top_p`, and draw with a
@@ -138,6 +154,7 @@ impl Op {
             Op::SwiGlu { .. } => "swiglu",
             Op::Add { .. } => "add",
             Op::Sample { .. } => "sample",
+            Op::Advance { .. } => "advance",
         }
     }
 
@@ -161,6 +178,7 @@ impl Op {
             Op::Sample { logits, temperature, top_k, top_p, seed, counter, .. } => {
                 vec![logits, temperature, top_k, top_p, seed, counter]
             }
+            Op::Advance { tokens, stop_ids, .. } => vec![tokens, stop_ids],
         }
     }
 
@@ -177,6 +195,7 @@ impl Op {
             | Op::Add { out, .. }
             | Op::Sample { out, .. } => vec![out],
             Op::KvWrite { k_cache, v_cache, .. } => vec![k_cache, v_cache],
+            Op::Advance { token_ids, positions, counter, control, ring, .. } => vec![token_ids, positions, counter, control, ring],
         }
     }
 
@@ -212,7 +231,13 @@ impl Op {
                 ("head_dim", head_dim.to_string()),
                 ("scale", format!("{scale}")),
             ],
-            Op::Gather { .. } | Op::Linear { .. } | Op::KvWrite { .. } | Op::SwiGlu { .. } | Op::Add { .. } | Op::Sample { .. } => vec![],
+            Op::Gather { .. }
+            | Op::Linear { .. }
+            | Op::KvWrite { .. }
+            | Op::SwiGlu { .. }
+            | Op::Add { .. }
+            | Op::Sample { .. }
+            | Op::Advance { .. } => vec![],
         }
     }
 }

@@ -3,8 +3,9 @@
 //!
 //! Invariants checked, in this order:
 //! 1. Every value id an op names exists; value names and op names are unique in a program.
-//! 2. `Weight` and `Step` values are never written; `State` values are written only by
-//!    `KvWrite`; `Output` and `Temp` values are written exactly once.
+//! 2. `Weight` values are never written; `Step` and `Ring` values only by `Advance` (the
+//!    device loop's step); `State` values only by `KvWrite`; `Output` and `Temp` values
+//!    exactly once.
 //! 3. A `Temp` or `Output` value is written before it is read; every `Temp` is read at least
 //!    once (a dead temp would waste arena bytes).
 //! 4. Per-op shape and dtype rules (each op's doc in `op.rs`): matching row counts and
@@ -46,9 +47,17 @@ fn verify_inner(p: &Program) -> Result<()> {
         for id in node.op.writes() {
             let v = p.value(id);
             match v.class {
-                ValueClass::Weight | ValueClass::Step => {
+                ValueClass::Weight => {
                     bail!("op `{}` writes {} value `{}`, which is read-only", node.name, v.class.name(), v.name)
                 }
+                ValueClass::Step | ValueClass::Ring => ensure!(
+                    matches!(node.op, Op::Advance { .. }),
+                    "op `{}` ({}) writes {} value `{}`; only advance may",
+                    node.name,
+                    node.op.mnemonic(),
+                    v.class.name(),
+                    v.name
+                ),
                 ValueClass::State => ensure!(
                     matches!(node.op, Op::KvWrite { .. }),
                     "op `{}` ({}) writes state `{}`; only kv_write may",
@@ -72,7 +81,7 @@ fn verify_inner(p: &Program) -> Result<()> {
         if v.class == ValueClass::Output {
             ensure!(written[i] == 1, "output `{}` is never written", v.name);
         }
-        if v.class == ValueClass::Step {
+        if v.class == ValueClass::Step && !v.name.starts_with("step.loop_") {
             let rows = v.shape.dims()[0];
             ensure!(
                 rows == p.tokens || rows == p.sample_rows,
@@ -210,6 +219,20 @@ fn check_op(p: &Program, name: &str, op: &Op) -> Result<()> {
             same_shape(a, b)?;
             same_shape(a, out)?;
             want_float(a)?;
+        }
+        Op::Advance { tokens, stop_ids, token_ids, positions, counter, control, ring } => {
+            let rows = v(tokens).shape.numel();
+            want_dtype(tokens, DType::I32)?;
+            want_dtype(stop_ids, DType::I32)?;
+            for (id, dt) in [(token_ids, DType::I32), (positions, DType::I32), (counter, DType::U32)] {
+                want_dtype(id, dt)?;
+                want_vec(id, rows)?;
+            }
+            want_dtype(control, DType::U32)?;
+            want_vec(control, 4 + rows)?;
+            want_dtype(ring, DType::I32)?;
+            ensure!(v(ring).class == ValueClass::Ring, ctx(format!("`{}` must be a ring value", v(ring).name)));
+            ensure!(v(ring).shape.numel() % rows == 0, ctx("ring length is not a multiple of the rows".into()));
         }
         Op::Sample { logits, temperature, top_k, top_p, seed, counter, out } => {
             let (r, _) = want_2d(logits)?;

@@ -11,6 +11,10 @@
 //!   `step.counter u32 [S]` (sampling; see `Op::Sample`).
 //!
 //! Outputs: `out.logits f32 [S, vocab]`, `out.tokens i32 [S]`.
+//!
+//! Device loops (`Phase::DecodeLoop`) add `step.loop_control u32 [4 + S]`,
+//! `step.loop_stop_ids i32 [MAX_STOP_IDS]` and the ring `ring.tokens i32 [burst * S]` (see
+//! `Op::Advance`).
 //! State: `blk.{i}.k_cache`, `blk.{i}.v_cache`, each `[kv_rows, n_kv_heads * head_dim]`.
 
 use crate::ir::{verify::verify, DType, Op, Phase, Program, ValueClass, ValueId};
@@ -28,6 +32,9 @@ pub mod names {
     pub const TOP_P: &str = "step.top_p";
     pub const SEED: &str = "step.seed";
     pub const COUNTER: &str = "step.counter";
+    pub const LOOP_CONTROL: &str = "step.loop_control";
+    pub const LOOP_STOP_IDS: &str = "step.loop_stop_ids";
+    pub const RING: &str = "ring.tokens";
     pub const LOGITS: &str = "out.logits";
     pub const TOKENS: &str = "out.tokens";
 }
@@ -39,14 +46,19 @@ pub struct LowerOptions {
     pub dtype: DType,
     /// Rows of each layer's KV cache (sequences x max context).
     pub kv_rows: usize,
+    /// Tokens per row a device loop can stream per launch (the ring's length).
+    pub burst: usize,
 }
+
+/// Stop tokens a device loop checks (EOS ids; unused slots are -1).
+pub const MAX_STOP_IDS: usize = 8;
 
 pub fn lower(cfg: &ModelConfig, phase: Phase, bucket: usize, opts: LowerOptions) -> Result<Program> {
     ensure!(bucket > 0, "a bucket of 0 tokens cannot be lowered");
     ensure!(opts.dtype.is_float(), "plan dtype must be f32, f16 or bf16, not {}", opts.dtype);
     let t = bucket;
     let s = match phase {
-        Phase::Decode => bucket,
+        Phase::Decode | Phase::DecodeLoop => bucket,
         Phase::Prefill => 1,
     };
     let dt = opts.dtype;
@@ -159,6 +171,13 @@ pub fn lower(cfg: &ModelConfig, phase: Phase, bucket: usize, opts: LowerOptions)
     let counter = step(&mut p, COUNTER, DType::U32, s);
     let tokens = p.add_value(TOKENS, DType::I32, &[s], ValueClass::Output);
     p.push("sample", Op::Sample { logits, temperature, top_k, top_p, seed, counter, out: tokens });
+    if phase == Phase::DecodeLoop {
+        ensure!(opts.burst > 0, "a device loop needs a burst of at least one token");
+        let stop_ids = p.add_value(LOOP_STOP_IDS, DType::I32, &[MAX_STOP_IDS], ValueClass::Step);
+        let control = p.add_value(LOOP_CONTROL, DType::U32, &[4 + s], ValueClass::Step);
+        let ring = p.add_value(RING, DType::I32, &[opts.burst * s], ValueClass::Ring);
+        p.push("advance", Op::Advance { tokens, stop_ids, token_ids, positions, counter, control, ring });
+    }
 
     verify(&p)?;
     Ok(p)

@@ -8,8 +8,8 @@
 //!    every tensor and operand lies inside its region.
 //! 2. Persistent tensors of one region never share a byte.
 //! 3. An operand outside the arena lies inside one planned tensor of its region, starting at
-//!    its offset (a program may use a prefix of a step field or output); weights and step
-//!    fields are never written by a launch.
+//!    its offset (a program may use a prefix of a step field or output); weights are never
+//!    written by a launch, step fields and the ring only by `advance` (the device loop's step).
 //! 4. Within one launch, a written operand shares no byte with any other operand.
 //! 5. Liveness, by simulation over a shadow of the arena and output regions: each launch that
 //!    reads an arena or output operand finds exactly those bytes last written as that same
@@ -95,7 +95,8 @@ fn check_program(plan: &Plan, p: &ProgramPlan) -> Result<()> {
                 ensure!(b.bytes <= t.bytes, "launch {i} `{}` reads past the end of `{}`", l.name, t.name);
                 if b.access == Access::Write {
                     ensure!(
-                        matches!(t.class, ValueClass::State | ValueClass::Output),
+                        matches!(t.class, ValueClass::State | ValueClass::Output)
+                            || matches!(t.class, ValueClass::Step | ValueClass::Ring) && matches!(l.kernel, super::Kernel::Advance { .. }),
                         "launch {i} `{}` writes {} `{}`",
                         l.name,
                         t.class.name(),

@@ -64,12 +64,13 @@ pub fn summary(plan: &Plan) -> String {
     let _ = writeln!(s, "fingerprint: {}", plan.fingerprint);
     let _ = writeln!(
         s,
-        "options: dtype={} max_context={} max_seqs={} decode_buckets={:?} prefill_buckets={:?}",
+        "options: dtype={} max_context={} max_seqs={} decode_buckets={:?} prefill_buckets={:?} burst={}",
         o.dtype,
         o.max_context,
         o.max_seqs(),
         o.decode_buckets,
-        o.prefill_buckets
+        o.prefill_buckets,
+        o.burst
     );
     let _ = writeln!(s, "regions:");
     for r in RegionKind::ALL {
@@ -115,6 +116,7 @@ fn kernel_params(k: &Kernel) -> String {
         }
         Kernel::SwiGlu { n } | Kernel::Add { n } => format!("n={n}"),
         Kernel::Sample { rows, vocab } => format!("rows={rows} vocab={vocab}"),
+        Kernel::Advance { rows, burst, stop_ids } => format!("rows={rows} burst={burst} stop_ids={stop_ids}"),
     }
 }
 

@@ -51,6 +51,8 @@ pub fn launch_geometry(kernel: &Kernel, _bufs: &[BufArg]) -> Geometry {
         Kernel::Attention { rows, heads, .. } => g(rows, heads, ATTENTION_THREADS),
         Kernel::AttentionSplit { rows, heads, splits, .. } => g(rows * heads, splits, ATTENTION_THREADS),
         Kernel::AttentionMerge { rows, heads, .. } => g(rows, heads, ATTENTION_THREADS),
+        // One block; one thread per row.
+        Kernel::Advance { rows, .. } => g(1, 1, rows.div_ceil(32) * 32),
         Kernel::SwiGlu { n } | Kernel::Add { n } => g(n.div_ceil(ELEMENTWISE_THREADS), 1, ELEMENTWISE_THREADS),
         Kernel::Sample { rows, .. } => g(rows, 1, SAMPLE_THREADS),
     }

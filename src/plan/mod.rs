@@ -41,10 +41,17 @@ pub enum RegionKind {
     Output,
     /// Activations of whichever program runs, shared by all programs, sized by liveness.
     Arena,
+    /// Tokens streamed by device loops; host-mapped pinned memory on a GPU, so the host reads
+    /// them without synchronizing.
+    Ring,
 }
 
+/// Number of regions (the length of `Plan::region_bytes`).
+pub const N_REGIONS: usize = 6;
+
 impl RegionKind {
-    pub const ALL: [RegionKind; 5] = [RegionKind::Weights, RegionKind::State, RegionKind::Step, RegionKind::Output, RegionKind::Arena];
+    pub const ALL: [RegionKind; N_REGIONS] =
+        [RegionKind::Weights, RegionKind::State, RegionKind::Step, RegionKind::Output, RegionKind::Arena, RegionKind::Ring];
     pub fn name(self) -> &'static str {
         match self {
             RegionKind::Weights => "weights",
@@ -52,6 +59,7 @@ impl RegionKind {
             RegionKind::Step => "step",
             RegionKind::Output => "output",
             RegionKind::Arena => "arena",
+            RegionKind::Ring => "ring",
         }
     }
     pub fn index(self) -> usize {
@@ -65,6 +73,7 @@ impl RegionKind {
             ValueClass::Step => RegionKind::Step,
             ValueClass::Output => RegionKind::Output,
             ValueClass::Temp => RegionKind::Arena,
+            ValueClass::Ring => RegionKind::Ring,
         }
     }
 }
@@ -132,6 +141,10 @@ pub enum Kernel {
     Add { n: u32 },
     /// bufs: logits, temperature, top_k, top_p, seed, counter, out.
     Sample { rows: u32, vocab: u32 },
+    /// bufs: tokens, stop_ids, token_ids, positions, counter, control, ring (see `Op::Advance`).
+    /// On a GPU the kernel also takes the device loop's conditional handle, which the runtime
+    /// appends (0 outside a graph loop).
+    Advance { rows: u32, burst: u32, stop_ids: u32 },
 }
 
 impl Kernel {
@@ -160,6 +173,7 @@ impl Kernel {
             Kernel::SwiGlu { .. } => "swiglu",
             Kernel::Add { .. } => "add",
             Kernel::Sample { .. } => "sample",
+            Kernel::Advance { .. } => "advance",
         }
     }
 }
@@ -210,6 +224,7 @@ impl ProgramPlan {
         match self.phase {
             Phase::Decode => format!("decode.b{}", self.bucket),
             Phase::Prefill => format!("prefill.t{}", self.bucket),
+            Phase::DecodeLoop => format!("loop.b{}", self.bucket),
         }
     }
 }
@@ -222,7 +237,7 @@ pub struct Plan {
     pub fingerprint: String,
     pub options: PlanOptions,
     /// Bytes of each region, indexed by `RegionKind::index()`.
-    pub region_bytes: [u64; 5],
+    pub region_bytes: [u64; N_REGIONS],
     pub tensors: Vec<PlannedTensor>,
     pub programs: Vec<ProgramPlan>,
 }

@@ -7,7 +7,7 @@
 //! is `i`. An op's outputs never share bytes with its inputs. The arena is the largest peak
 //! over all programs; every program reuses it from offset 0.
 
-use super::{align_up, fingerprint, Access, BufArg, Kernel, Launch, Plan, PlannedTensor, ProgramPlan, RegionKind, TempAlloc};
+use super::{align_up, fingerprint, Access, BufArg, Kernel, Launch, Plan, PlannedTensor, ProgramPlan, RegionKind, TempAlloc, N_REGIONS};
 use crate::ir::{DType, Op, Phase, Program, ValueClass, ValueId};
 use crate::lower::{lower, LowerOptions};
 use crate::model::config::ModelConfig;
@@ -28,6 +28,9 @@ pub struct PlanOptions {
     pub dtype: DType,
     /// Refuse plans needing more device bytes than this.
     pub memory_budget: Option<u64>,
+    /// Tokens per row one device-loop launch may produce (0: no device loops). Each decode
+    /// bucket gets a `loop.b{B}` program with a ring of `burst` tokens per row.
+    pub burst: usize,
 }
 
 impl PlanOptions {
@@ -47,6 +50,7 @@ fn check_options(cfg: &ModelConfig, o: &PlanOptions) -> Result<()> {
         ensure!(b.windows(2).all(|w| w[0] < w[1]), "{what} buckets must be strictly ascending, got {b:?}");
     }
     ensure!(o.max_context > 0, "max context must be positive");
+    ensure!(o.burst <= 65536, "a burst of {} tokens per launch is more than the 65536 kiln plans for", o.burst);
     ensure!(
         o.max_context <= cfg.max_position_embeddings,
         "max context {} exceeds the model's trained context {} (max_position_embeddings); plan with --max-context {} or less",
@@ -70,13 +74,18 @@ fn check_options(cfg: &ModelConfig, o: &PlanOptions) -> Result<()> {
 pub fn build_plan(cfg: &ModelConfig, opts: &PlanOptions) -> Result<Plan> {
     cfg.validate()?;
     check_options(cfg, opts)?;
-    let lower_opts = LowerOptions { dtype: opts.dtype, kv_rows: opts.kv_rows() };
+    let lower_opts = LowerOptions { dtype: opts.dtype, kv_rows: opts.kv_rows(), burst: opts.burst };
     let mut programs = Vec::new();
     for &b in &opts.decode_buckets {
         programs.push(lower(cfg, Phase::Decode, b, lower_opts)?);
     }
     for &b in &opts.prefill_buckets {
         programs.push(lower(cfg, Phase::Prefill, b, lower_opts)?);
+    }
+    if opts.burst > 0 {
+        for &b in &opts.decode_buckets {
+            programs.push(lower(cfg, Phase::DecodeLoop, b, lower_opts)?);
+        }
     }
 
     let (tensors, mut region_bytes) = layout_persistent(cfg, opts, &programs)?;
@@ -128,7 +137,7 @@ pub fn fmt_bytes(b: u64) -> String {
 
 /// Weights in the config's tensor-table order; state, step fields and outputs in order of
 /// first appearance over the programs, each sized for its largest use.
-fn layout_persistent(cfg: &ModelConfig, opts: &PlanOptions, programs: &[Program]) -> Result<(Vec<PlannedTensor>, [u64; 5])> {
+fn layout_persistent(cfg: &ModelConfig, opts: &PlanOptions, programs: &[Program]) -> Result<(Vec<PlannedTensor>, [u64; N_REGIONS])> {
     let mut order: Vec<(String, ValueClass, DType, Vec<usize>)> =
         cfg.tensors().into_iter().map(|t| (t.name, ValueClass::Weight, opts.dtype, t.shape)).collect();
     for p in programs {
@@ -152,9 +161,9 @@ fn layout_persistent(cfg: &ModelConfig, opts: &PlanOptions, programs: &[Program]
             }
         }
     }
-    let mut region_bytes = [0u64; 5];
+    let mut region_bytes = [0u64; N_REGIONS];
     let mut tensors = Vec::new();
-    for region in [RegionKind::Weights, RegionKind::State, RegionKind::Step, RegionKind::Output] {
+    for region in [RegionKind::Weights, RegionKind::State, RegionKind::Step, RegionKind::Output, RegionKind::Ring] {
         for (name, class, dtype, shape) in order.iter().filter(|e| RegionKind::of_class(e.1) == region) {
             let bytes = (shape.iter().product::<usize>() * dtype.size()) as u64;
             let offset = region_bytes[region.index()];
@@ -422,6 +431,10 @@ fn kernel_of(p: &Program, op: &Op) -> Kernel {
         Op::Sample { logits, .. } => {
             let d = dims(logits);
             Kernel::Sample { rows: u(d[0]), vocab: u(d[1]) }
+        }
+        Op::Advance { tokens, stop_ids, ring, .. } => {
+            let rows = p.value(tokens).shape.numel();
+            Kernel::Advance { rows: u(rows), burst: u(p.value(ring).shape.numel() / rows), stop_ids: u(p.value(stop_ids).shape.numel()) }
         }
     }
 }

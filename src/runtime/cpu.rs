@@ -35,9 +35,10 @@
 use super::sampling::sample_row;
 use super::weights::fill_weight_region;
 use super::{Executor, StepBlock};
-use crate::ir::{DType, RopeSpec, RopeStyle};
+use crate::ir::{DType, Phase, RopeSpec, RopeStyle};
+use crate::lower::names;
 use crate::model::WeightSource;
-use crate::plan::{Access, BufArg, Kernel, Launch, Plan, RegionKind};
+use crate::plan::{Access, BufArg, Kernel, Launch, Plan, RegionKind, N_REGIONS};
 use anyhow::{bail, ensure, Context, Result};
 use half::{bf16, f16};
 
@@ -45,7 +46,7 @@ use half::{bf16, f16};
 pub struct CpuExecutor {
     plan: Plan,
     /// Host image of each region, indexed by `RegionKind::index()`.
-    regions: [Vec<u8>; 5],
+    regions: [Vec<u8>; N_REGIONS],
     scratch: Scratch,
 }
 
@@ -67,7 +68,7 @@ impl CpuExecutor {
     /// Allocates every region at its planned size (zeroed) and converts the weights into the
     /// weight region at their planned offsets.
     pub fn new(plan: Plan, weights: &dyn WeightSource) -> Result<CpuExecutor> {
-        let mut sizes = [0usize; 5];
+        let mut sizes = [0usize; N_REGIONS];
         for r in RegionKind::ALL {
             let bytes = plan.region_bytes[r.index()];
             sizes[r.index()] = usize::try_from(bytes)
@@ -120,8 +121,28 @@ impl Executor for CpuExecutor {
             dst.len()
         );
         dst.copy_from_slice(&step.bytes);
-        for i in 0..n {
-            self.run_launch(program, i)?;
+        if self.plan.programs[program].phase != Phase::DecodeLoop {
+            for i in 0..n {
+                self.run_launch(program, i)?;
+            }
+            return Ok(());
+        }
+        // A device loop: the body repeats until `advance` sets the done flag (word 2 of the
+        // loop control), exactly as the GPU's conditional WHILE node does. A budget of 0 runs
+        // nothing.
+        let control = self.plan.tensor(names::LOOP_CONTROL).context("a loop program without loop control")?.offset as usize;
+        let word = |regions: &[Vec<u8>; N_REGIONS], i: usize| -> u32 {
+            let o = control + 4 * i;
+            let b = &regions[RegionKind::Step.index()][o..o + 4];
+            u32::from_le_bytes([b[0], b[1], b[2], b[3]])
+        };
+        if word(&self.regions, 0) == 0 {
+            return Ok(());
+        }
+        while word(&self.regions, 2) == 0 {
+            for i in 0..n {
+                self.run_launch(program, i)?;
+            }
         }
         Ok(())
     }
@@ -144,17 +165,17 @@ impl Executor for CpuExecutor {
 // Element access. Everything goes through a `BufArg`'s byte range.
 
 /// The bytes of operand `b`, bounds-checked against its region.
-fn operand<'a>(regions: &'a [Vec<u8>; 5], b: &BufArg) -> Result<&'a [u8]> {
+fn operand<'a>(regions: &'a [Vec<u8>; N_REGIONS], b: &BufArg) -> Result<&'a [u8]> {
     let (start, end) = byte_range(regions, b)?;
     Ok(&regions[b.region.index()][start..end])
 }
 
-fn operand_mut<'a>(regions: &'a mut [Vec<u8>; 5], b: &BufArg) -> Result<&'a mut [u8]> {
+fn operand_mut<'a>(regions: &'a mut [Vec<u8>; N_REGIONS], b: &BufArg) -> Result<&'a mut [u8]> {
     let (start, end) = byte_range(regions, b)?;
     Ok(&mut regions[b.region.index()][start..end])
 }
 
-fn byte_range(regions: &[Vec<u8>; 5], b: &BufArg) -> Result<(usize, usize)> {
+fn byte_range(regions: &[Vec<u8>; N_REGIONS], b: &BufArg) -> Result<(usize, usize)> {
     let len = regions[b.region.index()].len() as u64;
     match b.offset.checked_add(b.bytes) {
         Some(end) if end <= len => Ok((b.offset as usize, end as usize)),
@@ -240,7 +261,7 @@ fn store_into(dst: &mut [u8], dtype: DType, start: usize, vals: &[f32]) {
 }
 
 /// Stores a whole float result into operand `b` (whose length was checked to match).
-fn store(regions: &mut [Vec<u8>; 5], b: &BufArg, vals: &[f32]) -> Result<()> {
+fn store(regions: &mut [Vec<u8>; N_REGIONS], b: &BufArg, vals: &[f32]) -> Result<()> {
     let dst = operand_mut(regions, b)?;
     debug_assert_eq!(dst.len(), vals.len() * b.dtype.size());
     store_into(dst, b.dtype, 0, vals);
@@ -322,7 +343,7 @@ fn kv_span(t: usize, pos: i32, cache_base: i32, kv_rows: u32) -> Result<usize> {
 // ---------------------------------------------------------------------------------------------
 // Kernels.
 
-fn execute(regions: &mut [Vec<u8>; 5], s: &mut Scratch, launch: &Launch) -> Result<()> {
+fn execute(regions: &mut [Vec<u8>; N_REGIONS], s: &mut Scratch, launch: &Launch) -> Result<()> {
     match launch.kernel {
         Kernel::Gather { rows, dim, table_rows } => {
             let (rows, dim, table_rows) = (rows as usize, dim as usize, table_rows as usize);
@@ -632,6 +653,60 @@ fn execute(regions: &mut [Vec<u8>; 5], s: &mut Scratch, launch: &Launch) -> Resu
                 }
             }
             store(regions, out, &s.out)
+        }
+        Kernel::Advance { rows, burst, stop_ids } => {
+            let (rows, burst, n_stop) = (rows as usize, burst as usize, stop_ids as usize);
+            let [tokens, stops, token_ids, positions, counter, control, ring] = arity(launch, 2, 5)? else { unreachable!() };
+            typed_operand(tokens, "tokens", DType::I32, rows)?;
+            typed_operand(stops, "stop_ids", DType::I32, n_stop)?;
+            typed_operand(token_ids, "token_ids", DType::I32, rows)?;
+            typed_operand(positions, "positions", DType::I32, rows)?;
+            typed_operand(counter, "counter", DType::U32, rows)?;
+            typed_operand(control, "control", DType::U32, 4 + rows)?;
+            typed_operand(ring, "ring", DType::I32, burst * rows)?;
+            let ints = |b: &[u8]| -> Vec<i32> { b.chunks_exact(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect() };
+            let sampled = ints(operand(regions, tokens)?);
+            let stop_list = ints(operand(regions, stops)?);
+            let mut pos = ints(operand(regions, positions)?);
+            let mut ctr: Vec<u32> = ints(operand(regions, counter)?).into_iter().map(|x| x as u32).collect();
+            let mut ctl: Vec<u32> = ints(operand(regions, control)?).into_iter().map(|x| x as u32).collect();
+            let (budget, produced, max_position) = (ctl[0] as usize, ctl[1] as usize, ctl[3] as i64);
+            let mut ring_writes = Vec::new();
+            let mut ids = ints(operand(regions, token_ids)?);
+            let mut past_end = false;
+            for r in 0..rows {
+                if pos[r] < 0 {
+                    ctl[4 + r] = 1; // padding rows count as finished
+                    continue;
+                }
+                let t = sampled[r];
+                if produced < burst {
+                    ring_writes.push((produced * rows + r, t));
+                }
+                ids[r] = t;
+                pos[r] += 1;
+                ctr[r] = ctr[r].wrapping_add(1);
+                if stop_list.iter().any(|&s| s >= 0 && s == t) {
+                    ctl[4 + r] = 1;
+                }
+                past_end |= pos[r] as i64 >= max_position;
+            }
+            let produced = produced + 1;
+            ctl[1] = produced as u32;
+            let all_finished = (0..rows).all(|r| ctl[4 + r] != 0);
+            if produced >= budget || produced >= burst || all_finished || past_end {
+                ctl[2] = 1;
+            }
+            let to_bytes = |v: &[i32]| -> Vec<u8> { v.iter().flat_map(|x| x.to_le_bytes()).collect() };
+            operand_mut(regions, token_ids)?.copy_from_slice(&to_bytes(&ids));
+            operand_mut(regions, positions)?.copy_from_slice(&to_bytes(&pos));
+            operand_mut(regions, counter)?.copy_from_slice(&ctr.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>());
+            operand_mut(regions, control)?.copy_from_slice(&ctl.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>());
+            let ring_bytes = operand_mut(regions, ring)?;
+            for (i, t) in ring_writes {
+                ring_bytes[4 * i..4 * i + 4].copy_from_slice(&t.to_le_bytes());
+            }
+            Ok(())
         }
         Kernel::SwiGlu { n } => {
             let n = n as usize;

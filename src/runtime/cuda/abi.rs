@@ -36,6 +36,7 @@ pub fn symbol(kernel: &Kernel, bufs: &[BufArg]) -> String {
             format!("kiln_linear_{first_float}_{out}")
         }
         Kernel::Sample { .. } => "kiln_sample_f32".to_string(),
+        Kernel::Advance { .. } => "kiln_advance".to_string(),
         // The workspace is f32; the kernel is named by the output's dtype.
         Kernel::AttentionMerge { .. } => {
             format!("kiln_attention_merge_{}", bufs.last().map(|b| b.dtype.name()).unwrap_or("f32"))
@@ -103,6 +104,10 @@ pub fn scalars(kernel: &Kernel) -> Vec<Scalar> {
         }
         // (gate, up, out, n) / (a, b, out, n)
         Kernel::SwiGlu { n } | Kernel::Add { n } => vec![U32(n)],
+        // (tokens, stop_ids, token_ids, positions, counter, control, ring, rows, burst, stop_ids,
+        //  cond_handle): the trailing `unsigned long long` conditional handle of the device
+        //  loop is appended by the runtime (0 outside a graph loop).
+        Kernel::Advance { rows, burst, stop_ids } => vec![U32(rows), U32(burst), U32(stop_ids)],
         // (logits, temperature, top_k, top_p, seed, counter, out, rows, vocab)
         Kernel::Sample { rows, vocab } => vec![U32(rows), U32(vocab)],
     }
@@ -118,7 +123,7 @@ pub fn pointer_slots(kernel: &Kernel, bufs: &[BufArg]) -> usize {
 
 /// Device pointers of a launch's operands given each region's base address, with a null bias
 /// slot inserted for a bias-less linear (its operands become x, weight, 0, out).
-pub fn pointers(kernel: &Kernel, bufs: &[BufArg], region_base: &[u64; 5]) -> Vec<u64> {
+pub fn pointers(kernel: &Kernel, bufs: &[BufArg], region_base: &[u64; crate::plan::N_REGIONS]) -> Vec<u64> {
     let mut p: Vec<u64> = bufs.iter().map(|b| region_base[b.region.index()] + b.offset).collect();
     if let Kernel::Linear { bias: false, .. } = kernel {
         p.insert(2, 0);

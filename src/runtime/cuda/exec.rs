@@ -46,7 +46,7 @@ impl Mode {
 /// Parameter values of one launch, one 8-byte slot each, in the kernel's parameter order:
 /// operand pointers (with the null bias slot of a bias-less linear), then the scalars as their
 /// 4 little-endian bytes in the low half of the slot. Pure; the ABI test checks it.
-pub fn param_slots(kernel: &Kernel, bufs: &[BufArg], region_base: &[u64; 5]) -> Vec<u64> {
+pub fn param_slots(kernel: &Kernel, bufs: &[BufArg], region_base: &[u64; crate::plan::N_REGIONS]) -> Vec<u64> {
     let mut slots = abi::pointers(kernel, bufs, region_base);
     debug_assert_eq!(slots.len(), abi::pointer_slots(kernel, bufs));
     for s in abi::scalars(kernel) {
@@ -147,7 +147,7 @@ pub struct CudaExecutor {
     output_host: PinnedBuffer,
     /// Owns the device memory `region_base` points into.
     _regions: Vec<Option<DeviceBuffer>>,
-    region_base: [u64; 5],
+    region_base: [u64; crate::plan::N_REGIONS],
     stream: Stream,
     device: Device,
     counters: Counters,
@@ -205,7 +205,7 @@ impl CudaExecutor {
 
         // One allocation per non-empty region.
         let mut regions = Vec::new();
-        let mut region_base = [0u64; 5];
+        let mut region_base = [0u64; crate::plan::N_REGIONS];
         for r in RegionKind::ALL {
             let bytes = plan.region_bytes[r.index()];
             if bytes == 0 {
@@ -313,7 +313,7 @@ impl CudaExecutor {
         self.counters.snapshot()
     }
     /// Device address of each region's base (0 for an empty region).
-    pub fn region_base(&self) -> [u64; 5] {
+    pub fn region_base(&self) -> [u64; crate::plan::N_REGIONS] {
         self.region_base
     }
     /// The parameter slots of one launch, as packed at load.
