@@ -293,7 +293,7 @@ fn plan_options(args: &BenchArgs, cfg: &ModelConfig, source_dtype: Option<crate:
         "the bench needs {max_context} tokens of context, more than this model's {}; lower --contexts or --new-tokens",
         cfg.max_position_embeddings
     );
-    Ok(PlanOptions { decode_buckets, prefill_buckets: sorted(&prefill), max_context, dtype, memory_budget: None, burst: 0 })
+    Ok(PlanOptions { decode_buckets, prefill_buckets: sorted(&prefill), max_context, dtype, memory_budget: None, burst: 0, fuse: false })
 }
 
 fn plan_info(plan: &Plan) -> PlanInfo {

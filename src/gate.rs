@@ -374,6 +374,7 @@ fn check_graph_vs_eager(g: &mut Gate, kind: &str, dtype: DType, steps: usize, mi
         dtype,
         memory_budget: None,
         burst: 0,
+        fuse: false,
     };
     let plan = build_plan(&cfg, &opts)?;
     let src = if dtype == DType::F32 { SrcDType::F32 } else { SrcDType::BF16 };
@@ -458,8 +459,15 @@ fn check_stories(g: &mut Gate, path: &Path) -> Result<()> {
     let tok = model.tokenizer.as_ref().context("stories260K has no tokenizer")?;
     let bos = model.config.bos_token_id.context("stories260K has no BOS")?;
     let max_context = 256.min(model.config.max_position_embeddings);
-    let opts =
-        PlanOptions { decode_buckets: vec![1], prefill_buckets: vec![16], max_context, dtype: DType::F32, memory_budget: None, burst: 0 };
+    let opts = PlanOptions {
+        decode_buckets: vec![1],
+        prefill_buckets: vec![16],
+        max_context,
+        dtype: DType::F32,
+        memory_budget: None,
+        burst: 0,
+        fuse: false,
+    };
     let plan = build_plan(&model.config, &opts)?;
     let mut stops = model.config.eos_token_ids.clone();
     stops.push(bos);
@@ -547,8 +555,15 @@ fn check_random_vs_cpu(g: &mut Gate, kind: &str, dtype: DType, seed: u64, per_la
     let cfg = random_config(kind)?;
     let tol = if dtype == DType::F32 { TOL_F32 } else { TOL_BF16 };
     let label = format!("2 gpu==cpu [{kind} {dtype}, tolerance {tol:e}]");
-    let opts =
-        PlanOptions { decode_buckets: vec![1, 4], prefill_buckets: vec![32], max_context: 128, dtype, memory_budget: None, burst: 0 };
+    let opts = PlanOptions {
+        decode_buckets: vec![1, 4],
+        prefill_buckets: vec![32],
+        max_context: 128,
+        dtype,
+        memory_budget: None,
+        burst: 0,
+        fuse: false,
+    };
     let plan = build_plan(&cfg, &opts)?;
     let src = if dtype == DType::F32 { SrcDType::F32 } else { SrcDType::BF16 };
     let weights = MemWeights::random(&cfg, seed, src);
@@ -690,6 +705,7 @@ fn compare_hf(g: &mut Gate, args: &GateArgs, job: &serde_json::Value) -> Result<
         dtype: DType::BF16,
         memory_budget: None,
         burst: 0,
+        fuse: false,
     };
     let plan = build_plan(&model.config, &opts)?;
     let mut gpu = g.load(&plan, model.weights.as_ref(), Mode::Graph)?;

@@ -48,6 +48,7 @@ fn split_decode_attention_matches_unsplit_prefill() {
         dtype: DType::F32,
         memory_budget: None,
         burst: 0,
+        fuse: false,
     };
     let plan = build_plan(&cfg, &opts).unwrap();
     let decode = plan.program(Phase::Decode, 2).unwrap();

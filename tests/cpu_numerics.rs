@@ -347,8 +347,15 @@ impl<'a> Reference<'a> {
 // Driving the executor.
 
 fn plan_for(cfg: &ModelConfig, dtype: DType, prefill_buckets: Vec<usize>) -> Plan {
-    let opts =
-        PlanOptions { decode_buckets: vec![1, 2, 4], prefill_buckets, max_context: MAX_CONTEXT, dtype, memory_budget: None, burst: 0 };
+    let opts = PlanOptions {
+        decode_buckets: vec![1, 2, 4],
+        prefill_buckets,
+        max_context: MAX_CONTEXT,
+        dtype,
+        memory_budget: None,
+        burst: 0,
+        fuse: false,
+    };
     build_plan(cfg, &opts).expect("plan builds")
 }
 

@@ -13,7 +13,15 @@ use kiln::synth::MemWeights;
 
 fn small_plan(kind: &str, dtype: DType) -> Plan {
     let cfg = random_config(kind).unwrap();
-    let opts = PlanOptions { decode_buckets: vec![1, 4], prefill_buckets: vec![32], max_context: 64, dtype, memory_budget: None, burst: 0 };
+    let opts = PlanOptions {
+        decode_buckets: vec![1, 4],
+        prefill_buckets: vec![32],
+        max_context: 64,
+        dtype,
+        memory_budget: None,
+        burst: 0,
+        fuse: false,
+    };
     build_plan(&cfg, &opts).unwrap()
 }
 

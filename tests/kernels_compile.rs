@@ -30,7 +30,15 @@ fn expected_symbols() -> BTreeSet<String> {
 }
 
 fn plan(cfg: &ModelConfig, dtype: DType) -> Plan {
-    let opts = PlanOptions { decode_buckets: vec![1, 4], prefill_buckets: vec![16], max_context: 64, dtype, memory_budget: None, burst: 0 };
+    let opts = PlanOptions {
+        decode_buckets: vec![1, 4],
+        prefill_buckets: vec![16],
+        max_context: 64,
+        dtype,
+        memory_budget: None,
+        burst: 0,
+        fuse: false,
+    };
     build_plan(cfg, &opts).unwrap_or_else(|e| panic!("plan for {dtype}: {e:#}"))
 }
 

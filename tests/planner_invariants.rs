@@ -67,6 +67,7 @@ fn random_options(rng: &mut Rng, cfg: &ModelConfig) -> PlanOptions {
         dtype: rng.pick(&[DType::F32, DType::F16, DType::BF16]),
         memory_budget: None,
         burst: 0,
+        fuse: false,
     };
     if opts.decode_buckets.is_empty() && opts.prefill_buckets.is_empty() {
         opts.prefill_buckets.push(max_context.min(4));
@@ -208,6 +209,7 @@ fn small_options() -> PlanOptions {
         dtype: DType::F32,
         memory_budget: None,
         burst: 0,
+        fuse: false,
     }
 }
 

@@ -39,6 +39,7 @@ fn references() -> Vec<Reference> {
         dtype: DType::BF16,
         memory_budget: None,
         burst: 0,
+        fuse: false,
     };
     vec![
         Reference {
@@ -51,6 +52,7 @@ fn references() -> Vec<Reference> {
                 dtype: DType::F32,
                 memory_budget: None,
                 burst: 0,
+                fuse: false,
             },
         },
         Reference { name: "llama3.2-1b", config: || hf_config("llama3.2-1b"), options: big(4096) },

@@ -16,7 +16,15 @@ fn dir() -> PathBuf {
 }
 
 fn options() -> PlanOptions {
-    PlanOptions { decode_buckets: vec![1], prefill_buckets: vec![16], max_context: 512, dtype: DType::F32, memory_budget: None, burst: 0 }
+    PlanOptions {
+        decode_buckets: vec![1],
+        prefill_buckets: vec![16],
+        max_context: 512,
+        dtype: DType::F32,
+        memory_budget: None,
+        burst: 0,
+        fuse: false,
+    }
 }
 
 /// Greedy text from BOS, 200 tokens at most, stopping at BOS/EOS.

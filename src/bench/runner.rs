@@ -226,8 +226,15 @@ mod tests {
     fn cpu(decode: Vec<usize>, prefill: Vec<usize>, max_context: usize) -> (CpuExecutor, MemWeights) {
         let cfg = crate::gate::random_config("qwen2").unwrap();
         let weights = MemWeights::random(&cfg, 3, crate::model::SrcDType::F32);
-        let opts =
-            PlanOptions { decode_buckets: decode, prefill_buckets: prefill, max_context, dtype: DType::F32, memory_budget: None, burst: 0 };
+        let opts = PlanOptions {
+            decode_buckets: decode,
+            prefill_buckets: prefill,
+            max_context,
+            dtype: DType::F32,
+            memory_budget: None,
+            burst: 0,
+            fuse: false,
+        };
         let plan = build_plan(&cfg, &opts).unwrap();
         (CpuExecutor::new(plan, &weights).unwrap(), weights)
     }

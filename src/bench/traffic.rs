@@ -124,6 +124,7 @@ mod tests {
             dtype: DType::BF16,
             memory_budget: None,
             burst: 0,
+            fuse: false,
         };
         build_plan(cfg, &opts).unwrap()
     }

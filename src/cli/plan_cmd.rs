@@ -29,6 +29,10 @@ pub struct PlanArgs {
     /// Tokens per row one device-loop launch may generate (0: no device loops).
     #[arg(long, default_value_t = 0)]
     pub burst: usize,
+    /// Run the fusion pass (norm prologues, gated MLP, residual epilogues): fewer launches,
+    /// the same results.
+    #[arg(long)]
+    pub fuse: bool,
 }
 
 impl PlanArgs {
@@ -46,6 +50,7 @@ impl PlanArgs {
             dtype: resolve_dtype(&self.dtype, source_dtype)?,
             memory_budget: self.memory_budget.as_deref().map(parse_bytes).transpose()?,
             burst: self.burst,
+            fuse: self.fuse,
         })
     }
 }

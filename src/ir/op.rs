@@ -94,6 +94,21 @@ pub enum Op {
     HeadRmsNorm { x: ValueId, weight: ValueId, out: ValueId, head_dim: u32, eps: f32 },
     /// `out[r, n] = sum_k x[r, k] * weight[n, k] (+ bias[n])`.
     Linear { x: ValueId, weight: ValueId, bias: Option<ValueId>, out: ValueId },
+    /// A linear layer with fused neighbours (made by `lower::fuse`, never by lowering):
+    /// `h = norm ? rms_norm(x, norm.0, norm.1) : x` (rounded to `x`'s dtype as `RmsNorm`
+    /// stores it), `o = h · weightᵀ (+ bias)` rounded to `out`'s dtype, then
+    /// `out = o + residual` when present. Equal, bit for bit, to the unfused ops.
+    FusedLinear {
+        x: ValueId,
+        norm: Option<(ValueId, f32)>,
+        weight: ValueId,
+        bias: Option<ValueId>,
+        residual: Option<ValueId>,
+        out: ValueId,
+    },
+    /// `out = silu(g) * u` with `g = h · gateᵀ`, `u = h · upᵀ` (each rounded to `out`'s dtype)
+    /// and `h` as in `FusedLinear`: a gated MLP's up projection in one pass over `x`.
+    GatedLinear { x: ValueId, norm: Option<(ValueId, f32)>, gate: ValueId, up: ValueId, out: ValueId },
     /// Rotary embedding of every head of `x` (`[rows, heads * head_dim]`) at `positions[r]`.
     Rope { x: ValueId, positions: ValueId, out: ValueId, head_dim: u32, rope: RopeSpec },
     /// Writes `k` and `v` rows into the caches at row `cache_base[t] + positions[t]`;
@@ -148,6 +163,8 @@ impl Op {
             Op::RmsNorm { .. } => "rms_norm",
             Op::HeadRmsNorm { .. } => "head_rms_norm",
             Op::Linear { .. } => "linear",
+            Op::FusedLinear { .. } => "fused_linear",
+            Op::GatedLinear { .. } => "gated_linear",
             Op::Rope { .. } => "rope",
             Op::KvWrite { .. } => "kv_write",
             Op::Attention { .. } => "attention",
@@ -166,6 +183,20 @@ impl Op {
             Op::Linear { x, weight, bias, .. } => {
                 let mut v = vec![x, weight];
                 v.extend(bias);
+                v
+            }
+            Op::FusedLinear { x, norm, weight, bias, residual, .. } => {
+                let mut v = vec![x];
+                v.extend(norm.map(|n| n.0));
+                v.push(weight);
+                v.extend(bias);
+                v.extend(residual);
+                v
+            }
+            Op::GatedLinear { x, norm, gate, up, .. } => {
+                let mut v = vec![x];
+                v.extend(norm.map(|n| n.0));
+                v.extend([gate, up]);
                 v
             }
             Op::Rope { x, positions, .. } => vec![x, positions],
@@ -189,6 +220,8 @@ impl Op {
             | Op::RmsNorm { out, .. }
             | Op::HeadRmsNorm { out, .. }
             | Op::Linear { out, .. }
+            | Op::FusedLinear { out, .. }
+            | Op::GatedLinear { out, .. }
             | Op::Rope { out, .. }
             | Op::Attention { out, .. }
             | Op::SwiGlu { out, .. }
@@ -203,6 +236,17 @@ impl Op {
     pub fn attrs(&self) -> Vec<(&'static str, String)> {
         match self {
             Op::RmsNorm { eps, .. } => vec![("eps", format!("{eps:e}"))],
+            Op::FusedLinear { norm, residual, .. } => {
+                let mut a = Vec::new();
+                if let Some((_, eps)) = norm {
+                    a.push(("norm_eps", format!("{eps:e}")));
+                }
+                if residual.is_some() {
+                    a.push(("residual", "true".to_string()));
+                }
+                a
+            }
+            Op::GatedLinear { norm, .. } => norm.map(|(_, eps)| vec![("norm_eps", format!("{eps:e}"))]).unwrap_or_default(),
             Op::HeadRmsNorm { head_dim, eps, .. } => {
                 vec![("head_dim", head_dim.to_string()), ("eps", format!("{eps:e}"))]
             }

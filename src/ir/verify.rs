@@ -167,6 +167,40 @@ fn check_op(p: &Program, name: &str, op: &Op) -> Result<()> {
             want_float(weight)?;
             want_float(out)?;
         }
+        Op::FusedLinear { x, norm, weight, bias, residual, out } => {
+            let (r, k) = want_2d(x)?;
+            let (nf, kw) = want_2d(weight)?;
+            ensure!(k == kw, ctx(format!("x has {k} features but weight `{}` expects {kw}", v(weight).name)));
+            if let Some((nw, eps)) = norm {
+                want_vec(nw, k)?;
+                ensure!(eps > 0.0, ctx(format!("eps must be positive, is {eps}")));
+            }
+            if let Some(b) = bias {
+                want_vec(b, nf)?;
+            }
+            let (ro, no) = want_2d(out)?;
+            ensure!(ro == r && no == nf, ctx(format!("out is {} but should be [{r},{nf}]", v(out).shape)));
+            if let Some(res) = residual {
+                same_shape(res, out)?;
+            }
+            want_float(x)?;
+            want_float(weight)?;
+            want_float(out)?;
+        }
+        Op::GatedLinear { x, norm, gate, up, out } => {
+            let (r, k) = want_2d(x)?;
+            let (nf, kw) = want_2d(gate)?;
+            ensure!(k == kw, ctx(format!("x has {k} features but `{}` expects {kw}", v(gate).name)));
+            same_shape(gate, up)?;
+            if let Some((nw, eps)) = norm {
+                want_vec(nw, k)?;
+                ensure!(eps > 0.0, ctx(format!("eps must be positive, is {eps}")));
+            }
+            let (ro, no) = want_2d(out)?;
+            ensure!(ro == r && no == nf, ctx(format!("out is {} but should be [{r},{nf}]", v(out).shape)));
+            want_float(x)?;
+            want_float(out)?;
+        }
         Op::Rope { x, positions, out, head_dim, rope } => {
             let (r, d) = want_2d(x)?;
             want_dtype(positions, DType::I32)?;

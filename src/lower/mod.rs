@@ -17,6 +17,8 @@
 //! `Op::Advance`).
 //! State: `blk.{i}.k_cache`, `blk.{i}.v_cache`, each `[kv_rows, n_kv_heads * head_dim]`.
 
+pub mod fuse;
+
 use crate::ir::{verify::verify, DType, Op, Phase, Program, ValueClass, ValueId};
 use crate::model::config::ModelConfig;
 use anyhow::{ensure, Result};

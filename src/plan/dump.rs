@@ -104,6 +104,12 @@ fn kernel_params(k: &Kernel) -> String {
             "rows={rows} heads={heads} head_dim={head_dim} style={:?} theta={} rotary_dim={}",
             rope.style, rope.theta, rope.rotary_dim
         ),
+        Kernel::FusedLinear { rows, in_features, out_features, norm, eps, bias, residual } => {
+            format!("rows={rows} in={in_features} out={out_features} norm={norm} eps={eps:e} bias={bias} residual={residual}")
+        }
+        Kernel::GatedLinear { rows, in_features, out_features, norm, eps } => {
+            format!("rows={rows} in={in_features} out={out_features} norm={norm} eps={eps:e}")
+        }
         Kernel::KvWrite { rows, kv_dim, kv_rows } => format!("rows={rows} kv_dim={kv_dim} kv_rows={kv_rows}"),
         Kernel::Attention { rows, heads, kv_heads, head_dim, scale, kv_rows } => {
             format!("rows={rows} heads={heads} kv_heads={kv_heads} head_dim={head_dim} scale={scale} kv_rows={kv_rows}")

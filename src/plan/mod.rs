@@ -119,6 +119,10 @@ pub enum Kernel {
     HeadRmsNorm { rows: u32, heads: u32, head_dim: u32, eps: f32 },
     /// bufs: x, weight, [bias], out.
     Linear { rows: u32, in_features: u32, out_features: u32, bias: bool },
+    /// bufs: x, [norm weight], weight, [bias], [residual], out (see `Op::FusedLinear`).
+    FusedLinear { rows: u32, in_features: u32, out_features: u32, norm: bool, eps: f32, bias: bool, residual: bool },
+    /// bufs: x, [norm weight], gate, up, out (see `Op::GatedLinear`).
+    GatedLinear { rows: u32, in_features: u32, out_features: u32, norm: bool, eps: f32 },
     /// bufs: x, positions, out.
     Rope { rows: u32, heads: u32, head_dim: u32, rope: RopeSpec },
     /// bufs: k, v, positions, cache_base, k_cache, v_cache.
@@ -165,6 +169,8 @@ impl Kernel {
             Kernel::RmsNorm { .. } => "rms_norm",
             Kernel::HeadRmsNorm { .. } => "head_rms_norm",
             Kernel::Linear { .. } => "linear",
+            Kernel::FusedLinear { .. } => "fused_linear",
+            Kernel::GatedLinear { .. } => "gated_linear",
             Kernel::Rope { .. } => "rope",
             Kernel::KvWrite { .. } => "kv_write",
             Kernel::Attention { .. } => "attention",

@@ -31,6 +31,8 @@ pub struct PlanOptions {
     /// Tokens per row one device-loop launch may produce (0: no device loops). Each decode
     /// bucket gets a `loop.b{B}` program with a ring of `burst` tokens per row.
     pub burst: usize,
+    /// Run the fusion pass (`lower::fuse`): norm prologues, gated MLP, residual epilogues.
+    pub fuse: bool,
 }
 
 impl PlanOptions {
@@ -88,6 +90,9 @@ pub fn build_plan(cfg: &ModelConfig, opts: &PlanOptions) -> Result<Plan> {
         }
     }
 
+    if opts.fuse {
+        programs = programs.iter().map(crate::lower::fuse::fuse).collect::<Result<_>>()?;
+    }
     let (tensors, mut region_bytes) = layout_persistent(cfg, opts, &programs)?;
     let by_name: BTreeMap<&str, &PlannedTensor> = tensors.iter().map(|t| (t.name.as_str(), t)).collect();
     let mut planned = Vec::new();
@@ -414,6 +419,28 @@ fn kernel_of(p: &Program, op: &Op) -> Kernel {
         Op::Linear { x, weight, bias, .. } => {
             let (dx, dw) = (dims(x), dims(weight));
             Kernel::Linear { rows: u(dx[0]), in_features: u(dx[1]), out_features: u(dw[0]), bias: bias.is_some() }
+        }
+        Op::FusedLinear { x, norm, weight, bias, residual, .. } => {
+            let (dx, dw) = (dims(x), dims(weight));
+            Kernel::FusedLinear {
+                rows: u(dx[0]),
+                in_features: u(dx[1]),
+                out_features: u(dw[0]),
+                norm: norm.is_some(),
+                eps: norm.map(|n| n.1).unwrap_or(0.0),
+                bias: bias.is_some(),
+                residual: residual.is_some(),
+            }
+        }
+        Op::GatedLinear { x, norm, gate, .. } => {
+            let (dx, dw) = (dims(x), dims(gate));
+            Kernel::GatedLinear {
+                rows: u(dx[0]),
+                in_features: u(dx[1]),
+                out_features: u(dw[0]),
+                norm: norm.is_some(),
+                eps: norm.map(|n| n.1).unwrap_or(0.0),
+            }
         }
         Op::Rope { x, head_dim, rope, .. } => {
             let d = dims(x);

@@ -423,6 +423,107 @@ fn execute(regions: &mut [Vec<u8>; N_REGIONS], s: &mut Scratch, launch: &Launch)
             }
             store(regions, out, &s.out)
         }
+        Kernel::FusedLinear { rows, in_features, out_features, norm, eps, bias, residual } => {
+            let (rows, k, n) = (rows as usize, in_features as usize, out_features as usize);
+            let bufs = arity(launch, 2 + norm as usize + bias as usize + residual as usize, 1)?;
+            let mut next = bufs.iter();
+            let x = next.next().expect("arity checked");
+            let norm_w = if norm { next.next() } else { None };
+            let weight = next.next().expect("arity checked");
+            let bias_b = if bias { next.next() } else { None };
+            let residual_b = if residual { next.next() } else { None };
+            let out = &bufs[bufs.len() - 1];
+            float_operand(x, "x", rows * k)?;
+            float_operand(weight, "weight", n * k)?;
+            float_operand(out, "out", rows * n)?;
+            load_all(operand(regions, x)?, x.dtype, &mut s.a);
+            if let Some(nw) = norm_w {
+                // Exactly what `RmsNorm` would have stored for the linear to read.
+                float_operand(nw, "norm weight", k)?;
+                load_all(operand(regions, nw)?, nw.dtype, &mut s.b);
+                let mut h = vec![0.0f32; rows * k];
+                rms_norm_rows(&s.a, &s.b, &mut h, k, eps, x.dtype);
+                s.a.clear();
+                s.a.extend(h.iter().map(|&v| round_to(x.dtype, v)));
+            }
+            let bias_v = match bias_b {
+                Some(b) => {
+                    float_operand(b, "bias", n)?;
+                    let mut v = Vec::new();
+                    load_all(operand(regions, b)?, b.dtype, &mut v);
+                    v
+                }
+                None => Vec::new(),
+            };
+            let residual_v = match residual_b {
+                Some(b) => {
+                    float_operand(b, "residual", rows * n)?;
+                    let mut v = Vec::new();
+                    load_all(operand(regions, b)?, b.dtype, &mut v);
+                    v
+                }
+                None => Vec::new(),
+            };
+            let wb = operand(regions, weight)?;
+            s.out.clear();
+            s.out.resize(rows * n, 0.0);
+            s.row.clear();
+            s.row.resize(k, 0.0);
+            for col in 0..n {
+                load_into(wb, weight.dtype, col * k, &mut s.row);
+                for r in 0..rows {
+                    let mut acc = 0.0f32;
+                    for (xv, wv) in s.a[r * k..(r + 1) * k].iter().zip(&s.row) {
+                        acc += xv * wv;
+                    }
+                    if bias {
+                        acc += bias_v[col];
+                    }
+                    s.out[r * n + col] = if residual { residual_v[r * n + col] + round_to(out.dtype, acc) } else { acc };
+                }
+            }
+            store(regions, out, &s.out)
+        }
+        Kernel::GatedLinear { rows, in_features, out_features, norm, eps } => {
+            let (rows, k, n) = (rows as usize, in_features as usize, out_features as usize);
+            let bufs = arity(launch, 3 + norm as usize, 1)?;
+            let x = &bufs[0];
+            let (gate, up, out) = (&bufs[1 + norm as usize], &bufs[2 + norm as usize], &bufs[3 + norm as usize]);
+            float_operand(x, "x", rows * k)?;
+            float_operand(gate, "gate", n * k)?;
+            float_operand(up, "up", n * k)?;
+            float_operand(out, "out", rows * n)?;
+            load_all(operand(regions, x)?, x.dtype, &mut s.a);
+            if norm {
+                let nw = &bufs[1];
+                float_operand(nw, "norm weight", k)?;
+                load_all(operand(regions, nw)?, nw.dtype, &mut s.b);
+                let mut h = vec![0.0f32; rows * k];
+                rms_norm_rows(&s.a, &s.b, &mut h, k, eps, x.dtype);
+                s.a.clear();
+                s.a.extend(h.iter().map(|&v| round_to(x.dtype, v)));
+            }
+            let (gb, ub) = (operand(regions, gate)?, operand(regions, up)?);
+            s.out.clear();
+            s.out.resize(rows * n, 0.0);
+            let mut grow = vec![0.0f32; k];
+            s.row.clear();
+            s.row.resize(k, 0.0);
+            for col in 0..n {
+                load_into(gb, gate.dtype, col * k, &mut grow);
+                load_into(ub, up.dtype, col * k, &mut s.row);
+                for r in 0..rows {
+                    let (mut ag, mut au) = (0.0f32, 0.0f32);
+                    for ((xv, gv), uv) in s.a[r * k..(r + 1) * k].iter().zip(&grow).zip(&s.row) {
+                        ag += xv * gv;
+                        au += xv * uv;
+                    }
+                    let (g, u) = (round_to(out.dtype, ag), round_to(out.dtype, au));
+                    s.out[r * n + col] = g / (1.0 + (-g).exp()) * u;
+                }
+            }
+            store(regions, out, &s.out)
+        }
         Kernel::Rope { rows, heads, head_dim, rope } => {
             let (rows, heads, head_dim) = (rows as usize, heads as usize, head_dim as usize);
             let [x, positions, out] = arity(launch, 2, 1)? else { unreachable!() };

@@ -37,6 +37,10 @@ pub fn symbol(kernel: &Kernel, bufs: &[BufArg]) -> String {
         }
         Kernel::Sample { .. } => "kiln_sample_f32".to_string(),
         Kernel::Advance { .. } => "kiln_advance".to_string(),
+        Kernel::FusedLinear { .. } => {
+            let out = bufs.last().map(|b| b.dtype.name()).unwrap_or("f32");
+            format!("kiln_fused_linear_{first_float}_{out}")
+        }
         // The workspace is f32; the kernel is named by the output's dtype.
         Kernel::AttentionMerge { .. } => {
             format!("kiln_attention_merge_{}", bufs.last().map(|b| b.dtype.name()).unwrap_or("f32"))
@@ -93,6 +97,15 @@ pub fn scalars(kernel: &Kernel) -> Vec<Scalar> {
         Kernel::Attention { rows, heads, kv_heads, head_dim, scale, kv_rows } => {
             vec![U32(rows), U32(heads), U32(kv_heads), U32(head_dim), F32(scale), U32(kv_rows)]
         }
+        // (x, norm_w|0, weight, bias|0, residual|0, out, rows, in_features, out_features, has_norm,
+        //  eps, has_bias, has_residual); absent operands are null pointer slots (`pointers`).
+        Kernel::FusedLinear { rows, in_features, out_features, norm, eps, bias, residual } => {
+            vec![U32(rows), U32(in_features), U32(out_features), U32(norm as u32), F32(eps), U32(bias as u32), U32(residual as u32)]
+        }
+        // (x, norm_w|0, gate, up, out, rows, in_features, out_features, has_norm, eps)
+        Kernel::GatedLinear { rows, in_features, out_features, norm, eps } => {
+            vec![U32(rows), U32(in_features), U32(out_features), U32(norm as u32), F32(eps)]
+        }
         // (q, k_cache, v_cache, positions, cache_base, workspace, rows, heads, kv_heads, head_dim,
         //  scale, kv_rows, splits, split_len)
         Kernel::AttentionSplit { rows, heads, kv_heads, head_dim, scale, kv_rows, splits, split_len } => {
@@ -117,6 +130,8 @@ pub fn scalars(kernel: &Kernel) -> Vec<Scalar> {
 pub fn pointer_slots(kernel: &Kernel, bufs: &[BufArg]) -> usize {
     match kernel {
         Kernel::Linear { bias: false, .. } => bufs.len() + 1,
+        Kernel::FusedLinear { .. } => 6,
+        Kernel::GatedLinear { .. } => 5,
         _ => bufs.len(),
     }
 }
@@ -125,8 +140,16 @@ pub fn pointer_slots(kernel: &Kernel, bufs: &[BufArg]) -> usize {
 /// slot inserted for a bias-less linear (its operands become x, weight, 0, out).
 pub fn pointers(kernel: &Kernel, bufs: &[BufArg], region_base: &[u64; crate::plan::N_REGIONS]) -> Vec<u64> {
     let mut p: Vec<u64> = bufs.iter().map(|b| region_base[b.region.index()] + b.offset).collect();
-    if let Kernel::Linear { bias: false, .. } = kernel {
-        p.insert(2, 0);
+    match *kernel {
+        Kernel::Linear { bias: false, .. } => p.insert(2, 0),
+        // Fixed slots x, norm_w, weight, bias, residual, out; absent ones are null.
+        Kernel::FusedLinear { norm, bias, residual, .. } => {
+            let mut it = p.into_iter();
+            let mut next = |present: bool| if present { it.next().unwrap_or(0) } else { 0 };
+            return vec![next(true), next(norm), next(true), next(bias), next(residual), next(true)];
+        }
+        Kernel::GatedLinear { norm: false, .. } => p.insert(1, 0),
+        _ => {}
     }
     p
 }
