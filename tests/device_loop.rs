@@ -42,6 +42,7 @@ fn setup(burst: usize) -> (Plan, MemWeights) {
         dtype: DType::F32,
         memory_budget: None,
         burst,
+        fuse: false,
     };
     let plan = build_plan(&cfg, &opts).unwrap();
     let weights = MemWeights::random(&cfg, 11, SrcDType::F32);
