@@ -16,6 +16,13 @@
 //!    bf16 against the same weights in f32), so no fixed bound fits every shape.
 //! 4. Counters over every CUDA executor of the run: no allocation, no stream capture and no
 //!    pageable upload after load; exactly one graph launch per graph step.
+//! 5. Device loop == one-step decode: for every decode bucket of random configs (f32 and bf16),
+//!    greedy and seeded temperature/top-k/top-p sampling, the tokens a device loop streams
+//!    through its ring (bursts of [`LOOP_BURST`], one graph launch each, read while the loop
+//!    runs) are bit-identical to one-step graph decode for [`LOOP_TOKENS`] tokens; a budget,
+//!    a stop token and the context end stop the loop where the plan's contract says; the eager
+//!    loop equals the graph loop. Inside the bursts the counters must show at most 1/16 graph
+//!    launches and 0 blocking host syncs per decode step.
 //!
 //! Owns: the checks and their tolerances, each stated with its reason. Never: a check that
 //! passes without comparing against an independent reference.
@@ -28,7 +35,7 @@ use crate::runtime::cpu::CpuExecutor;
 use crate::runtime::cuda::counters::Snapshot;
 use crate::runtime::cuda::{CudaExecutor, Mode};
 use crate::runtime::sampling::splitmix64;
-use crate::runtime::session::{generate, Sampling};
+use crate::runtime::session::{generate, stream_loop, Sampling};
 use crate::runtime::{Executor, StepBlock};
 use crate::synth::MemWeights;
 use anyhow::{bail, ensure, Context, Result};
@@ -51,7 +58,7 @@ pub const STORIES_KNOWN_TEXT: &str = "Once upon a time, there was a little girl 
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct GateArgs {
-    /// Which checks to run (1-4); all when not given. Check 4 sums the counters of the others.
+    /// Which checks to run (1-5); all when not given. Check 4 sums the counters of the others.
     #[arg(long, value_delimiter = ',')]
     pub checks: Vec<u32>,
     /// Greedy decode steps per (bucket, start) in check 1.
@@ -139,6 +146,30 @@ impl Executor for Dev {
         match self {
             Dev::Cuda(c) => c.name(),
             Dev::Cpu(_) => "cpu-stand-in",
+        }
+    }
+    fn start(&mut self, program: usize, step: &StepBlock) -> Result<()> {
+        match self {
+            Dev::Cuda(c) => c.start(program, step),
+            Dev::Cpu(c) => c.start(program, step),
+        }
+    }
+    fn poll_ring(&mut self, dst: &mut [i32]) -> Result<()> {
+        match self {
+            Dev::Cuda(c) => c.poll_ring(dst),
+            Dev::Cpu(c) => c.poll_ring(dst),
+        }
+    }
+    fn finished(&mut self) -> Result<bool> {
+        match self {
+            Dev::Cuda(c) => c.finished(),
+            Dev::Cpu(c) => c.finished(),
+        }
+    }
+    fn wait(&mut self) -> Result<()> {
+        match self {
+            Dev::Cuda(c) => c.wait(),
+            Dev::Cpu(c) => c.wait(),
         }
     }
 }
@@ -757,6 +788,261 @@ fn compare_hf(g: &mut Gate, args: &GateArgs, job: &serde_json::Value) -> Result<
 }
 
 // ---------------------------------------------------------------------------------------------
+// Check 5: device loop == one-step decode.
+
+/// Tokens per row one device-loop launch may produce in check 5 (`kiln plan`'s default).
+pub const LOOP_BURST: usize = 64;
+/// Tokens per row compared between the device loop and one-step decode in check 5: several
+/// bursts.
+pub const LOOP_TOKENS: usize = 256;
+/// Check 5's bound on graph launches per decode step inside bursts (issue 4's target).
+pub const LOOP_MAX_LAUNCHES_PER_STEP: f64 = 1.0 / 16.0;
+
+/// Sampling of check 5: greedy, or seeded temperature with top-k and top-p (each row its seed).
+#[derive(Clone, Copy, Debug)]
+struct LoopSampling {
+    temperature: f32,
+    seed: u32,
+}
+
+impl LoopSampling {
+    fn name(&self) -> String {
+        if self.temperature > 0.0 {
+            format!("T={} top_k=40 top_p=0.95 seed={}", self.temperature, self.seed)
+        } else {
+            "greedy".to_string()
+        }
+    }
+}
+
+/// Step block for `ids.len()` rows at `pos`, with check 5's sampling; for a loop program also
+/// its control (budget, max position = the plan's context) and stop ids.
+fn loop_test_step(plan: &Plan, ids: &[i32], pos: &[i32], s: LoopSampling, budget: Option<(u32, &[i32])>) -> Result<StepBlock> {
+    let rows = ids.len();
+    let mut step = StepBlock::new(plan);
+    step.set_i32(plan, names::TOKEN_IDS, ids)?;
+    step.set_i32(plan, names::POSITIONS, pos)?;
+    let bases: Vec<i32> = (0..rows).map(|r| (r * plan.options.max_context) as i32).collect();
+    step.set_i32(plan, names::CACHE_BASE, &bases)?;
+    let sampled = s.temperature > 0.0;
+    step.set_f32(plan, names::TEMPERATURE, &vec![s.temperature; rows])?;
+    step.set_i32(plan, names::TOP_K, &vec![if sampled { 40 } else { 0 }; rows])?;
+    step.set_f32(plan, names::TOP_P, &vec![if sampled { 0.95 } else { 1.0 }; rows])?;
+    step.set_u32(plan, names::SEED, &(0..rows as u32).map(|r| s.seed.wrapping_add(r)).collect::<Vec<_>>())?;
+    step.set_u32(plan, names::COUNTER, &pos.iter().map(|&p| (p + 1) as u32).collect::<Vec<_>>())?;
+    if let Some((budget, stops)) = budget {
+        let mut control = vec![budget, 0, 0, plan.options.max_context as u32];
+        control.extend(std::iter::repeat_n(0, rows));
+        step.set_u32(plan, names::LOOP_CONTROL, &control)?;
+        let mut stop_ids = vec![-1i32; crate::lower::MAX_STOP_IDS];
+        stop_ids[..stops.len()].copy_from_slice(stops);
+        step.set_i32(plan, names::LOOP_STOP_IDS, &stop_ids)?;
+    }
+    Ok(step)
+}
+
+/// One-step decode of `steps` steps from `first` at `start`: the tokens of each step.
+fn one_step_tokens(
+    e: &mut dyn Executor,
+    program: usize,
+    first: &[i32],
+    start: i32,
+    steps: usize,
+    s: LoopSampling,
+) -> Result<Vec<Vec<i32>>> {
+    let plan = e.plan().clone();
+    let rows = first.len();
+    let mut ids = first.to_vec();
+    let mut out = Vec::with_capacity(steps);
+    for k in 0..steps {
+        let pos = vec![start + k as i32; rows];
+        e.run(program, &loop_test_step(&plan, &ids, &pos, s, None)?)?;
+        ids = read_tokens(e, rows)?;
+        out.push(ids.clone());
+    }
+    Ok(out)
+}
+
+/// The same through device-loop bursts of at most `burst` steps each, streamed from the ring;
+/// each burst continues from the last token and position the previous one streamed. Returns
+/// the tokens of each step and the number of launches.
+fn looped_tokens(
+    e: &mut dyn Executor,
+    program: usize,
+    first: &[i32],
+    start: i32,
+    steps: usize,
+    s: LoopSampling,
+) -> Result<(Vec<Vec<i32>>, usize)> {
+    let plan = e.plan().clone();
+    let rows = first.len();
+    let mut out: Vec<Vec<i32>> = Vec::with_capacity(steps);
+    let mut launches = 0;
+    while out.len() < steps {
+        let ids = out.last().cloned().unwrap_or_else(|| first.to_vec());
+        let pos = vec![start + out.len() as i32; rows];
+        let budget = plan.options.burst.min(steps - out.len());
+        let step = loop_test_step(&plan, &ids, &pos, s, Some((budget as u32, &[])))?;
+        let produced = stream_loop(e, program, &step, |tokens| {
+            out.push(tokens.to_vec());
+            true
+        })?;
+        launches += 1;
+        ensure!(produced == budget, "burst {launches} produced {produced} steps, its budget was {budget}");
+    }
+    Ok((out, launches))
+}
+
+/// One loop launch from `first` at `start` with `budget` and `stops`: the ring's tokens by step
+/// (as many as it produced), and the whole ring after it finished.
+fn one_loop(
+    e: &mut dyn Executor,
+    program: usize,
+    first: &[i32],
+    start: i32,
+    budget: u32,
+    stops: &[i32],
+    s: LoopSampling,
+) -> Result<(Vec<Vec<i32>>, Vec<i32>)> {
+    let plan = e.plan().clone();
+    let rows = first.len();
+    let step = loop_test_step(&plan, first, &vec![start; rows], s, Some((budget, stops)))?;
+    let mut steps = Vec::new();
+    stream_loop(e, program, &step, |tokens| {
+        steps.push(tokens.to_vec());
+        true
+    })?;
+    let mut ring = vec![0i32; plan.options.burst * rows];
+    e.poll_ring(&mut ring)?;
+    Ok((steps, ring))
+}
+
+fn check_device_loop(g: &mut Gate, kind: &str, dtype: DType, tokens: usize, seed: u64) -> Result<()> {
+    let cfg = random_config(kind)?;
+    let label = format!("5 device loop==one-step [{kind} {dtype}, {tokens} tokens, burst {LOOP_BURST}]");
+    // Room for the tokens plus the context-end probe; a power of two like real plans.
+    let max_context = (tokens + 8).next_power_of_two().max(64);
+    let opts = PlanOptions {
+        decode_buckets: vec![1, 2, 4, 8],
+        prefill_buckets: vec![],
+        max_context,
+        dtype,
+        memory_budget: None,
+        burst: LOOP_BURST,
+        fuse: false,
+    };
+    let plan = build_plan(&cfg, &opts)?;
+    let src = if dtype == DType::F32 { SrcDType::F32 } else { SrcDType::BF16 };
+    let weights = MemWeights::random(&cfg, seed, src);
+    let mut gpu = g.load(&plan, &weights, Mode::Graph)?;
+    let samplings = [LoopSampling { temperature: 0.0, seed: 0 }, LoopSampling { temperature: 0.9, seed: seed as u32 ^ 0x5eed }];
+    let mut notes: Vec<String> = Vec::new();
+    let mut compared = 0usize;
+    let (mut one_step_s, mut loop_s, mut b1_rate) = (0f64, 0f64, None);
+    let mut inside = Snapshot::default();
+    let outcome = (|| -> Result<()> {
+        for p in plan.programs.iter().filter(|p| p.phase == Phase::Decode) {
+            let rows = p.bucket;
+            let decode = plan.program(Phase::Decode, rows).context("decode program")?;
+            let looped = plan.program(Phase::DecodeLoop, rows).context("loop program")?;
+            let first: Vec<i32> = random_tokens(seed ^ (31 * rows as u64), rows, cfg.vocab_size).into_iter().map(|t| t as i32).collect();
+            for s in samplings {
+                let what = format!("loop.b{rows} {}", s.name());
+                let t0 = Instant::now();
+                let reference = one_step_tokens(&mut gpu, decode, &first, 0, tokens, s)?;
+                let t_one = t0.elapsed().as_secs_f64();
+                let before = gpu.as_cuda().map(|c| c.counters());
+                let t1 = Instant::now();
+                let (got, launches) = looped_tokens(&mut gpu, looped, &first, 0, tokens, s)?;
+                let t_loop = t1.elapsed().as_secs_f64();
+                if let (Some(b), Some(c)) = (before, gpu.as_cuda()) {
+                    let a = c.counters();
+                    inside.loop_launches += a.loop_launches - b.loop_launches;
+                    inside.loop_steps += a.loop_steps - b.loop_steps;
+                    inside.loop_syncs += a.loop_syncs - b.loop_syncs;
+                }
+                if let Some(k) = (0..tokens).find(|&k| got[k] != reference[k]) {
+                    bail!("{what}: step {k} of {tokens} differs: loop {:?}, one-step {:?} ({launches} launches)", got[k], reference[k]);
+                }
+                compared += tokens * rows;
+                one_step_s += t_one;
+                loop_s += t_loop;
+                if rows == 1 && s.temperature == 0.0 {
+                    b1_rate = Some((tokens as f64 / t_one, tokens as f64 / t_loop));
+                }
+
+                // A budget below the burst: exactly that many steps, the rest of the ring untouched.
+                let (steps, ring) = one_loop(&mut gpu, looped, &first, 0, 10, &[], s)?;
+                ensure!(steps.len() == 10 && steps[..] == reference[..10], "{what}: budget 10 gave {} steps", steps.len());
+                ensure!(ring[10 * rows..].iter().all(|&t| t == -1), "{what}: the ring holds tokens past the budget");
+                if let Some(c) = gpu.as_cuda() {
+                    let ctl = c.loop_control(rows)?;
+                    ensure!(ctl[1] == 10 && ctl[2] == 1, "{what}: loop control after budget 10 is {ctl:?}");
+                }
+                // A stop token (row 0's 6th): every row runs until it has sampled one.
+                let stop = reference[5][0];
+                let hits: Vec<Option<usize>> = (0..rows).map(|r| (0..LOOP_BURST.min(tokens)).find(|&k| reference[k][r] == stop)).collect();
+                let want = if hits.iter().all(|h| h.is_some()) {
+                    hits.iter().map(|h| h.unwrap() + 1).max().unwrap()
+                } else {
+                    LOOP_BURST.min(tokens)
+                };
+                let (steps, _) = one_loop(&mut gpu, looped, &first, 0, LOOP_BURST as u32, &[stop], s)?;
+                ensure!(
+                    steps.len() == want && steps[..] == reference[..want],
+                    "{what}: stop token {stop} ended the loop after {} steps, expected {want}",
+                    steps.len()
+                );
+                // The context end: three positions left, three steps.
+                let (steps, _) = one_loop(&mut gpu, looped, &first, max_context as i32 - 3, LOOP_BURST as u32, &[], s)?;
+                ensure!(steps.len() == 3, "{what}: 3 positions before the context end the loop ran {} steps", steps.len());
+            }
+        }
+        // The eager loop (host-driven, the debug path) equals the graph loop.
+        if !g.cpu_stand_in {
+            let mut eager = g.load(&plan, &weights, Mode::Eager)?;
+            let looped = plan.program(Phase::DecodeLoop, 2).context("loop.b2")?;
+            let first = [3, 7];
+            let s = samplings[1];
+            let (a, _) = looped_tokens(&mut gpu, looped, &first, 0, LOOP_BURST + 5, s)?;
+            let (b, _) = looped_tokens(&mut eager, looped, &first, 0, LOOP_BURST + 5, s)?;
+            g.absorb(&eager);
+            ensure!(a == b, "the eager loop differs from the graph loop (loop.b2, {})", s.name());
+            notes.push(format!("eager loop == graph loop over {} steps", LOOP_BURST + 5));
+        }
+        Ok(())
+    })();
+    let mut detail =
+        format!("{compared} tokens identical (every bucket, greedy and seeded; budget, stop token and context end as planned)");
+    if let Some((one, looped)) = b1_rate {
+        detail.push_str(&format!("; loop.b1 greedy {looped:.0} tok/s vs one-step {one:.0} tok/s ({:.2}x)", looped / one));
+    }
+    detail.push_str(&format!("; all buckets {:.2} s looped vs {:.2} s one-step", loop_s, one_step_s));
+    let mut counters_ok = true;
+    if !g.cpu_stand_in {
+        let (launches, syncs) = (inside.loop_launches_per_step(), inside.loop_syncs_per_step());
+        counters_ok = launches.is_some_and(|l| l <= LOOP_MAX_LAUNCHES_PER_STEP) && inside.loop_syncs == 0;
+        detail.push_str(&format!(
+            "; inside bursts: {} graph launches for {} decode steps = {:.4} launches/step (<= {LOOP_MAX_LAUNCHES_PER_STEP}), {} blocking host syncs = {:.4}/step (must be 0)",
+            inside.loop_launches,
+            inside.loop_steps,
+            launches.unwrap_or(f64::NAN),
+            inside.loop_syncs,
+            syncs.unwrap_or(f64::NAN),
+        ));
+    }
+    for n in &notes {
+        detail.push_str(&format!("; {n}"));
+    }
+    match &outcome {
+        Ok(()) => g.record(&label, counters_ok, &detail),
+        Err(e) => g.record(&label, false, &format!("{e:#}; {detail}")),
+    }
+    g.absorb(&gpu);
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
 
 pub fn main(args: &GateArgs) -> Result<()> {
     let want = |c: u32| args.checks.is_empty() || args.checks.contains(&c);
@@ -798,6 +1084,15 @@ pub fn main(args: &GateArgs) -> Result<()> {
     if want(3) && !args.skip_hf && !args.cpu_stand_in {
         if let Err(e) = check_hf(&mut g, args) {
             g.error("3 gpu==transformers", e);
+        }
+    }
+    if want(5) {
+        for (kind, dtype) in [("llama", DType::F32), ("qwen3", DType::BF16)] {
+            // The CPU stand-in only tests the check itself: one full burst and a partial one.
+            let tokens = if args.cpu_stand_in { LOOP_BURST + 16 } else { LOOP_TOKENS };
+            if let Err(e) = check_device_loop(&mut g, kind, dtype, tokens, args.seed) {
+                g.error(&format!("5 device loop==one-step [{kind} {dtype}]"), e);
+            }
         }
     }
     if want(4) {

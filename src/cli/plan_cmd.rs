@@ -26,8 +26,9 @@ pub struct PlanArgs {
     /// Fail if the plan needs more device memory than this (e.g. 24GiB).
     #[arg(long)]
     pub memory_budget: Option<String>,
-    /// Tokens per row one device-loop launch may generate (0: no device loops).
-    #[arg(long, default_value_t = 0)]
+    /// Tokens per row one device-loop launch may generate (0: no device loops; decode then
+    /// takes one launch per token).
+    #[arg(long, default_value_t = 64)]
     pub burst: usize,
     /// Run the fusion pass (norm prologues, gated MLP, residual epilogues): fewer launches,
     /// the same results.

@@ -262,7 +262,8 @@ fn launches_of(p: &Program, name: &str, op: &Op, max_context: usize, workspaces:
     let mut operands: Vec<(Operand, Access)> = op.reads().into_iter().map(|v| (Operand::Value(v), Access::Read)).collect();
     operands.extend(op.writes().into_iter().map(|v| (Operand::Value(v), Access::Write)));
     let kernel = kernel_of(p, op);
-    if let (Phase::Decode, Kernel::Attention { rows, heads, kv_heads, head_dim, scale, kv_rows }) = (p.phase, &kernel) {
+    // Device loops run the decode program as their body: the same split, so the same bits.
+    if let (Phase::Decode | Phase::DecodeLoop, Kernel::Attention { rows, heads, kv_heads, head_dim, scale, kv_rows }) = (p.phase, &kernel) {
         let (splits, split_len) = attention_splits(*rows, *heads, max_context as u32);
         if splits > 1 {
             let Op::Attention { q, k_cache, v_cache, positions, cache_base, out, .. } = *op else {

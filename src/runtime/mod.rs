@@ -12,7 +12,7 @@ pub mod session;
 pub mod weights;
 
 use crate::plan::{Plan, RegionKind};
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, ensure, Context, Result};
 
 /// Host image of the plan's step region: per-step inputs, written by field name, copied to
 /// the device in one transfer before each launch.
@@ -68,5 +68,39 @@ pub trait Executor {
     /// step), where the executor keeps them.
     fn stats(&self) -> Option<String> {
         None
+    }
+
+    // Device loops (`loop.b{B}` programs) stream tokens through the plan's ring while they run.
+    // The defaults suit an executor that runs every program to completion (the CPU).
+
+    /// Starts `program` and may return before it has finished: a device loop on a GPU keeps
+    /// running while the host reads its ring. The next `start`, `run` or `read_tensor` waits
+    /// for it first. The default runs the program to completion.
+    fn start(&mut self, program: usize, step: &StepBlock) -> Result<()> {
+        self.run(program, step)
+    }
+    /// The first `dst.len()` words (`burst * rows`) of the ring of the device loop last
+    /// started, as the host sees them now: word `k * rows + r` is row `r`'s token of loop step
+    /// `k`, or -1 while this launch has not written it. Never blocks. Once [`Self::finished`]
+    /// has answered `true`, every token of the launch is there.
+    fn poll_ring(&mut self, dst: &mut [i32]) -> Result<()> {
+        let burst = self.plan().options.burst;
+        ensure!(burst > 0 && dst.len().is_multiple_of(burst), "poll_ring takes burst x rows words; the plan's burst is {burst}");
+        let rows = dst.len() / burst;
+        let control = self.read_tensor(crate::lower::names::LOOP_CONTROL, 8)?;
+        let produced = u32::from_le_bytes([control[4], control[5], control[6], control[7]]) as usize;
+        let ring = self.read_tensor(crate::lower::names::RING, 4 * dst.len())?;
+        for (i, (d, b)) in dst.iter_mut().zip(ring.chunks_exact(4)).enumerate() {
+            *d = if i < produced * rows { i32::from_le_bytes([b[0], b[1], b[2], b[3]]) } else { -1 };
+        }
+        Ok(())
+    }
+    /// Whether the program last started has finished. Never blocks (not a sync).
+    fn finished(&mut self) -> Result<bool> {
+        Ok(true)
+    }
+    /// Waits for the program last started to finish.
+    fn wait(&mut self) -> Result<()> {
+        Ok(())
     }
 }

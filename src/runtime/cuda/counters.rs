@@ -43,6 +43,13 @@ pub struct Counters {
     /// Stream captures begun. kiln never captures; the counter exists to prove it.
     pub stream_captures: Cell<u64>,
     pub steps: Cell<u64>,
+    /// Device-loop launches (one graph launch each in graph mode) and the decode steps they
+    /// ran on the device (the loop control's `produced`, summed when each loop is seen done).
+    pub loop_launches: Cell<u64>,
+    pub loop_steps: Cell<u64>,
+    /// Host syncs that blocked while a device loop was still running (a final wait before the
+    /// host saw the loop finish). Streaming through the ring needs none.
+    pub loop_syncs: Cell<u64>,
 }
 
 fn bump(c: &Cell<u64>, by: u64) {
@@ -101,6 +108,15 @@ impl Counters {
     pub fn step(&self) {
         bump(&self.steps, 1);
     }
+    pub fn loop_launch(&self) {
+        bump(&self.loop_launches, 1);
+    }
+    pub fn loop_finished(&self, steps: u64) {
+        bump(&self.loop_steps, steps);
+    }
+    pub fn loop_sync(&self) {
+        bump(&self.loop_syncs, 1);
+    }
 
     /// A plain copy of the numbers, for sums over several executors and for checks.
     pub fn snapshot(&self) -> Snapshot {
@@ -126,6 +142,9 @@ impl Counters {
             driver_calls: self.driver_calls.get(),
             host_syncs: self.host_syncs.get(),
             stream_captures: self.stream_captures.get(),
+            loop_launches: self.loop_launches.get(),
+            loop_steps: self.loop_steps.get(),
+            loop_syncs: self.loop_syncs.get(),
         }
     }
 }
@@ -154,6 +173,9 @@ pub struct Snapshot {
     pub driver_calls: u64,
     pub host_syncs: u64,
     pub stream_captures: u64,
+    pub loop_launches: u64,
+    pub loop_steps: u64,
+    pub loop_syncs: u64,
 }
 
 impl std::ops::AddAssign for Snapshot {
@@ -179,6 +201,22 @@ impl std::ops::AddAssign for Snapshot {
         self.driver_calls += o.driver_calls;
         self.host_syncs += o.host_syncs;
         self.stream_captures += o.stream_captures;
+        self.loop_launches += o.loop_launches;
+        self.loop_steps += o.loop_steps;
+        self.loop_syncs += o.loop_syncs;
+    }
+}
+
+/// `a / b` as text, with the fraction `1/n` spelled out when it is one (`-` for b = 0).
+fn ratio(a: u64, b: u64) -> String {
+    if b == 0 {
+        "-".to_string()
+    } else if a == 0 {
+        "0".to_string()
+    } else if b.is_multiple_of(a) {
+        format!("1/{} ({:.4})", b / a, a as f64 / b as f64)
+    } else {
+        format!("{:.4}", a as f64 / b as f64)
     }
 }
 
@@ -226,7 +264,25 @@ impl Snapshot {
             self.per_step(self.host_syncs),
             self.per_step(self.downloads),
         ));
+        if self.loop_launches > 0 {
+            s.push_str(&format!(
+                "cuda device loops: {} launches ran {} decode steps; per decode step: {} launches, {} host syncs while a loop ran\n",
+                self.loop_launches,
+                self.loop_steps,
+                ratio(self.loop_launches, self.loop_steps),
+                ratio(self.loop_syncs, self.loop_steps),
+            ));
+        }
         s
+    }
+
+    /// Launches per decode step inside device loops (`None` before any loop step).
+    pub fn loop_launches_per_step(&self) -> Option<f64> {
+        (self.loop_steps > 0).then(|| self.loop_launches as f64 / self.loop_steps as f64)
+    }
+    /// Blocking host syncs per decode step while device loops ran (`None` before any).
+    pub fn loop_syncs_per_step(&self) -> Option<f64> {
+        (self.loop_steps > 0).then(|| self.loop_syncs as f64 / self.loop_steps as f64)
     }
 
     /// What must hold after load; each broken promise as a sentence.

@@ -4,7 +4,8 @@
 //! failure into an error naming the call and the driver's own error name.
 //!
 //! Owns: the only `unsafe` calls into `cudarc::driver::sys`, and the only device and pinned
-//! allocations ([`DeviceBuffer::alloc`], [`PinnedBuffer::alloc`]), so the counters see all.
+//! allocations ([`DeviceBuffer::alloc`], [`PinnedBuffer::alloc`], [`MappedBuffer::alloc`]), so
+//! the counters see all.
 //! Never: decides what to allocate or launch (that is the plan's, read by `exec`).
 //!
 //! cudarc loads libcuda lazily and panics when it is missing, so [`init`] first asks whether
@@ -287,6 +288,70 @@ impl Drop for PinnedBuffer {
     }
 }
 
+/// Page-locked host memory mapped into the device's address space, freed on drop: the ring of
+/// device loops, which kernels write and the host reads while they run, with no copy and no
+/// sync. Allocated at load like every other region.
+pub struct MappedBuffer {
+    ptr: *mut u8,
+    bytes: usize,
+    /// The address kernels use for it.
+    pub device_ptr: sys::CUdeviceptr,
+}
+
+impl MappedBuffer {
+    pub fn alloc(counters: &Counters, bytes: usize, what: &str) -> Result<MappedBuffer> {
+        let n = bytes.max(1);
+        let mut p: *mut c_void = std::ptr::null_mut();
+        counters.pinned_alloc(n as u64);
+        call(counters, "cuMemHostAlloc", unsafe { sys::cuMemHostAlloc(&mut p, n, sys::CU_MEMHOSTALLOC_DEVICEMAP) }).with_context(|| {
+            format!("allocating {} of mapped host memory for the {what} region", crate::plan::planner::fmt_bytes(n as u64))
+        })?;
+        // From here on a failure must free `p`: wrap it first.
+        let mut buf = MappedBuffer { ptr: p as *mut u8, bytes, device_ptr: 0 };
+        // SAFETY: fresh allocation of `n` bytes; zeroed so nothing uninitialised is ever read.
+        unsafe { std::ptr::write_bytes(buf.ptr, 0, n) };
+        call(counters, "cuMemHostGetDevicePointer", unsafe { sys::cuMemHostGetDevicePointer_v2(&mut buf.device_ptr, p, 0) })
+            .with_context(|| format!("mapping the {what} region into the device's address space"))?;
+        Ok(buf)
+    }
+    pub fn len(&self) -> usize {
+        self.bytes
+    }
+    pub fn is_empty(&self) -> bool {
+        self.bytes == 0
+    }
+    /// Little-endian 32-bit words `[first, first + dst.len())`, each read once with a volatile
+    /// load: the device may be writing other words meanwhile (an aligned 4-byte word is never
+    /// seen half-written).
+    pub fn read_words(&self, first: usize, dst: &mut [i32]) {
+        assert!((first + dst.len()) * 4 <= self.bytes, "read of {} words at {first} past a {}-byte mapped buffer", dst.len(), self.bytes);
+        let base = self.ptr as *const i32;
+        for (i, d) in dst.iter_mut().enumerate() {
+            // SAFETY: in bounds (asserted), 4-byte aligned (cuMemHostAlloc is page-aligned and
+            // callers pass word indices), and the memory lives as long as `self`.
+            *d = i32::from_le(unsafe { std::ptr::read_volatile(base.add(first + i)) });
+        }
+    }
+    /// Sets words `[first, first + count)` to `value`. Only while no kernel can write them.
+    pub fn fill_words(&mut self, first: usize, count: usize, value: i32) {
+        assert!((first + count) * 4 <= self.bytes, "fill of {count} words at {first} past a {}-byte mapped buffer", self.bytes);
+        let base = self.ptr as *mut i32;
+        for i in 0..count {
+            // SAFETY: as in `read_words`; `&mut self` and the caller's promise make it exclusive.
+            unsafe { std::ptr::write_volatile(base.add(first + i), value.to_le()) };
+        }
+    }
+}
+
+impl Drop for MappedBuffer {
+    fn drop(&mut self) {
+        // SAFETY: `ptr` came from cuMemHostAlloc and is freed once.
+        unsafe {
+            sys::cuMemFreeHost(self.ptr as *mut c_void);
+        }
+    }
+}
+
 /// A non-blocking stream, destroyed on drop.
 pub struct Stream(pub sys::CUstream);
 
@@ -328,6 +393,15 @@ impl Event {
     pub fn sync(&self, counters: &Counters) -> Result<()> {
         counters.host_sync();
         call(counters, "cuEventSynchronize", unsafe { sys::cuEventSynchronize(self.0) })
+    }
+    /// Whether the work recorded before the event has finished; never blocks (not a sync).
+    pub fn query(&self, counters: &Counters) -> Result<bool> {
+        counters.driver_call();
+        match unsafe { sys::cuEventQuery(self.0) } {
+            sys::CUresult::CUDA_SUCCESS => Ok(true),
+            sys::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
+            r => check(r, "cuEventQuery").map(|_| false),
+        }
     }
 }
 

@@ -8,13 +8,23 @@
 //! program's graph (one driver call) or, in eager mode, the same records one by one with the
 //! same parameter blobs, and waits once. The two modes must give bit-identical results.
 //!
+//! Device loops (`loop.b{B}`): the ring region is mapped pinned host memory. In graph mode one
+//! graph launch runs the whole burst (a conditional WHILE node, see `graph`); [`Executor::start`]
+//! returns right after it, the host reads tokens from the ring as `advance` writes them
+//! ([`Executor::poll_ring`], plain volatile reads), asks whether the loop is over with an event
+//! query ([`Executor::finished`], not a sync), and only [`Executor::wait`] before the loop was
+//! seen finished blocks (counted in `loop_syncs`). In eager mode (the debug path) the host
+//! launches the body step by step and reads the done flag after each.
+//!
 //! Never, after `load`: allocates (device or pinned), uploads from pageable memory, captures a
 //! stream, or computes an address. [`Counters`] prove it.
 
 use super::abi;
 use super::counters::{Counters, Snapshot};
-use super::driver::{self, call, CUfunction, Device, DeviceBuffer, Event, Module, PinnedBuffer, Stream};
+use super::driver::{self, call, CUfunction, Device, DeviceBuffer, Event, MappedBuffer, Module, PinnedBuffer, Stream};
 use super::graph::{self, CopyEnds, ProgramGraph};
+use crate::ir::Phase;
+use crate::lower::names;
 use crate::model::WeightSource;
 use crate::plan::planner::fmt_bytes;
 use crate::plan::{Access, BufArg, Kernel, Plan, ProgramPlan, RegionKind};
@@ -45,12 +55,17 @@ impl Mode {
 
 /// Parameter values of one launch, one 8-byte slot each, in the kernel's parameter order:
 /// operand pointers (with the null bias slot of a bias-less linear), then the scalars as their
-/// 4 little-endian bytes in the low half of the slot. Pure; the ABI test checks it.
+/// 4 little-endian bytes in the low half of the slot; `advance` then takes the device loop's
+/// conditional handle (`unsigned long long`), 0 here: the graph of a loop puts the real handle
+/// into its own copy of the blob. Pure; the ABI test checks it.
 pub fn param_slots(kernel: &Kernel, bufs: &[BufArg], region_base: &[u64; crate::plan::N_REGIONS]) -> Vec<u64> {
     let mut slots = abi::pointers(kernel, bufs, region_base);
     debug_assert_eq!(slots.len(), abi::pointer_slots(kernel, bufs));
     for s in abi::scalars(kernel) {
         slots.push(u32::from_le_bytes(s.to_le_bytes()) as u64);
+    }
+    if let Kernel::Advance { .. } = kernel {
+        slots.push(0);
     }
     slots
 }
@@ -135,6 +150,13 @@ impl ProgramIo {
     }
 }
 
+/// A device loop launched and not yet waited for.
+#[derive(Clone, Copy, Debug)]
+struct InFlight {
+    /// The host has seen it finish (event query, or eager mode, which runs synchronously).
+    observed: bool,
+}
+
 /// Executes a plan on one NVIDIA GPU. Fields drop in declaration order: graphs and module
 /// before the memory they point at, the device (its context) last.
 pub struct CudaExecutor {
@@ -147,7 +169,12 @@ pub struct CudaExecutor {
     output_host: PinnedBuffer,
     /// Owns the device memory `region_base` points into.
     _regions: Vec<Option<DeviceBuffer>>,
+    /// The ring region (device loops' tokens): mapped pinned host memory, when the plan has one.
+    ring: Option<MappedBuffer>,
     region_base: [u64; crate::plan::N_REGIONS],
+    /// Recorded after each device-loop launch; queried, never waited on while streaming.
+    loop_done: Event,
+    in_flight: Option<InFlight>,
     stream: Stream,
     device: Device,
     counters: Counters,
@@ -203,12 +230,21 @@ impl CudaExecutor {
         }
         let stream = Stream::new(&counters)?;
 
-        // One allocation per non-empty region.
+        // One allocation per non-empty region; the ring is host memory the device writes.
         let mut regions = Vec::new();
+        let mut ring = None;
         let mut region_base = [0u64; crate::plan::N_REGIONS];
         for r in RegionKind::ALL {
             let bytes = plan.region_bytes[r.index()];
             if bytes == 0 {
+                regions.push(None);
+                continue;
+            }
+            if r == RegionKind::Ring {
+                let mut buf = MappedBuffer::alloc(&counters, bytes as usize, r.name())?;
+                buf.fill_words(0, bytes as usize / 4, RING_EMPTY);
+                region_base[r.index()] = buf.device_ptr;
+                ring = Some(buf);
                 regions.push(None);
                 continue;
             }
@@ -276,9 +312,14 @@ impl CudaExecutor {
                 // SAFETY: the context is current (Device::open), `funcs` come from `module`, and
                 // the pinned buffers and regions behind `ends` move into `Self` and are dropped
                 // after `graphs` (field order).
-                graphs.push(unsafe { graph::build(&counters, device.ctx, &parts, &ends) }?);
+                graphs.push(if p.phase == Phase::DecodeLoop {
+                    unsafe { graph::build_loop(&counters, device.ctx, &parts, &ends) }?
+                } else {
+                    unsafe { graph::build(&counters, device.ctx, &parts, &ends) }?
+                });
             }
         }
+        let loop_done = Event::new(&counters)?;
         stream.sync(&counters).context("finishing the upload")?;
         counters.mark_loaded();
         Ok(CudaExecutor {
@@ -290,7 +331,10 @@ impl CudaExecutor {
             step_host,
             output_host,
             _regions: regions,
+            ring,
             region_base,
+            loop_done,
+            in_flight: None,
             stream,
             device,
             counters,
@@ -399,6 +443,8 @@ impl CudaExecutor {
     /// [`Self::run_launch`] can step through the program one launch at a time.
     pub fn begin_step(&mut self, program: usize, step: &StepBlock) -> Result<()> {
         self.check_program(program)?;
+        // A loop's graph writes the pinned step block back when it ends.
+        self.wait_loop()?;
         self.stage_step(step)?;
         self.upload_step_eager(program)?;
         self.stream.sync(&self.counters)
@@ -414,7 +460,8 @@ impl CudaExecutor {
     }
 
     /// Debugging: bytes `[offset, offset + bytes)` of a region, copied from the device into
-    /// pageable memory (counted as a debug download; never used by `run`).
+    /// pageable memory (counted as a debug download; never used by `run`). The ring is host
+    /// memory and is read in place.
     pub fn read_region(&self, region: RegionKind, offset: u64, bytes: usize) -> Result<Vec<u8>> {
         ensure!(
             offset + bytes as u64 <= self.plan.region_bytes[region.index()],
@@ -425,6 +472,13 @@ impl CudaExecutor {
         if bytes == 0 {
             return Ok(out);
         }
+        if region == RegionKind::Ring {
+            ensure!(offset.is_multiple_of(4) && bytes.is_multiple_of(4), "the ring is read in whole 4-byte words");
+            let ring = self.ring.as_ref().context("the plan has no ring")?;
+            let mut words = vec![0i32; bytes / 4];
+            ring.read_words(offset as usize / 4, &mut words);
+            return Ok(bytemuck::cast_slice(&words).to_vec());
+        }
         self.counters.download(true);
         call(&self.counters, "cuMemcpyDtoH", unsafe {
             sys::cuMemcpyDtoH_v2(out.as_mut_ptr() as *mut c_void, self.region_base[region.index()] + offset, bytes)
@@ -432,7 +486,161 @@ impl CudaExecutor {
         self.counters.host_sync();
         Ok(out)
     }
+
+    // -----------------------------------------------------------------------------------------
+    // Device loops.
+
+    fn is_loop(&self, program: usize) -> bool {
+        self.plan.programs[program].phase == Phase::DecodeLoop
+    }
+
+    /// Byte offset of the loop control in the step region.
+    fn control_offset(&self) -> Result<usize> {
+        Ok(self.plan.tensor(names::LOOP_CONTROL).context("a device loop without loop control")?.offset as usize)
+    }
+
+    /// Word `i` of the loop control in the pinned step block: what the host staged before a
+    /// launch, or what the device wrote back once the loop finished.
+    fn staged_control(&self, i: usize) -> Result<u32> {
+        let o = self.control_offset()? + 4 * i;
+        let b = &self.step_host.as_slice()[o..o + 4];
+        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    }
+
+    /// The loop control `[budget, produced, done, max_position, finished...]` (4 + `rows` words)
+    /// as the last device loop left it, from the pinned step block the loop's graph writes back
+    /// (no transfer, no sync). Valid once the loop was seen finished.
+    pub fn loop_control(&self, rows: usize) -> Result<Vec<u32>> {
+        ensure!(
+            !matches!(self.in_flight, Some(InFlight { observed: false })),
+            "the device loop is still running; read its control after `finished` or `wait`"
+        );
+        (0..4 + rows).map(|i| self.staged_control(i)).collect()
+    }
+
+    /// Launches device loop `program` and returns without waiting (see the module doc). The
+    /// ring is reset to -1 first, so the host can tell the slots this launch wrote. A budget of
+    /// 0 (or a done flag already set) runs nothing, as on the CPU.
+    fn start_loop(&mut self, program: usize, step: &StepBlock) -> Result<()> {
+        self.wait_loop()?;
+        self.check_program(program)?;
+        self.stage_step(step)?;
+        let ring_tensor = self.plan.tensor(names::RING).context("a device loop without a ring")?;
+        let (first, words) = (ring_tensor.offset as usize / 4, ring_tensor.bytes as usize / 4);
+        self.ring.as_mut().context("a device loop but no ring region")?.fill_words(first, words, RING_EMPTY);
+        if self.staged_control(0)? == 0 || self.staged_control(2)? != 0 {
+            return Ok(());
+        }
+        self.counters.step();
+        let label = self.plan.programs[program].label();
+        self.counters.loop_launch();
+        match self.mode {
+            Mode::Graph => {
+                if let Some(span) = self.io[program].step {
+                    self.counters.upload(span.bytes, true);
+                    self.counters.download(false); // the step write-back
+                }
+                for _ in &self.io[program].outputs {
+                    self.counters.download(false);
+                }
+                self.graphs[program].launch(&self.counters, self.stream.0).with_context(|| format!("launching the device loop {label}"))?;
+                self.loop_done.record(&self.counters, &self.stream)?;
+                self.in_flight = Some(InFlight { observed: false });
+            }
+            Mode::Eager => {
+                self.run_loop_eager(program).with_context(|| format!("running the device loop {label} eagerly"))?;
+                self.in_flight = Some(InFlight { observed: true });
+                self.count_loop_steps()?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Eager mode: the body, step by step, reading the done flag after each (a debug path: one
+    /// blocking sync per step).
+    fn run_loop_eager(&mut self, program: usize) -> Result<()> {
+        self.upload_step_eager(program)?;
+        let done_at = self.control_offset()? + 8;
+        let burst = self.plan.options.burst;
+        for iteration in 0.. {
+            ensure!(iteration <= burst, "advance never set the done flag within the burst of {burst} steps");
+            for i in 0..self.funcs[program].len() {
+                self.launch_eager(program, i)?;
+            }
+            self.download_step_bytes(done_at as u64, 4)?;
+            self.counters.loop_sync();
+            self.stream.sync(&self.counters)?;
+            if self.staged_control(2)? != 0 {
+                break;
+            }
+        }
+        self.download_outputs_eager(program)?;
+        if let Some(span) = self.io[program].step {
+            self.download_step_bytes(span.offset, span.bytes)?;
+        }
+        self.stream.sync(&self.counters)
+    }
+
+    /// Queues a copy of step-region bytes back into the pinned step block.
+    fn download_step_bytes(&self, offset: u64, bytes: u64) -> Result<()> {
+        self.counters.download(false);
+        call(&self.counters, "cuMemcpyDtoHAsync", unsafe {
+            sys::cuMemcpyDtoHAsync_v2(
+                self.step_host.as_ptr().add(offset as usize) as *mut c_void,
+                self.region_base[RegionKind::Step.index()] + offset,
+                bytes as usize,
+                self.stream.0,
+            )
+        })
+    }
+
+    /// Adds the steps of the loop just seen finished to the counters.
+    fn count_loop_steps(&self) -> Result<()> {
+        self.counters.loop_finished(self.staged_control(1)? as u64);
+        Ok(())
+    }
+
+    /// Whether the device loop in flight (if any) has finished: an event query, never a sync.
+    fn loop_finished(&mut self) -> Result<bool> {
+        match self.in_flight {
+            None | Some(InFlight { observed: true }) => Ok(true),
+            Some(InFlight { observed: false }) => {
+                if !self.loop_done.query(&self.counters).context("the device loop failed")? {
+                    return Ok(false);
+                }
+                self.in_flight = Some(InFlight { observed: true });
+                self.count_loop_steps()?;
+                Ok(true)
+            }
+        }
+    }
+
+    /// Ends the device loop in flight, blocking only if the host has not seen it finish yet
+    /// (then counted as a sync inside a burst).
+    fn wait_loop(&mut self) -> Result<()> {
+        if let Some(f) = self.in_flight.take() {
+            if !f.observed {
+                self.counters.loop_sync();
+                self.loop_done.sync(&self.counters).context("waiting for the device loop")?;
+                self.count_loop_steps()?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The first `dst.len()` words of the ring as the host sees them now (volatile reads of
+    /// mapped memory; no driver call).
+    fn read_ring(&self, dst: &mut [i32]) -> Result<()> {
+        let t = self.plan.tensor(names::RING).context("the plan has no ring (plan with --burst N)")?;
+        ensure!(dst.len() as u64 * 4 <= t.bytes, "the ring holds {} words; {} asked", t.bytes / 4, dst.len());
+        self.ring.as_ref().context("the plan has no ring region")?.read_words(t.offset as usize / 4, dst);
+        Ok(())
+    }
 }
+
+/// What the host writes into every ring slot before a device loop starts: sampled tokens are
+/// never negative, so a slot that holds it has not been written by the running loop.
+pub const RING_EMPTY: i32 = -1;
 
 /// Converts the weights into pinned staging buffers, tensor by tensor in offset order, and
 /// uploads each filled buffer with one async copy; two buffers alternate so conversion overlaps
@@ -505,6 +713,11 @@ impl Executor for CudaExecutor {
 
     fn run(&mut self, program: usize, step: &StepBlock) -> Result<()> {
         self.check_program(program)?;
+        if self.is_loop(program) {
+            self.start_loop(program, step)?;
+            return self.wait_loop();
+        }
+        self.wait_loop()?;
         self.stage_step(step)?;
         let label = || self.plan.programs[program].label();
         match self.mode {
@@ -536,11 +749,13 @@ impl Executor for CudaExecutor {
     fn read_tensor(&mut self, name: &str, bytes: usize) -> Result<Vec<u8>> {
         let t = self.plan.tensor(name).with_context(|| format!("the plan has no tensor `{name}`"))?;
         ensure!(bytes as u64 <= t.bytes, "`{name}` holds {} bytes; {bytes} asked", t.bytes);
-        if t.region == RegionKind::Output {
-            let o = t.offset as usize;
+        let (region, offset) = (t.region, t.offset);
+        // Outputs of a device loop still running would be stale.
+        self.wait_loop()?;
+        if region == RegionKind::Output {
+            let o = offset as usize;
             return Ok(self.output_host.as_slice()[o..o + bytes].to_vec());
         }
-        let (region, offset) = (t.region, t.offset);
         self.read_region(region, offset, bytes)
     }
 
@@ -550,5 +765,26 @@ impl Executor for CudaExecutor {
 
     fn stats(&self) -> Option<String> {
         Some(self.stats_report())
+    }
+
+    fn start(&mut self, program: usize, step: &StepBlock) -> Result<()> {
+        self.check_program(program)?;
+        if self.is_loop(program) {
+            self.start_loop(program, step)
+        } else {
+            self.run(program, step)
+        }
+    }
+
+    fn poll_ring(&mut self, dst: &mut [i32]) -> Result<()> {
+        self.read_ring(dst)
+    }
+
+    fn finished(&mut self) -> Result<bool> {
+        self.loop_finished()
+    }
+
+    fn wait(&mut self) -> Result<()> {
+        self.wait_loop()
     }
 }

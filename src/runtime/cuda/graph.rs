@@ -4,6 +4,13 @@
 //! `ProgramPlan::deps` (so independent launches may run concurrently), and one memcpy node per
 //! output span (output region -> pinned host mirror) after the launch that writes it.
 //!
+//! A device loop (`Phase::DecodeLoop`) becomes: step copy -> one conditional WHILE node whose
+//! body graph holds the program's kernel nodes (edges from the plan, as above) -> the output
+//! copies and a copy of the step span back into the pinned step block (the loop control and
+//! the step fields `advance` moved on). The WHILE node's condition starts at 1 on every launch
+//! (`CU_GRAPH_COND_ASSIGN_DEFAULT`) and the `advance` kernel sets it to `!done` after each
+//! step, so one graph launch runs the whole burst with no host involvement.
+//!
 //! Owns: graph creation, instantiation and destruction. Never: computes an address; every
 //! pointer it is given was fixed at load from the plan.
 
@@ -18,6 +25,7 @@ use std::ffi::c_void;
 pub struct ProgramGraph {
     graph: sys::CUgraph,
     exec: sys::CUgraphExec,
+    /// Nodes and edges, body graphs of conditional nodes included.
     pub nodes: usize,
     pub edges: usize,
 }
@@ -92,7 +100,7 @@ pub struct ProgramParts<'a> {
 /// buffer, a pinned output mirror and device regions that cover every span of `parts.io` and
 /// outlive the returned graph (the graph's copies read and write them on every launch).
 pub unsafe fn build(counters: &Counters, ctx: sys::CUcontext, parts: &ProgramParts, ends: &CopyEnds) -> Result<ProgramGraph> {
-    let ProgramParts { label, launches, deps, funcs, params, io } = parts;
+    let ProgramParts { label, io, .. } = parts;
     let mut graph: sys::CUgraph = std::ptr::null_mut();
     call(counters, "cuGraphCreate", unsafe { sys::cuGraphCreate(&mut graph, 0) })?;
     // From here on, a failure must destroy the graph: wrap it before adding nodes.
@@ -117,39 +125,9 @@ pub unsafe fn build(counters: &Counters, ctx: sys::CUcontext, parts: &ProgramPar
         None => None,
     };
 
-    let mut launch_nodes: Vec<sys::CUgraphNode> = Vec::with_capacity(launches.len());
-    let mut by_after: Vec<Vec<u32>> = vec![Vec::new(); launches.len()];
-    for &(before, after) in deps.iter() {
-        by_after[after as usize].push(before);
-    }
-    for (i, l) in launches.iter().enumerate() {
-        let mut dep_nodes: Vec<sys::CUgraphNode> = by_after[i].iter().map(|&b| launch_nodes[b as usize]).collect();
-        if let (Some(s), true) = (step_node, io.step_readers.contains(&(i as u32))) {
-            dep_nodes.push(s);
-        }
-        let kp = sys::CUDA_KERNEL_NODE_PARAMS {
-            func: funcs[i],
-            gridDimX: l.grid[0],
-            gridDimY: l.grid[1],
-            gridDimZ: l.grid[2],
-            blockDimX: l.block[0],
-            blockDimY: l.block[1],
-            blockDimZ: l.block[2],
-            sharedMemBytes: l.shared_bytes,
-            kernelParams: params[i].arg_ptrs(),
-            extra: std::ptr::null_mut(),
-            kern: std::ptr::null_mut(),
-            ctx: std::ptr::null_mut(),
-        };
-        let mut node: sys::CUgraphNode = std::ptr::null_mut();
-        call(counters, "cuGraphAddKernelNode", unsafe {
-            sys::cuGraphAddKernelNode_v2(&mut node, g.graph, dep_nodes.as_ptr(), dep_nodes.len(), &kp)
-        })
-        .with_context(|| format!("{label}: adding the kernel node of launch {i} `{}`", l.name))?;
-        g.nodes += 1;
-        g.edges += dep_nodes.len();
-        launch_nodes.push(node);
-    }
+    let target = g.graph;
+    // SAFETY: forwarded from this function's contract.
+    let launch_nodes = unsafe { add_kernel_nodes(counters, &mut g, target, parts, step_node, &io.step_readers, None) }?;
 
     for out in &io.outputs {
         let p = memcpy_params(
@@ -168,11 +146,172 @@ pub unsafe fn build(counters: &Counters, ctx: sys::CUcontext, parts: &ProgramPar
         g.edges += 1;
     }
 
+    instantiate(counters, &mut g, label)?;
+    Ok(g)
+}
+
+/// Adds one kernel node per launch to `target` (the program's graph, or a loop's body graph),
+/// with the plan's edges; launches in `step_readers` also wait for `step_node`. With
+/// `loop_handle`, the `advance` launch gets it as its conditional-handle parameter (the last
+/// slot of its parameter blob). Returns the nodes in launch order.
+///
+/// # Safety
+/// As for [`build`]; `target` is `g.graph` or a body graph owned by one of its nodes.
+unsafe fn add_kernel_nodes(
+    counters: &Counters,
+    g: &mut ProgramGraph,
+    target: sys::CUgraph,
+    parts: &ProgramParts,
+    step_node: Option<sys::CUgraphNode>,
+    step_readers: &[u32],
+    loop_handle: Option<sys::CUgraphConditionalHandle>,
+) -> Result<Vec<sys::CUgraphNode>> {
+    let ProgramParts { label, launches, deps, funcs, params, .. } = parts;
+    let mut launch_nodes: Vec<sys::CUgraphNode> = Vec::with_capacity(launches.len());
+    let mut by_after: Vec<Vec<u32>> = vec![Vec::new(); launches.len()];
+    for &(before, after) in deps.iter() {
+        by_after[after as usize].push(before);
+    }
+    for (i, l) in launches.iter().enumerate() {
+        let mut dep_nodes: Vec<sys::CUgraphNode> = by_after[i].iter().map(|&b| launch_nodes[b as usize]).collect();
+        if let (Some(s), true) = (step_node, step_readers.contains(&(i as u32))) {
+            dep_nodes.push(s);
+        }
+        // The advance kernel of a loop body takes the WHILE node's handle in its last slot; the
+        // driver copies the arguments when the node is added, so a local blob will do.
+        let with_handle = match (loop_handle, &l.kernel) {
+            (Some(h), crate::plan::Kernel::Advance { .. }) => {
+                let mut slots = params[i].slots().to_vec();
+                *slots.last_mut().expect("advance has parameters") = h;
+                Some(LaunchParams::new(slots))
+            }
+            _ => None,
+        };
+        let kernel_params = with_handle.as_ref().unwrap_or(&params[i]).arg_ptrs();
+        let kp = sys::CUDA_KERNEL_NODE_PARAMS {
+            func: funcs[i],
+            gridDimX: l.grid[0],
+            gridDimY: l.grid[1],
+            gridDimZ: l.grid[2],
+            blockDimX: l.block[0],
+            blockDimY: l.block[1],
+            blockDimZ: l.block[2],
+            sharedMemBytes: l.shared_bytes,
+            kernelParams: kernel_params,
+            extra: std::ptr::null_mut(),
+            kern: std::ptr::null_mut(),
+            ctx: std::ptr::null_mut(),
+        };
+        let mut node: sys::CUgraphNode = std::ptr::null_mut();
+        call(counters, "cuGraphAddKernelNode", unsafe {
+            sys::cuGraphAddKernelNode_v2(&mut node, target, dep_nodes.as_ptr(), dep_nodes.len(), &kp)
+        })
+        .with_context(|| format!("{label}: adding the kernel node of launch {i} `{}`", l.name))?;
+        g.nodes += 1;
+        g.edges += dep_nodes.len();
+        launch_nodes.push(node);
+    }
+    Ok(launch_nodes)
+}
+
+/// Adds a memcpy node to `g` after `deps`.
+///
+/// # Safety
+/// `p` describes a copy between memory that outlives the graph.
+unsafe fn add_copy(
+    counters: &Counters,
+    g: &mut ProgramGraph,
+    ctx: sys::CUcontext,
+    deps: &[sys::CUgraphNode],
+    p: &sys::CUDA_MEMCPY3D,
+    what: &str,
+) -> Result<sys::CUgraphNode> {
+    let mut node: sys::CUgraphNode = std::ptr::null_mut();
+    call(counters, "cuGraphAddMemcpyNode", unsafe { sys::cuGraphAddMemcpyNode(&mut node, g.graph, deps.as_ptr(), deps.len(), p, ctx) })
+        .with_context(|| format!("adding {what}"))?;
+    g.nodes += 1;
+    g.edges += deps.len();
+    Ok(node)
+}
+
+/// Builds and instantiates the graph of a device loop (`Phase::DecodeLoop`): step copy ->
+/// WHILE node (body: the program's kernel nodes) -> output copies and the step write-back.
+///
+/// # Safety
+/// As for [`build`]; in addition the step span of `parts.io` must lie inside the pinned step
+/// buffer, which the write-back overwrites at the end of every launch.
+pub unsafe fn build_loop(counters: &Counters, ctx: sys::CUcontext, parts: &ProgramParts, ends: &CopyEnds) -> Result<ProgramGraph> {
+    let ProgramParts { label, io, .. } = parts;
+    let span = io.step.with_context(|| format!("{label}: a device loop that reads no step fields"))?;
+    let mut graph: sys::CUgraph = std::ptr::null_mut();
+    call(counters, "cuGraphCreate", unsafe { sys::cuGraphCreate(&mut graph, 0) })?;
+    let mut g = ProgramGraph { graph, exec: std::ptr::null_mut(), nodes: 0, edges: 0 };
+
+    // SAFETY (pointer arithmetic): the span lies inside the pinned step buffer.
+    let step_host = unsafe { ends.step_host.add(span.offset as usize) };
+    let up = memcpy_params(Some(step_host as *const u8), 0, None, ends.step_device + span.offset, span.bytes);
+    let step_node = unsafe { add_copy(counters, &mut g, ctx, &[], &up, "the step-block copy node") }.with_context(|| label.clone())?;
+
+    // The loop: its condition is 1 at every launch; `advance` sets it to !done.
+    let mut handle: sys::CUgraphConditionalHandle = 0;
+    call(counters, "cuGraphConditionalHandleCreate", unsafe {
+        sys::cuGraphConditionalHandleCreate(&mut handle, g.graph, ctx, 1, sys::CU_GRAPH_COND_ASSIGN_DEFAULT)
+    })
+    .with_context(|| format!("{label}: creating the device loop's conditional handle"))?;
+    // SAFETY: all-zero is a valid value of this plain C struct (its enums have a 0 variant);
+    // the fields that matter are set below.
+    let mut np: sys::CUgraphNodeParams = unsafe { std::mem::zeroed() };
+    np.type_ = sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_CONDITIONAL;
+    np.__bindgen_anon_1.conditional = sys::CUDA_CONDITIONAL_NODE_PARAMS {
+        handle,
+        type_: sys::CUgraphConditionalNodeType::CU_GRAPH_COND_TYPE_WHILE,
+        size: 1,
+        phGraph_out: std::ptr::null_mut(),
+        ctx,
+    };
+    let mut while_node: sys::CUgraphNode = std::ptr::null_mut();
+    let deps = [step_node];
+    call(counters, "cuGraphAddNode", unsafe {
+        sys::cuGraphAddNode_v2(&mut while_node, g.graph, deps.as_ptr(), std::ptr::null(), deps.len(), &mut np)
+    })
+    .with_context(|| format!("{label}: adding the conditional WHILE node (needs CUDA 12.4+ drivers)"))?;
+    g.nodes += 1;
+    g.edges += 1;
+    // The driver fills `phGraph_out` with an array it owns: the body graph, alive as long as
+    // the node.
+    // SAFETY: set by the successful call above; `size` is 1.
+    let body = unsafe {
+        let out = np.__bindgen_anon_1.conditional.phGraph_out;
+        anyhow::ensure!(!out.is_null(), "{label}: the driver returned no body graph for the WHILE node");
+        *out
+    };
+    // SAFETY: `body` belongs to a node of `g.graph`; the rest is this function's contract.
+    unsafe { add_kernel_nodes(counters, &mut g, body, parts, None, &[], Some(handle)) }?;
+
+    for out in &io.outputs {
+        // SAFETY (pointer arithmetic): the span lies inside the pinned output mirror.
+        let p = memcpy_params(
+            None,
+            ends.output_device + out.span.offset,
+            Some(unsafe { ends.output_host.add(out.span.offset as usize) }),
+            0,
+            out.span.bytes,
+        );
+        unsafe { add_copy(counters, &mut g, ctx, &[while_node], &p, "an output copy node") }.with_context(|| label.clone())?;
+    }
+    let back = memcpy_params(None, ends.step_device + span.offset, Some(step_host), 0, span.bytes);
+    unsafe { add_copy(counters, &mut g, ctx, &[while_node], &back, "the step write-back node") }.with_context(|| label.clone())?;
+
+    instantiate(counters, &mut g, label)?;
+    Ok(g)
+}
+
+fn instantiate(counters: &Counters, g: &mut ProgramGraph, label: &str) -> Result<()> {
     call(counters, "cuGraphInstantiate", unsafe { sys::cuGraphInstantiateWithFlags(&mut g.exec, g.graph, 0) })
         .with_context(|| format!("{label}: instantiating the graph of {} nodes", g.nodes))?;
     counters.graphs_instantiated.set(counters.graphs_instantiated.get() + 1);
     counters.graph_nodes.set(counters.graph_nodes.get() + g.nodes as u64);
-    Ok(g)
+    Ok(())
 }
 
 impl ProgramGraph {
