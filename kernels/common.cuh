@@ -146,14 +146,16 @@ __device__ __forceinline__ unsigned int storage_bits(float x) { return __float_a
 
 // d += A * B for one m16n8k16 tile with f32 accumulation (`mma.sync`, sm_80+): A is 16x16
 // (row-major fragment a0..a3), B is 16x8 (column fragment b0, b1), both f16 or bf16 pairs.
-// Fragment layouts are the PTX ISA's; callers may permute k as long as A and B agree.
+// Fragment layouts are the PTX ISA's; callers may permute k as long as A and B agree. Volatile, so
+// that it stays after the (volatile) loads a caller issues ahead of it: the compiler otherwise
+// interleaves load, MMA, load, and the warp stalls on each load in turn.
 template <typename H> __device__ __forceinline__ void mma_m16n8k16(float (&d)[4], unsigned int a0, unsigned int a1,
                                                                    unsigned int a2, unsigned int a3, unsigned int b0,
                                                                    unsigned int b1);
 template <> __device__ __forceinline__ void mma_m16n8k16<__nv_bfloat16>(float (&d)[4], unsigned int a0, unsigned int a1,
                                                                         unsigned int a2, unsigned int a3,
                                                                         unsigned int b0, unsigned int b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
       "{%0, %1, %2, %3};"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
@@ -161,10 +163,20 @@ template <> __device__ __forceinline__ void mma_m16n8k16<__nv_bfloat16>(float (&
 template <> __device__ __forceinline__ void mma_m16n8k16<__half>(float (&d)[4], unsigned int a0, unsigned int a1,
                                                                  unsigned int a2, unsigned int a3, unsigned int b0,
                                                                  unsigned int b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
       "{%0, %1, %2, %3};"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// A 16-byte vector of storage type T (from `load16_stream`, say) as f32.
+template <typename T> __device__ __forceinline__ void unpack16_as(const uint4& v, float (&out)[Vec16<T>::N]);
+template <> __device__ __forceinline__ void unpack16_as<float>(const uint4& v, float (&out)[4]) { unpack16(v, out); }
+template <> __device__ __forceinline__ void unpack16_as<__half>(const uint4& v, float (&out)[8]) {
+  unpack16<__half>(v, out);
+}
+template <> __device__ __forceinline__ void unpack16_as<__nv_bfloat16>(const uint4& v, float (&out)[8]) {
+  unpack16<__nv_bfloat16>(v, out);
 }
 
 }  // namespace kiln

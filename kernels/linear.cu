@@ -13,21 +13,25 @@
 //             out[r,n] = OutT(acc)
 //
 // Two algorithms, chosen from `rows` alone so that src/plan/geometry.rs can pick the matching
-// grid (both use 256 threads):
+// grid:
 // - rows <= KILN_LINEAR_GEMV_MAX_ROWS (decode): GEMV, bound by reading the weight once. One block
-//   per KILN_LINEAR_GEMV_FEATURES (16) output features; grid (ceil(out_features / 16), 1).
+//   per KILN_LINEAR_GEMV_FEATURES (16) output features; grid (ceil(out_features / 16), 1), block
+//   256 threads (8 warps), or 512 (16 warps) when that grid has fewer blocks than the GPU has
+//   SMs (132: a 2048-wide output gives 128 blocks), so that each block keeps twice the bytes in
+//   flight. Everything below holds for either warp count.
 //   * f16 / bf16 with in_features % 8 == 0 and 16-byte aligned x and weight: tensor cores. The
 //     block's 16 weight rows are the M = 16 side of `mma.m16n8k16` and the (up to 8) rows of x
-//     the N = 8 side; k is split over the 8 warps in runs of KILN_LINEAR_GEMV_UNROLL 32-wide
+//     the N = 8 side; k is split over the block's warps in runs of KILN_LINEAR_GEMV_UNROLL 32-wide
 //     chunks. Lane (g, t) = (lane / 4, lane % 4) loads 16 bytes of weight rows g and g + 8 and
 //     of x row g at k + 8t: the same permutation of k on both operands, so every load is
-//     16 bytes and nothing is reshuffled. Each warp keeps UNROLL x 2 weight loads in flight;
+//     16 bytes and nothing is reshuffled. Runs are software-pipelined (the next run's loads
+//     are issued before this run's MMAs), so each warp keeps 2 x UNROLL x 2 weight loads in flight;
 //     the weight goes around the L1 (streamed once), x stays in it. The 8 warps' partial
 //     16x8 tiles are summed through shared memory in warp order: deterministic, no atomics.
-//   * otherwise (f32, unaligned, in_features % 8 != 0): SIMT, 2 features per warp, lanes
+//   * otherwise (f32, unaligned, in_features % 8 != 0): SIMT, 2 (or 1) features per warp, lanes
 //     strided over k (16-byte loads when aligned, scalar otherwise), warp-shuffle sums.
 // - otherwise (prefill): a plain shared-memory tiled kernel, 64x64 outputs per block, each
-//   thread 4x4. Grid (ceil(out_features / 64), ceil(rows / 64)). Correctness first; a faster
+//   thread 4x4. Grid (ceil(out_features / 64), ceil(rows / 64)), block 256. Correctness first; a faster
 //   (tensor-core) path replaces it later.
 // Every reduction order depends only on the shapes: results are identical between runs.
 #include "common.cuh"
@@ -36,50 +40,89 @@ namespace kiln {
 
 #define KILN_LINEAR_GEMV_MAX_ROWS 8
 #define KILN_LINEAR_GEMV_WARPS 8
+#define KILN_LINEAR_GEMV_MAX_WARPS 16
 #define KILN_LINEAR_GEMV_FEATURES 16
 // 32-wide k chunks each warp loads before its first MMA. Overridable only for the tuning sweep
 // of scripts/kernel_check.py --bench (the geometry does not depend on it).
 #ifndef KILN_LINEAR_GEMV_UNROLL
-#define KILN_LINEAR_GEMV_UNROLL 4
+#define KILN_LINEAR_GEMV_UNROLL 2
 #endif
 #define KILN_LINEAR_TILE 64
 #define KILN_LINEAR_TILE_K 32
 static_assert(KILN_LINEAR_GEMV_MAX_ROWS == 8, "the MMA's N side holds at most 8 rows of x");
 static_assert(KILN_LINEAR_GEMV_FEATURES == 2 * KILN_LINEAR_GEMV_WARPS, "SIMT GEMV: 2 features per warp");
+static_assert(KILN_LINEAR_GEMV_FEATURES == KILN_LINEAR_GEMV_MAX_WARPS, "SIMT GEMV: 1 feature per warp");
 
 template <typename T> struct IsHalf16 {
   static constexpr bool value = sizeof(T) == 2;
 };
 
-// Tensor-core GEMV for f16 / bf16 (see the header). Needs in % 8 == 0, x and w 16-byte aligned.
-template <typename T, typename O>
+// 16 bytes of x (reused by every block: cached in L1), issued in program order with the
+// streamed weight loads so that all of an iteration's loads are in flight before the first MMA.
+__device__ __forceinline__ uint4 load16_cached_ordered(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  return v;
+}
+__device__ __forceinline__ uint4 load16_stream_ordered(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+// Tensor-core GEMV for f16 / bf16 (see the header), WARPS = blockDim.x / 32 (8 or 16). Needs
+// in % 8 == 0, x and w 16-byte aligned.
+template <typename T, typename O, int WARPS>
 __device__ void linear_gemv_mma(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias,
                                 O* __restrict__ out, unsigned int rows, unsigned int in, unsigned int outf,
                                 bool has_bias) {
   constexpr int U = KILN_LINEAR_GEMV_UNROLL;
-  constexpr int WARPS = KILN_LINEAR_GEMV_WARPS;
-  __shared__ float partial[WARPS][4][32];
+  __shared__ float partial[KILN_LINEAR_GEMV_MAX_WARPS][4][32];
   const unsigned int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const unsigned int g = lane >> 2, t = lane & 3;
   const unsigned int n0 = blockIdx.x * KILN_LINEAR_GEMV_FEATURES;
-  const bool has_a = n0 + g < outf, has_b = n0 + g + 8 < outf, has_x = g < rows;
-  // Rows past the end are never read (their loads are skipped); the pointers stay in bounds.
-  const T* wa = w + (size_t)(has_a ? n0 + g : 0) * in + 8 * t;
-  const T* wb = w + (size_t)(has_b ? n0 + g + 8 : 0) * in + 8 * t;
-  const T* xr = x + (size_t)(has_x ? g : 0) * in + 8 * t;
-  const unsigned int chunks = (in + 31) / 32;
-  float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  const uint4 zero4 = make_uint4(0u, 0u, 0u, 0u);
+  // Weight rows past out_features and x rows past `rows` read row 0 instead: each output of the
+  // MMA depends on one weight row and one x row only, and those outputs are never stored. So
+  // the main loop needs no predicates.
+  const unsigned int ra = n0 + g < outf ? n0 + g : 0, rb = n0 + g + 8 < outf ? n0 + g + 8 : 0;
+  const unsigned int rx = g < rows ? g : 0;
   // Warp w takes chunks [U * (w + WARPS * i), + U): U * 64 contiguous bytes of each weight row.
-  for (unsigned int c0 = warp * U; c0 < chunks; c0 += WARPS * U) {
-    uint4 a[U], b[U], xv[U];
+  const unsigned int first = warp * U * 32 + 8 * t;
+  const T* pa = w + (size_t)ra * in + first;
+  const T* pb = w + (size_t)rb * in + first;
+  const T* px = x + (size_t)rx * in + first;
+  constexpr unsigned int STEP = WARPS * U * 32;
+  const unsigned int chunks = (in + 31) / 32, full = in / 32;
+  float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  unsigned int c0 = warp * U;
+  // Software pipeline over whole runs of U chunks: the loads of the next run are issued before
+  // the MMAs of this one, so 2U chunks are in flight while the warp waits (ptxas on its own
+  // interleaves load, MMA, load and keeps about one run in flight; check the SASS after changes).
+  uint4 a[U], b[U], xv[U];
+  bool have = c0 + U <= full;
+  if (have) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      const size_t k = (size_t)(c0 + u) * 32;
-      const bool ok = c0 + u < chunks && k + 8 * t < in;
-      a[u] = ok && has_a ? load16_stream(wa + k) : zero4;
-      b[u] = ok && has_b ? load16_stream(wb + k) : zero4;
-      xv[u] = ok && has_x ? __ldg(reinterpret_cast<const uint4*>(xr + k)) : zero4;
+      a[u] = load16_stream_ordered(pa + 32 * u);
+      b[u] = load16_stream_ordered(pb + 32 * u);
+      xv[u] = load16_cached_ordered(px + 32 * u);
+    }
+  }
+  while (have) {
+    const bool have_next = c0 + WARPS * U + U <= full;
+    pa += STEP;
+    pb += STEP;
+    px += STEP;
+    uint4 na[U], nb[U], nx[U];
+    if (have_next) {
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        na[u] = load16_stream_ordered(pa + 32 * u);
+        nb[u] = load16_stream_ordered(pb + 32 * u);
+        nx[u] = load16_cached_ordered(px + 32 * u);
+      }
     }
 #pragma unroll
     for (int u = 0; u < U; ++u) {
@@ -87,6 +130,25 @@ __device__ void linear_gemv_mma(const T* __restrict__ x, const T* __restrict__ w
       mma_m16n8k16<T>(c, a[u].x, b[u].x, a[u].y, b[u].y, xv[u].x, xv[u].y);
       mma_m16n8k16<T>(c, a[u].z, b[u].z, a[u].w, b[u].w, xv[u].z, xv[u].w);
     }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      a[u] = na[u];
+      b[u] = nb[u];
+      xv[u] = nx[u];
+    }
+    c0 += WARPS * U;
+    have = have_next;
+  }
+  // This warp's last, partial run: chunks [c0, min(c0 + U, chunks)), the last maybe shorter than
+  // 32 (lanes past in_features contribute zeros). pa, pb, px point at chunk c0.
+  for (unsigned int u = 0; c0 + u < chunks && u < (unsigned int)U; ++u) {
+    const bool ok = (size_t)(c0 + u) * 32 + 8 * t < in;
+    const uint4 zero4 = make_uint4(0u, 0u, 0u, 0u);
+    const uint4 a1 = ok ? load16_stream(pa + 32 * u) : zero4;
+    const uint4 b1 = ok ? load16_stream(pb + 32 * u) : zero4;
+    const uint4 x1 = ok ? __ldg(reinterpret_cast<const uint4*>(px + 32 * u)) : zero4;
+    mma_m16n8k16<T>(c, a1.x, b1.x, a1.y, b1.y, x1.x, x1.y);
+    mma_m16n8k16<T>(c, a1.z, b1.z, a1.w, b1.w, x1.z, x1.w);
   }
   // c[i] is feature n0 + g + 8 * (i / 2), row 2t + i % 2.
 #pragma unroll
@@ -102,14 +164,16 @@ __device__ void linear_gemv_mma(const T* __restrict__ x, const T* __restrict__ w
   }
 }
 
-// SIMT GEMV: warp w computes features n0 + 2w and n0 + 2w + 1 for NR rows of x.
+// SIMT GEMV: with 8 warps, warp w computes features n0 + 2w and n0 + 2w + 1 for NR rows of x;
+// with 16, feature n0 + w.
 template <typename T, typename O, int NR>
 __device__ void linear_gemv_simt(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias,
                                  O* __restrict__ out, unsigned int in, unsigned int outf, bool has_bias) {
   const unsigned int lane = threadIdx.x & 31;
-  const unsigned int n = blockIdx.x * KILN_LINEAR_GEMV_FEATURES + 2 * (threadIdx.x >> 5);
+  const unsigned int per_warp = KILN_LINEAR_GEMV_FEATURES / (blockDim.x >> 5);
+  const unsigned int n = blockIdx.x * KILN_LINEAR_GEMV_FEATURES + per_warp * (threadIdx.x >> 5);
   if (n >= outf) return;
-  const bool two = n + 1 < outf;
+  const bool two = per_warp == 2 && n + 1 < outf;
   const T* w0 = w + (size_t)n * in;
   const T* w1 = w + (size_t)(two ? n + 1 : n) * in;
   float acc0[NR], acc1[NR];
@@ -122,8 +186,8 @@ __device__ void linear_gemv_simt(const T* __restrict__ x, const T* __restrict__ 
 #pragma unroll 2
     for (unsigned int k = lane * V; k < in; k += 32 * V) {
       float f0[V], f1[V];
-      unpack_to(load16_stream(w0 + k), f0);
-      unpack_to(load16_stream(w1 + k), f1);
+      unpack16_as<T>(load16_stream(w0 + k), f0);
+      unpack16_as<T>(load16_stream(w1 + k), f1);
 #pragma unroll
       for (int r = 0; r < NR; ++r) {
         float xf[V];
@@ -224,7 +288,11 @@ __device__ void linear(const T* x, const T* w, const T* bias, O* out, unsigned i
   }
   if constexpr (IsHalf16<T>::value) {
     if (in % 8 == 0 && aligned16(w) && aligned16(x)) {
-      linear_gemv_mma<T, O>(x, w, bias, out, rows, in, outf, has_bias);
+      if (blockDim.x == 32 * KILN_LINEAR_GEMV_MAX_WARPS) {
+        linear_gemv_mma<T, O, KILN_LINEAR_GEMV_MAX_WARPS>(x, w, bias, out, rows, in, outf, has_bias);
+      } else {
+        linear_gemv_mma<T, O, KILN_LINEAR_GEMV_WARPS>(x, w, bias, out, rows, in, outf, has_bias);
+      }
       return;
     }
   }
@@ -243,7 +311,7 @@ __device__ void linear(const T* x, const T* w, const T* bias, O* out, unsigned i
 }  // namespace kiln
 
 #define KILN_LINEAR_OUT(dt, T, outdt, O)                                                            \
-  extern "C" __global__ void __launch_bounds__(256)                                                 \
+  extern "C" __global__ void __launch_bounds__(32 * KILN_LINEAR_GEMV_MAX_WARPS)                    \
       kiln_linear_##dt##_##outdt(const T* x, const T* weight, const T* bias, O* out, unsigned int rows, \
                                  unsigned int in_features, unsigned int out_features,               \
                                  unsigned int has_bias) {                                           \

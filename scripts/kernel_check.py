@@ -4,7 +4,8 @@
 Run on a machine with an NVIDIA GPU and CuPy (cupy-cuda13x), from anywhere:
 
     python3 scripts/kernel_check.py                 # every kernel, f32 / f16 / bf16
-    python3 scripts/kernel_check.py --only linear,sample --seed 7 --bench
+    python3 scripts/kernel_check.py --only linear,attention_split --seed 7 --bench
+    python3 scripts/kernel_check.py --compile-only  # no GPU, no CuPy: NVRTC build, warnings fail
 
 It compiles the kernels the way kiln does (one translation unit including every *.cu;
 -std=c++17; the CUDA include directory from KILN_CUDA_INCLUDE, CUDA_HOME or
@@ -14,8 +15,18 @@ NumPy implementation of the semantics written at the top of each kernel file. Sa
 checked against a port of `sampling::sample_row` (f32, sequential sums, same generator).
 
 Each check passes when every element is within `atol_rel * max|ref| + rtol * |ref|`; the
-table gives the max abs error and the normalized error max|out - ref| / max|ref|. Exits 1 on
-any failure, printing the first mismatches (at most 10) of each failing check.
+table gives the max abs error and the normalized error max|out - ref| / max|ref|. Decode
+kernels (the GEMV path of linear, attention_split + attention_merge) are also run twice and
+must agree bit for bit; the split kernel's workspace is checked slot by slot (inactive splits
+must keep their poison bytes). Exits 1 on any failure, printing the first mismatches (at most
+10) of each failing check.
+
+--bench times decode-sized launches from CUDA graphs (no host gaps; median of 9 replays), with
+several copies of each weight / KV cache rotating so that reads come from HBM, not the L2, and
+reports GB/s against kiln's own read-bandwidth probe: the bf16 GEMV at rows 1, 2, 4, 8 on the
+Llama shapes and the logits, and split + merge decode attention at context 4096 (1B and 8B
+shapes; the planner's split count and one counted in launched blocks; a tuning variant of the
+split kernel compiled with -D).
 """
 
 import argparse
@@ -77,6 +88,15 @@ def cdiv(a, b):
     return (a + b - 1) // b
 
 
+def attention_splits(rows, heads, max_context, target_blocks=264):
+    """The planner's split choice (src/plan/planner.rs `attention_splits`): rows * heads * splits
+    >= target_blocks, split_len a multiple of 64. Returns (splits, split_len)."""
+    max_splits = max(1, cdiv(max_context, 64))
+    splits = min(max(1, cdiv(target_blocks, rows * heads)), max_splits)
+    split_len = cdiv(cdiv(max_context, splits), 64) * 64
+    return cdiv(max_context, split_len), split_len
+
+
 def geometry(kernel, **p):
     if kernel in ("gather", "rms_norm", "kv_write"):
         return (p["rows"], 1, 1), (256, 1, 1)
@@ -84,9 +104,15 @@ def geometry(kernel, **p):
         return (p["rows"], p["heads"], 1), (128, 1, 1)
     if kernel == "linear":
         if p["rows"] <= 8:
-            return (cdiv(p["out_features"], 8), 1, 1), (256, 1, 1)
+            blocks = cdiv(p["out_features"], 16)
+            return (blocks, 1, 1), (512 if blocks < 132 else 256, 1, 1)
         return (cdiv(p["out_features"], 64), cdiv(p["rows"], 64), 1), (256, 1, 1)
     if kernel == "attention":
+        return (p["rows"], p["heads"], 1), (256, 1, 1)
+    if kernel == "attention_split":
+        chunks = max(1, cdiv(p["heads"] // max(1, p["kv_heads"]), 4))
+        return (p["rows"] * p["kv_heads"] * chunks, p["splits"], 1), (256, 1, 1)
+    if kernel == "attention_merge":
         return (p["rows"], p["heads"], 1), (256, 1, 1)
     if kernel in ("swiglu", "add"):
         return (cdiv(p["n"], 256), 1, 1), (256, 1, 1)
@@ -209,27 +235,44 @@ class Checker:
 
     # linear ---------------------------------------------------------------------------------
     def linear(self, dt):
-        cases = [  # rows, in, out, bias: GEMV (vector / scalar loads) and tiled
-            (1, 1024, 777, False), (3, 1024, 300, True), (8, 1000, 257, False),
-            (2, 1001, 100, True), (9, 1001, 130, True), (70, 256, 200, False),
+        cases = [  # rows, in, out, bias, x misaligned: GEMV (tensor-core / SIMT vector / scalar) and tiled
+            (1, 1024, 777, False, False), (3, 1024, 300, True, False), (8, 1000, 257, False, False),
+            (5, 4096, 1000, True, False), (4, 2056, 48, False, False), (7, 136, 16, True, False),
+            (1, 8, 3, False, False), (6, 1024, 100, True, True),
+            (2, 1001, 100, True, False), (9, 1001, 130, True, False), (70, 256, 200, False, False),
         ]
         for outdt in (dt, F32) if dt is not F32 else (F32,):
-            for R, K, N, has_bias in cases:
+            for R, K, N, has_bias, misaligned in cases:
                 x = dt.store(self.rand(R, K))
                 w = dt.store(self.rand(N, K, scale=1.0 / math.sqrt(K)))
                 b = dt.store(self.rand(N))
-                out = self.dev(outdt.poison((R, N)))
+                if misaligned:  # x one element past a 16-byte boundary: the scalar path
+                    xd = self.dev(np.concatenate([x.ravel()[:1], x.ravel()]))[1:]
+                else:
+                    xd = self.dev(x)
+                wd = self.dev(w)
                 bias_arg = self.dev(b) if has_bias else np.uint64(0)
-                self.launch(f"kiln_linear_{dt.name}_{outdt.name}", "linear",
-                            (self.dev(x), self.dev(w), bias_arg, out, np.uint32(R), np.uint32(K), np.uint32(N),
-                             np.uint32(int(has_bias))), rows=R, out_features=N)
+                outs = []
+                for _ in range(2):  # twice: the result must be identical
+                    out = self.dev(outdt.poison((R, N)))
+                    self.launch(f"kiln_linear_{dt.name}_{outdt.name}", "linear",
+                                (xd, wd, bias_arg, out, np.uint32(R), np.uint32(K), np.uint32(N),
+                                 np.uint32(int(has_bias))), rows=R, out_features=N)
+                    outs.append(out.get())
                 ref = dt.load(x) @ dt.load(w).T
                 if has_bias:
                     ref = ref + dt.load(b)
-                path = "gemv" if R <= 8 else "tiled"
-                self.report.compare(f"linear {path} {R}x{K}->{N}{' +bias' if has_bias else ''}",
-                                    f"{dt.name}->{outdt.name}", outdt.load(out.get()), ref,
-                                    1.5 * outdt.unit, 2e-5)
+                if R > 8:
+                    path = "tiled"
+                elif dt is F32 or misaligned or K % 8:
+                    path = "gemv simt"
+                else:
+                    path = "gemv mma"
+                name = f"linear {path} {R}x{K}->{N}{' +bias' if has_bias else ''}{' x misaligned' if misaligned else ''}"
+                self.report.compare(name, f"{dt.name}->{outdt.name}", outdt.load(outs[0]), ref, 1.5 * outdt.unit, 2e-5)
+                if R <= 8:
+                    same = outs[0].tobytes() == outs[1].tobytes()
+                    self.report.record(f"{name}: deterministic", f"{dt.name}->{outdt.name}", same, "two runs, bitwise")
 
     # rope -----------------------------------------------------------------------------------
     @staticmethod
@@ -337,6 +380,106 @@ class Checker:
             self.report.compare(f"attention {name}", dt.name, dt.load(out.get()), ref.reshape(R, H * HD),
                                 1.5 * dt.unit + 1e-5, 2e-5)
 
+    # attention_split / attention_merge ------------------------------------------------------
+    @staticmethod
+    def split_attention_ref(qf, kf, vf, pos, cb, H, KVH, HD, KVR, scale, splits, split_len):
+        """float64 reference of the split kernel's workspace slots (None: inactive) and of the
+        merged output, with the kernel's clamping of cache rows to [0, kv_rows)."""
+        R = len(pos)
+        group = H // KVH
+        slots = {}
+        out = np.zeros((R, H, HD))
+        sc32 = np.float64(np.float32(scale))
+        for t in range(R):
+            p, base = int(pos[t]), int(cb[t])
+            if p < 0:
+                continue
+            n = p + 1 if base >= 0 else 0
+            n = min(n, KVR - base) if base >= 0 else 0
+            n_active = min(p // split_len + 1, splits)
+            for h in range(H):
+                g = h // group
+                if n > 0:
+                    s_all = sc32 * (kf[base:base + n, g] @ qf[t, h])
+                    e = np.exp(s_all - s_all.max())
+                    out[t, h] = (e @ vf[base:base + n, g]) / e.sum()
+                for sp in range(n_active):
+                    lo, hi = sp * split_len, min((sp + 1) * split_len, n)
+                    if hi <= lo:
+                        slots[(t, h, sp)] = (np.zeros(HD), -np.inf, 0.0)
+                        continue
+                    sc = sc32 * (kf[base + lo:base + hi, g] @ qf[t, h])
+                    m = sc.max()
+                    e = np.exp(sc - m)
+                    slots[(t, h, sp)] = (e @ vf[base + lo:base + hi, g], m, e.sum())
+        return slots, out
+
+    def attention_split(self, dt):
+        cases = [  # name, heads, kv_heads, head_dim, splits, split_len, positions, cache_base, kv_rows
+            ("gqa4 hd64 split boundaries", 8, 2, 64, 4, 64, [0, 63, 64, 65, 127, 128, 255, -1], [0, 0, 256, 0, 512, 0, 768, 0], 1024),
+            ("gqa1 hd128", 4, 4, 128, 3, 128, [0, 127, 128, 383, -1, 1], [0, 384, 0, 384, 0, 0], 768),
+            ("gqa7 hd64 (Qwen2.5)", 14, 2, 64, 5, 64, [319, 64, 63, 0], [0, 320, 640, 0], 960),
+            ("gqa16 2 head chunks hd80", 16, 1, 80, 3, 64, [100, 191, 5], [0, 192, 0], 384),
+            ("gqa3 hd36 scalar loads", 6, 2, 36, 2, 64, [70, 10, 127], [0, 128, 128], 256),
+            ("gqa2 hd256", 4, 2, 256, 2, 64, [127, 30], [0, 128], 256),
+            ("gqa2 hd16", 4, 2, 16, 2, 64, [100, 0], [0, 128], 256),
+            ("cache end clamps (rows past kv_rows)", 8, 2, 64, 4, 64, [150, 200], [50, 100], 256),
+            ("decode long ctx hd128 gqa4", 32, 8, 128, 8, 512, [4095, 2000, 511, 512], [0, 4096, 8192, 12288], 16384),
+        ]
+        for name, H, KVH, HD, S, SL, pos, cb, KVR in cases:
+            pos, cb = np.array(pos, dtype=np.int32), np.array(cb, dtype=np.int32)
+            R = len(pos)
+            scale = 1.0 / math.sqrt(HD)
+            q = dt.store(self.rand(R, H * HD, scale=2.0))
+            kc = dt.store(self.rand(KVR, KVH * HD))
+            vc = dt.store(self.rand(KVR, KVH * HD))
+            qd, kd, vd, pd, cd = (self.dev(a) for a in (q, kc, vc, pos, cb))
+            slot = HD + 2
+            results = []
+            for _ in range(2):  # twice: bitwise identical
+                ws = self.dev(F32.poison((R, H, S, slot)))
+                out = self.dev(dt.poison((R, H * HD)))
+                self.launch(f"kiln_attention_split_{dt.name}", "attention_split",
+                            (qd, kd, vd, pd, cd, ws, np.uint32(R), np.uint32(H), np.uint32(KVH), np.uint32(HD),
+                             np.float32(scale), np.uint32(KVR), np.uint32(S), np.uint32(SL)),
+                            rows=R, heads=H, kv_heads=KVH, splits=S)
+                self.launch(f"kiln_attention_merge_{dt.name}", "attention_merge",
+                            (ws, pd, out, np.uint32(R), np.uint32(H), np.uint32(HD), np.uint32(S), np.uint32(SL)),
+                            rows=R, heads=H)
+                results.append((ws.get(), out.get()))
+            (wsg, outg), (wsg2, outg2) = results
+            slots, ref = self.split_attention_ref(dt.load(q).reshape(R, H, HD), dt.load(kc).reshape(KVR, KVH, HD),
+                                                  dt.load(vc).reshape(KVR, KVH, HD), pos, cb, H, KVH, HD, KVR,
+                                                  scale, S, SL)
+            # Workspace: active slots against the reference, inactive ones untouched (poison bytes).
+            acc_got, acc_ref, ml_got, ml_ref = [], [], [], []
+            untouched = True
+            for t in range(R):
+                for h in range(H):
+                    for sp in range(S):
+                        got = wsg[t, h, sp].astype(np.float64)
+                        if (t, h, sp) not in slots:
+                            untouched &= wsg[t, h, sp].view(np.uint32).tolist() == [0xFFFFFFFF] * slot
+                            continue
+                        a, m, l = slots[(t, h, sp)]
+                        acc_got.append(got[:HD]), acc_ref.append(a)
+                        if m == -np.inf:  # an empty split: exactly (0, -inf, 0)
+                            ok_empty = got[HD] == -np.inf and got[HD + 1] == 0.0 and not np.any(got[:HD])
+                            untouched &= bool(ok_empty)
+                            continue
+                        ml_got.append((got[HD], got[HD + 1])), ml_ref.append((m, l))
+            if acc_got:
+                self.report.compare(f"attention_split {name}: workspace acc", dt.name, np.concatenate(acc_got),
+                                    np.concatenate(acc_ref), 1e-5, 1e-5)
+                self.report.compare(f"attention_split {name}: workspace m, l", dt.name, np.array(ml_got),
+                                    np.array(ml_ref), 1e-5, 1e-6)
+            self.report.record(f"attention_split {name}: inactive slots unwritten", dt.name, untouched,
+                               "poison bytes kept; empty splits (0, -inf, 0)")
+            self.report.compare(f"attention_merge {name}", dt.name, dt.load(outg), ref.reshape(R, H * HD),
+                                1.5 * dt.unit + 1e-5, 2e-5)
+            same = wsg.tobytes() == wsg2.tobytes() and outg.tobytes() == outg2.tobytes()
+            self.report.record(f"attention_split+merge {name}: deterministic", dt.name, same, "two runs, bitwise")
+
     # elementwise ----------------------------------------------------------------------------
     def swiglu(self, dt):
         n = 10000
@@ -424,53 +567,191 @@ class Checker:
                                total=total)
 
     # benchmarks -----------------------------------------------------------------------------
-    def bench(self):
+    def graph_time(self, launches, reps=9):
+        """Seconds per launch sequence: `launches` (zero-argument callables) captured once into a
+        CUDA graph (no host launch gaps), replayed `reps` times after a warm-up; the median
+        replay over len(launches). Falls back to plain launches where capture is unavailable."""
         cp = self.cp
+        stream = cp.cuda.Stream(non_blocking=True)
+        with stream:
+            for f in launches:  # warm-up, and proof that every launch runs
+                f()
+            stream.synchronize()
+            try:
+                stream.begin_capture()
+                for f in launches:
+                    f()
+                graph = stream.end_capture()
+                run, how = (lambda: graph.launch(stream)), "graph"
+            except Exception as e:  # noqa: BLE001 - any capture failure: time plain launches
+                print(f"  (graph capture unavailable: {e}; timing plain launches)")
+                run, how = (lambda: [f() for f in launches]), "launches"
+            run()
+            stream.synchronize()
+            times = []
+            for _ in range(reps):
+                e0, e1 = cp.cuda.Event(), cp.cuda.Event()
+                e0.record(stream)
+                run()
+                e1.record(stream)
+                e1.synchronize()
+                times.append(cp.cuda.get_elapsed_time(e0, e1) * 1e-3)
+        times.sort()
+        return times[len(times) // 2] / len(launches), how
 
-        def timed(fn, iters=20):
-            fn()
-            cp.cuda.Device().synchronize()
-            e0, e1 = cp.cuda.Event(), cp.cuda.Event()
-            e0.record()
-            for _ in range(iters):
-                fn()
-            e1.record()
-            e1.synchronize()
-            return cp.cuda.get_elapsed_time(e0, e1) / iters * 1e-3
+    def random_bf16(self, n):
+        """n random bf16 values (standard normal, scaled) generated on the device."""
+        cp = self.cp
+        a = cp.random.standard_normal(n, dtype=cp.float32) * cp.float32(0.05)
+        return (a.view(cp.uint32) >> 16).astype(cp.uint16)
 
+    def bench_linear(self, bandwidth):
+        """bf16 GEMV at decode rows: the weight streamed once; several weight copies rotate so
+        that none is in the 60 MB L2 when it is read. Returns table lines."""
+        cp = self.cp
+        shapes = [(2048, 8192, "bf16"), (8192, 2048, "bf16"), (4096, 14336, "bf16"), (14336, 4096, "bf16"),
+                  (128256, 2048, "f32")]  # [out, in] of the weight; logits write f32
+        lines = [f"{'kernel':<28} {'weight [out x in]':<18} {'rows':>4} {'us':>8} {'GB/s':>7} {'of 4.6TB/s':>10} {'of measured':>11}"]
+        for out_f, in_f, outdt in shapes:
+            nbytes = out_f * in_f * 2
+            sets = max(1, min(8, cdiv(256 << 20, nbytes)))
+            wall = self.random_bf16(sets * out_f * in_f)
+            weights = [wall[i * out_f * in_f:(i + 1) * out_f * in_f] for i in range(sets)]
+            grid, block = geometry("linear", rows=1, out_features=out_f)
+            # The plan's block, and for narrow layers (16 warps) the 8-warp block for comparison.
+            variants = [(f"{block[0] // 32} warps", block)]
+            if block[0] != 256:
+                variants.append(("8 warps", (256, 1, 1)))
+            for variant, block in variants:
+                for R in (1, 2, 4, 8):
+                    if variant != variants[0][0] and R not in (1, 8):
+                        continue
+                    x = self.random_bf16(R * in_f)
+                    out = cp.zeros(R * out_f, dtype=cp.float32 if outdt == "f32" else cp.uint16)
+                    f = self.fn(f"kiln_linear_bf16_{outdt}")
+                    est = nbytes / 4.0e12
+                    iters = max(sets, min(400, cdiv(int(2e-3 / est), sets) * sets))
+                    launches = [
+                        (lambda w=weights[i % sets]: f(grid, block, (x, w, np.uint64(0), out, np.uint32(R),
+                                                                      np.uint32(in_f), np.uint32(out_f), np.uint32(0))))
+                        for i in range(iters)
+                    ]
+                    sec, how = self.graph_time(launches)
+                    gbs = nbytes / sec / 1e9
+                    label = f"linear bf16->{outdt} {variant}"
+                    lines.append(f"{label:<28} {f'{out_f}x{in_f}':<18} {R:>4} {sec * 1e6:>8.1f} {gbs:>7.0f} "
+                                 f"{gbs / 4600:>10.2f} {gbs / bandwidth:>11.2f}" + ("" if how == "graph" else f"  ({how})"))
+            del wall, weights
+            cp.get_default_memory_pool().free_all_blocks()
+        return lines
+
+    def bench_attention(self, bandwidth, split_variants=()):
+        """Decode attention at context 4096 (p = 4095): split + merge as a pair, and the one-kernel
+        attention for comparison. K and V of several sequences rotate (one cache_base each) so
+        that the reads come from HBM. Returns table lines."""
+        cp = self.cp
+        lines = [f"{'attention (bf16, ctx 4096)':<58} {'rows':>4} {'splits x len':>12} {'us':>8} {'KV GB/s':>8} {'of 4.6TB/s':>10} {'of measured':>11}"]
+        ctx = 4096
+        for shape, H, KVH, HD in (("Llama-3.2-1B 32/8 hd64", 32, 8, 64), ("Llama-3.1-8B 32/8 hd128", 32, 8, 128)):
+            kv_bytes_seq = 2 * ctx * KVH * HD * 2
+            seqs = max(8, cdiv(384 << 20, kv_bytes_seq))
+            KVR = seqs * ctx
+            kc = self.random_bf16(KVR * KVH * HD)
+            vc = self.random_bf16(KVR * KVH * HD)
+            for R in (1, 4, 8):
+                n_sets = seqs // R
+                q = self.random_bf16(R * H * HD)
+                pos = cp.full(R, ctx - 1, dtype=cp.int32)
+                bases = [cp.asarray(np.arange(i * R, (i + 1) * R, dtype=np.int32) * ctx) for i in range(n_sets)]
+                out = cp.zeros(R * H * HD, dtype=cp.uint16)
+                kv_bytes = R * kv_bytes_seq
+                planner = attention_splits(R, H, ctx)
+                by_kv = attention_splits(R, KVH, ctx)  # the same rule counting blocks as the kernel launches them
+                variants = [("planner", planner), ("kv-blocks", by_kv)]
+                if by_kv == planner:
+                    variants = variants[:1]
+                fm = self.fn("kiln_attention_merge_bf16")
+                for label, (S, SL) in variants:
+                    for vname, module in (("", self.module), *split_variants):
+                        ws = cp.zeros(R * H * S * (HD + 2), dtype=cp.float32)
+                        fs = module.get_function("kiln_attention_split_bf16")
+                        gs, bs = geometry("attention_split", rows=R, heads=H, kv_heads=KVH, splits=S)
+                        gm, bm = geometry("attention_merge", rows=R, heads=H)
+                        for what in ("split+merge", "split only"):
+                            if what == "split only" and vname:
+                                continue
+                            launches = []
+                            for i in range(max(2 * n_sets, 40)):
+                                cb = bases[i % n_sets]
+                                launches.append(lambda cb=cb, S=S, SL=SL, ws=ws, fs=fs: fs(gs, bs, (
+                                    q, kc, vc, pos, cb, ws, np.uint32(R), np.uint32(H), np.uint32(KVH), np.uint32(HD),
+                                    np.float32(1.0 / math.sqrt(HD)), np.uint32(KVR), np.uint32(S), np.uint32(SL))))
+                                if what == "split+merge":
+                                    launches.append(lambda S=S, SL=SL, ws=ws: fm(gm, bm, (
+                                        ws, pos, out, np.uint32(R), np.uint32(H), np.uint32(HD), np.uint32(S),
+                                        np.uint32(SL))))
+                            sec, how = self.graph_time(launches)
+                            sec *= 2 if what == "split+merge" else 1  # per split (+ merge)
+                            gbs = kv_bytes / sec / 1e9
+                            name = f"{shape} {what} {label}{' ' + vname if vname else ''}"
+                            lines.append(f"{name:<58} {R:>4} {f'{S}x{SL}':>12} {sec * 1e6:>8.1f} {gbs:>8.0f} "
+                                         f"{gbs / 4600:>10.2f} {gbs / bandwidth:>11.2f}"
+                                         + ("" if how == "graph" else f"  ({how})"))
+                if R == 1:
+                    fa = self.fn("kiln_attention_bf16")
+                    launches = [
+                        (lambda cb=bases[i % n_sets]: fa((R, H, 1), (256, 1, 1), (
+                            q, kc, vc, pos, cb, out, np.uint32(R), np.uint32(H), np.uint32(KVH), np.uint32(HD),
+                            np.float32(1.0 / math.sqrt(HD)), np.uint32(KVR))))
+                        for i in range(8)
+                    ]
+                    sec, how = self.graph_time(launches, reps=3)
+                    gbs = kv_bytes / sec / 1e9
+                    lines.append(f"{shape + ' one-kernel attention':<58} {R:>4} {'-':>12} {sec * 1e6:>8.1f} {gbs:>8.0f} "
+                                 f"{gbs / 4600:>10.2f} {gbs / bandwidth:>11.2f}")
+            del kc, vc
+            cp.get_default_memory_pool().free_all_blocks()
+        return lines
+
+    def read_bandwidth(self):
+        """Read bandwidth with kiln's own probe (kernels/bench_read.cu) over 4 GiB, GB/s."""
+        cp = self.cp
+        n16 = (4 << 30) // 16
+        buf = cp.empty(n16 * 4, dtype=cp.uint32)
+        acc = cp.zeros(1, dtype=cp.uint32)
+        self.fn("kiln_bench_fill")((cdiv(n16, 256), 1, 1), (256, 1, 1), (buf, np.uint64(n16), np.uint64(1)))
+        sm = cp.cuda.Device().attributes["MultiProcessorCount"]
+        read = self.fn("kiln_bench_read")
+        sec, _ = self.graph_time([lambda: read((sm * 8, 1, 1), (256, 1, 1), (buf, np.uint64(n16), acc))] * 5, reps=5)
+        del buf
+        cp.get_default_memory_pool().free_all_blocks()
+        return n16 * 16 / sec / 1e9
+
+    def bench(self, split_variants=()):
+        cp = self.cp
         lines = []
-        for R in (1, 8):
-            K, N = 4096, 14336
-            x = self.dev(BF16.store(self.rand(R, K)))
-            w = self.dev(BF16.store(self.rand(N, K, scale=0.02)))
-            out = self.dev(np.zeros((R, N), dtype=np.uint16))
-            grid, block = geometry("linear", rows=R, out_features=N)
-            f = self.fn("kiln_linear_bf16_bf16")
-            s = timed(lambda: f(grid, block, (x, w, np.uint64(0), out, np.uint32(R), np.uint32(K), np.uint32(N),
-                                              np.uint32(0))))
-            lines.append(f"linear bf16 gemv rows={R} {K}->{N}: {s * 1e6:.1f} us, weights {N * K * 2 / s / 1e9:.0f} GB/s")
+        try:
+            bandwidth = self.read_bandwidth()
+            lines.append(f"read bandwidth (kiln_bench_read, 4 GiB): {bandwidth:.0f} GB/s")
+        except Exception as e:  # noqa: BLE001 - the probe's signature changed: use the recorded number
+            bandwidth = 4605.0
+            lines.append(f"read bandwidth probe failed ({e}); using the recorded 4605 GB/s")
+        lines.append("")
+        lines += self.bench_linear(bandwidth)
+        lines.append("")
+        lines += self.bench_attention(bandwidth, split_variants)
+        lines.append("")
         V = 151936
-        for label, t, k, p, sc in [("greedy", 0.0, 0, 1.0, 3.0), ("T0.7 k40 p0.9", 0.7, 40, 0.9, 3.0),
-                                   ("T1 p0.95", 1.0, 0, 0.95, 3.0), ("T1 flat p0.9", 1.0, 0, 0.9, 0.05)]:
+        for label, t, k, p, sc in [("greedy", 0.0, 0, 1.0, 3.0), ("T0.7 k40 p0.9", 0.7, 40, 0.9, 3.0)]:
             R = 8
             logits = self.dev(self.rand(R, V, scale=sc))
             args = [self.dev(np.full(R, v, dtype=d)) for v, d in
                     ((t, np.float32), (k, np.int32), (p, np.float32), (1, np.uint32), (2, np.uint32))]
             out = self.dev(np.zeros(R, dtype=np.int32))
             f = self.fn("kiln_sample_f32")
-            s = timed(lambda: f((R, 1, 1), (1024, 1, 1), (logits, *args, out, np.uint32(R), np.uint32(V))), iters=5)
-            lines.append(f"sample {R} rows vocab {V} {label}: {s * 1e6:.1f} us")
-        H, KVH, HD, P = 32, 8, 128, 4095
-        q = self.dev(BF16.store(self.rand(1, H * HD)))
-        kc = self.dev(BF16.store(self.rand(P + 1, KVH * HD)))
-        vc = self.dev(BF16.store(self.rand(P + 1, KVH * HD)))
-        pos, cb = self.dev(np.array([P], dtype=np.int32)), self.dev(np.array([0], dtype=np.int32))
-        out = self.dev(np.zeros((1, H * HD), dtype=np.uint16))
-        f = self.fn("kiln_attention_bf16")
-        s = timed(lambda: f((1, H, 1), (256, 1, 1), (q, kc, vc, pos, cb, out, np.uint32(1), np.uint32(H), np.uint32(KVH),
-                                                     np.uint32(HD), np.float32(0.088), np.uint32(P + 1))))
-        kv_bytes = 2 * (P + 1) * KVH * HD * 2
-        lines.append(f"attention bf16 decode ctx={P + 1} heads={H}/{KVH}: {s * 1e6:.1f} us, KV {kv_bytes / s / 1e9:.0f} GB/s")
+            sec, _ = self.graph_time([lambda: f((R, 1, 1), (1024, 1, 1), (logits, *args, out, np.uint32(R), np.uint32(V)))] * 5,
+                                     reps=5)
+            lines.append(f"sample {R} rows vocab {V} {label}: {sec * 1e6:.1f} us")
         return lines
 
 
@@ -565,12 +846,15 @@ def cuda_include():
     sys.exit("no CUDA include directory with cuda_bf16.h: set KILN_CUDA_INCLUDE")
 
 
-def nvrtc_cubin(cp, arch):
+def nvrtc_cubin(cp, arch, only=None, defines=()):
     """Compiles kernels/ exactly as src/runtime/cuda/nvrtc.rs does (one unit including every *.cu,
-    every file registered as an NVRTC header) and returns (cubin bytes, log)."""
+    every file registered as an NVRTC header) and returns (cubin bytes, log). `only` limits the
+    unit to some .cu files and `defines` adds -D options: the tuning sweep of --bench compiles
+    variants of one kernel that way. `cp` may be None (--compile-only, no GPU)."""
     import ctypes
 
-    cp.cuda.nvrtc.getVersion()  # makes CuPy load libnvrtc, so the soname below resolves
+    if cp is not None:
+        cp.cuda.nvrtc.getVersion()  # makes CuPy load libnvrtc, so the soname below resolves
     lib = None
     for name in ("libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"):
         try:
@@ -581,7 +865,7 @@ def nvrtc_cubin(cp, arch):
     if lib is None:
         raise OSError("libnvrtc not loadable through ctypes")
     files = sorted(n for n in os.listdir(KERNELS) if n.endswith(".cu") or n.endswith(".cuh"))
-    unit = "".join(f'#include "{n}"\n' for n in files if n.endswith(".cu")).encode()
+    unit = "".join(f'#include "{n}"\n' for n in files if n.endswith(".cu") and (only is None or n in only)).encode()
     texts = [open(os.path.join(KERNELS, n), "rb").read() for n in files]
     prog = ctypes.c_void_p()
     arr = lambda xs: (ctypes.c_char_p * len(xs))(*xs)
@@ -590,6 +874,7 @@ def nvrtc_cubin(cp, arch):
     if rc:
         raise RuntimeError(f"nvrtcCreateProgram: {rc}")
     opts = [f"--gpu-architecture={arch}", "-std=c++17", "-lineinfo", f"--include-path={cuda_include()}"]
+    opts += [f"-D{d}" for d in defines]
     rc = lib.nvrtcCompileProgram(prog, len(opts), arr([o.encode() for o in opts]))
     size = ctypes.c_size_t()
     lib.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
@@ -605,14 +890,16 @@ def nvrtc_cubin(cp, arch):
     return cubin.raw, log
 
 
-def load_module(cp, report):
+def load_module(cp, report, only=None, defines=()):
     """The kernels as a CuPy module: kiln's own NVRTC compile when libnvrtc is reachable through
-    ctypes (CUBIN for the device's arch, sm_90a on Hopper), else CuPy's compile of the same unit."""
+    ctypes (CUBIN for the device's arch, sm_90a on Hopper), else CuPy's compile of the same unit.
+    `only` / `defines`: a tuning variant (see nvrtc_cubin)."""
     major, minor = cp.cuda.Device().compute_capability[:-1], cp.cuda.Device().compute_capability[-1]
     arch = "sm_90a" if (major, minor) == ("9", "0") else f"sm_{major}{minor}"
     try:
-        cubin, log = nvrtc_cubin(cp, arch)
-        report.record("nvrtc compile: no warnings", arch, "warning" not in log.lower(), log.splitlines()[0] if log else "")
+        cubin, log = nvrtc_cubin(cp, arch, only=only, defines=defines)
+        what = "nvrtc compile: no warnings" + (f" ({','.join(only or [])} {' '.join(defines)})" if only or defines else "")
+        report.record(what, arch, "warning" not in log.lower(), log.splitlines()[0] if log else "")
         if log:
             print(log)
         import tempfile
@@ -623,6 +910,8 @@ def load_module(cp, report):
         return cp.RawModule(path=path), f"kiln's NVRTC unit, {arch}, {len(cubin)} bytes"
     except OSError as e:
         print(f"(own NVRTC compile unavailable: {e}; using CuPy's)")
+    if only or defines:
+        raise RuntimeError("tuning variants need kiln's own NVRTC compile")
     names = sorted(n for n in os.listdir(KERNELS) if n.endswith(".cu"))
     unit = "".join(f'#include "{n}"\n' for n in names)
     options = ("-std=c++17", f"--include-path={KERNELS}", f"--include-path={cuda_include()}")
@@ -636,8 +925,20 @@ def main():
     ap.add_argument("--only", help="comma-separated checks (gather,rms_norm,...,sample)")
     ap.add_argument("--dtypes", default="f32,f16,bf16")
     ap.add_argument("--seed", type=int, default=None, help="NumPy seed (default: fresh, printed)")
-    ap.add_argument("--bench", action="store_true", help="also time a few decode-sized launches")
+    ap.add_argument("--bench", action="store_true", help="also time decode-sized launches (CUDA graphs, medians)")
+    ap.add_argument("--compile-only", metavar="ARCH", nargs="?", const="sm_90a",
+                    help="no GPU: compile kernels/ with NVRTC for ARCH (default sm_90a) and report warnings")
     args = ap.parse_args()
+
+    if args.compile_only:
+        t0 = time.time()
+        cubin, log = nvrtc_cubin(None, args.compile_only)
+        if log:
+            print(log)
+        warned = "warning" in log.lower()
+        print(f"{args.compile_only}: {len(cubin)} bytes of CUBIN in {time.time() - t0:.1f} s, "
+              f"{'WARNINGS' if warned else 'no warnings'}")
+        sys.exit(1 if warned else 0)
 
     import cupy as cp
 
@@ -649,7 +950,8 @@ def main():
     print(f"compiled the kernels ({how}) in {time.time() - t0:.1f} s")
 
     checker = Checker(cp, module, np.random.default_rng(seed), report)
-    per_dtype = ["gather", "rms_norm", "head_rms_norm", "linear", "rope", "kv_write", "attention", "swiglu", "add"]
+    per_dtype = ["gather", "rms_norm", "head_rms_norm", "linear", "rope", "kv_write", "attention", "attention_split",
+                 "swiglu", "add"]
     only = set(args.only.split(",")) if args.only else None
     for name in per_dtype:
         if only and name not in only:
@@ -661,8 +963,15 @@ def main():
     print()
     print(report.table())
     if args.bench:
+        # Tuning variant of the split kernel: registers capped for 2 blocks per SM.
+        variants = []
+        try:
+            m, _ = load_module(cp, report, only=["attention_split.cu"], defines=["KILN_ATTN_SPLIT_MIN_BLOCKS=2"])
+            variants.append(("min-blocks-2", m))
+        except Exception as e:  # noqa: BLE001 - a variant is optional
+            print(f"(variant min-blocks-2 unavailable: {e})")
         print()
-        for line in checker.bench():
+        for line in checker.bench(variants):
             print(line)
     failed = report.failed()
     print()

@@ -38,7 +38,7 @@ fn references() -> Vec<Reference> {
         max_context: ctx,
         dtype: DType::BF16,
         memory_budget: None,
-        burst: 0,
+        burst: 64,
         fuse: false,
     };
     vec![
@@ -51,7 +51,7 @@ fn references() -> Vec<Reference> {
                 max_context: 512,
                 dtype: DType::F32,
                 memory_budget: None,
-                burst: 0,
+                burst: 64,
                 fuse: false,
             },
         },

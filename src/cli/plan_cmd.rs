@@ -31,7 +31,7 @@ pub struct PlanArgs {
     #[arg(long, default_value_t = 64)]
     pub burst: usize,
     /// Run the fusion pass (norm prologues, gated MLP, residual epilogues): fewer launches,
-    /// the same results.
+    /// the same results. CPU executor only for now: the fused CUDA kernels are not written yet.
     #[arg(long)]
     pub fuse: bool,
 }

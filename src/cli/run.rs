@@ -97,6 +97,14 @@ pub fn make_executor(device: &str, plan: Plan, m: &LoadedModel) -> Result<Box<dy
     })
 }
 
+/// Ok for no error or a closed pipe (the reader has what it wanted); the error otherwise.
+fn finish_write(err: Option<std::io::Error>) -> Result<()> {
+    match err {
+        Some(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
+        _ => Ok(()),
+    }
+}
+
 pub fn run_main(cmd: &RunCmd) -> Result<()> {
     let m = open_model(cmd.model.as_ref(), cmd.tokenizer.as_ref())?;
     let tok = m.tokenizer.as_deref();
@@ -144,14 +152,20 @@ pub fn run_main(cmd: &RunCmd) -> Result<()> {
             None => format!("{t} ").into_bytes(),
         }
     };
+    // A closed stdout (`kiln run | head`) ends generation quietly; other write errors are errors.
+    let mut write_err: Option<std::io::Error> = None;
     let mut prev: Option<u32> = None;
     for &t in &prompt {
         if tok.is_none() || Some(t) != tok.and_then(|k| k.bos()) {
-            out.write_all(&piece(prev, t))?;
+            if let Err(e) = out.write_all(&piece(prev, t)) {
+                write_err.get_or_insert(e);
+            }
         }
         prev = Some(t);
     }
-    let mut write_err = None;
+    if write_err.is_some() {
+        return finish_write(write_err);
+    }
     let g = generate(exec.as_mut(), &prompt, cmd.max_tokens, sampling, &stop_tokens, |t| {
         let bytes = piece(prev, t);
         prev = Some(t);
@@ -161,12 +175,12 @@ pub fn run_main(cmd: &RunCmd) -> Result<()> {
         }
         true
     })?;
-    if let Some(e) = write_err {
-        if e.kind() != std::io::ErrorKind::BrokenPipe {
-            return Err(e.into());
+    if write_err.is_none() {
+        if let Err(e) = writeln!(out).and_then(|_| out.flush()) {
+            write_err = Some(e);
         }
     }
-    writeln!(out)?;
+    finish_write(write_err)?;
     if cmd.stats {
         let p = exec.plan();
         eprintln!(

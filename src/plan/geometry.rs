@@ -17,8 +17,22 @@ pub struct Geometry {
 
 /// `linear.cu`: rows up to this many take the GEMV path (`KILN_LINEAR_GEMV_MAX_ROWS`).
 pub const LINEAR_GEMV_MAX_ROWS: u32 = 8;
-/// `linear.cu`: output features per GEMV block, one per warp (`KILN_LINEAR_GEMV_WARPS`).
+/// Output features per block of the one-warp-per-feature GEMVs (8 warps, as
+/// `KILN_LINEAR_GEMV_WARPS` in `linear.cu`); `linear` itself uses [`LINEAR_GEMV_FEATURES`].
 pub const LINEAR_GEMV_FEATURES_PER_BLOCK: u32 = 8;
+/// `linear.cu`: output features per GEMV block (`KILN_LINEAR_GEMV_FEATURES`): the M = 16 side
+/// of the tensor-core tile, whose k the block's 8 warps split (2 features per warp on the SIMT
+/// path). 16 rather than more so that narrow layers still give enough blocks: a 2048-wide
+/// output is 128 blocks.
+pub const LINEAR_GEMV_FEATURES: u32 = 16;
+/// `linear.cu`: threads of a GEMV block (`KILN_LINEAR_GEMV_WARPS` x 32).
+pub const LINEAR_GEMV_THREADS: u32 = 256;
+/// `linear.cu`: threads of a GEMV block when the grid has fewer blocks than
+/// [`LINEAR_GEMV_WIDE_BELOW_BLOCKS`] (`KILN_LINEAR_GEMV_MAX_WARPS` x 32): a narrow layer cannot
+/// fill the GPU with blocks, so each block keeps twice the bytes in flight.
+pub const LINEAR_GEMV_WIDE_THREADS: u32 = 512;
+/// Multiprocessors of the GPUs kiln plans for (H100 / H200 SXM: 132).
+pub const LINEAR_GEMV_WIDE_BELOW_BLOCKS: u32 = 132;
 /// `linear.cu`: outputs per tiled block along rows and features (`KILN_LINEAR_TILE`).
 pub const LINEAR_TILE: u32 = 64;
 /// `sample.cu`: threads of the one block per row (`KILN_SAMPLE_THREADS`).
@@ -27,8 +41,20 @@ pub const SAMPLE_THREADS: u32 = 1024;
 pub const ATTENTION_THREADS: u32 = 256;
 /// Largest head_dim `attention.cu` supports (`KILN_ATTN_MAX_HEAD_DIM`).
 pub const ATTENTION_MAX_HEAD_DIM: u32 = 256;
+/// `attention_split.cu`: threads of a split block, 8 warps (`KILN_ATTN_SPLIT_THREADS`).
+pub const ATTENTION_SPLIT_THREADS: u32 = 256;
+/// `attention_split.cu`: q heads one split block applies its K/V rows to
+/// (`KILN_ATTN_SPLIT_MAX_GROUP`); larger GQA groups take several head chunks.
+pub const ATTENTION_SPLIT_MAX_GROUP: u32 = 4;
+/// `attention_split.cu`: threads of a merge block (`KILN_ATTN_MERGE_THREADS`).
+pub const ATTENTION_MERGE_THREADS: u32 = 256;
 /// Threads of the elementwise kernels (`swiglu.cu`, `add.cu`), one element each.
 pub const ELEMENTWISE_THREADS: u32 = 256;
+
+/// Head chunks of one KV head's GQA group in `attention_split.cu`: ceil(group / 4).
+pub fn attention_head_chunks(heads: u32, kv_heads: u32) -> u32 {
+    (heads / kv_heads.max(1)).div_ceil(ATTENTION_SPLIT_MAX_GROUP).max(1)
+}
 
 pub fn launch_geometry(kernel: &Kernel, _bufs: &[BufArg]) -> Geometry {
     let g = |x: u32, y: u32, threads: u32| Geometry { grid: [x.max(1), y.max(1), 1], block: [threads, 1, 1], shared_bytes: 0 };
@@ -40,7 +66,9 @@ pub fn launch_geometry(kernel: &Kernel, _bufs: &[BufArg]) -> Geometry {
         Kernel::HeadRmsNorm { rows, heads, .. } => g(rows, heads, 128),
         Kernel::Linear { rows, out_features, .. } => {
             if rows <= LINEAR_GEMV_MAX_ROWS {
-                g(out_features.div_ceil(LINEAR_GEMV_FEATURES_PER_BLOCK), 1, 256)
+                let blocks = out_features.div_ceil(LINEAR_GEMV_FEATURES);
+                let threads = if blocks < LINEAR_GEMV_WIDE_BELOW_BLOCKS { LINEAR_GEMV_WIDE_THREADS } else { LINEAR_GEMV_THREADS };
+                g(blocks, 1, threads)
             } else {
                 g(out_features.div_ceil(LINEAR_TILE), rows.div_ceil(LINEAR_TILE), 256)
             }
@@ -49,8 +77,17 @@ pub fn launch_geometry(kernel: &Kernel, _bufs: &[BufArg]) -> Geometry {
         // One block per token.
         Kernel::KvWrite { rows, .. } => g(rows, 1, 256),
         Kernel::Attention { rows, heads, .. } => g(rows, heads, ATTENTION_THREADS),
-        Kernel::AttentionSplit { rows, heads, splits, .. } => g(rows * heads, splits, ATTENTION_THREADS),
-        Kernel::AttentionMerge { rows, heads, .. } => g(rows, heads, ATTENTION_THREADS),
+        // One block per (row, kv head, head chunk) along x, splits along y: each block reads its
+        // split of K and V once for all the q heads of its chunk of the GQA group.
+        Kernel::AttentionSplit { rows, heads, kv_heads, splits, .. } => {
+            g(rows * kv_heads * attention_head_chunks(heads, kv_heads), splits, ATTENTION_SPLIT_THREADS)
+        }
+        // One block per (row, head).
+        Kernel::AttentionMerge { rows, heads, .. } => g(rows, heads, ATTENTION_MERGE_THREADS),
+        // Fused GEMVs: one warp per output feature.
+        Kernel::FusedLinear { out_features, .. } | Kernel::GatedLinear { out_features, .. } => {
+            g(out_features.div_ceil(LINEAR_GEMV_FEATURES_PER_BLOCK), 1, 32 * LINEAR_GEMV_FEATURES_PER_BLOCK)
+        }
         // One block; one thread per row.
         Kernel::Advance { rows, .. } => g(1, 1, rows.div_ceil(32) * 32),
         Kernel::SwiGlu { n } | Kernel::Add { n } => g(n.div_ceil(ELEMENTWISE_THREADS), 1, ELEMENTWISE_THREADS),
@@ -72,6 +109,17 @@ mod tests {
             Kernel::Rope { rows: 7, heads: 16, head_dim: 128, rope },
             Kernel::KvWrite { rows: 7, kv_dim: 1024, kv_rows: 4096 },
             Kernel::Attention { rows: 7, heads: 16, kv_heads: 8, head_dim: 128, scale: 0.088, kv_rows: 4096 },
+            Kernel::AttentionSplit {
+                rows: 8,
+                heads: 64,
+                kv_heads: 4,
+                head_dim: 256,
+                scale: 0.06,
+                kv_rows: 1 << 20,
+                splits: 2048,
+                split_len: 64,
+            },
+            Kernel::AttentionMerge { rows: 8, heads: 64, head_dim: 256, splits: 2048, split_len: 64 },
             Kernel::SwiGlu { n: 7 * 3072 },
             Kernel::Add { n: 7 * 1024 },
             Kernel::Sample { rows: 7, vocab: 151936 },
@@ -97,10 +145,19 @@ mod tests {
     #[test]
     fn linear_switches_from_gemv_to_tiles_after_eight_rows() {
         let geometry = |rows| launch_geometry(&Kernel::Linear { rows, in_features: 64, out_features: 100, bias: true }, &[]).grid;
-        assert_eq!(geometry(1), [13, 1, 1]);
-        assert_eq!(geometry(8), [13, 1, 1]);
+        assert_eq!(geometry(1), [7, 1, 1]);
+        assert_eq!(geometry(8), [7, 1, 1]);
         assert_eq!(geometry(9), [2, 1, 1]);
         assert_eq!(geometry(130), [2, 3, 1]);
+    }
+
+    #[test]
+    fn narrow_gemvs_get_sixteen_warps() {
+        let block = |out_features| launch_geometry(&Kernel::Linear { rows: 1, in_features: 8192, out_features, bias: false }, &[]).block[0];
+        assert_eq!(block(2048), LINEAR_GEMV_WIDE_THREADS); // 128 blocks < 132 SMs
+        assert_eq!(block(131 * 16), LINEAR_GEMV_WIDE_THREADS);
+        assert_eq!(block(132 * 16), LINEAR_GEMV_THREADS);
+        assert_eq!(block(128256), LINEAR_GEMV_THREADS);
     }
 
     #[test]
@@ -113,5 +170,23 @@ mod tests {
         // Attention: one block per (row, head).
         let g = launch_geometry(&Kernel::Attention { rows: 5, heads: 3, kv_heads: 1, head_dim: 64, scale: 1.0, kv_rows: 9 }, &[]);
         assert_eq!((g.grid, g.block), ([5, 3, 1], [ATTENTION_THREADS, 1, 1]));
+    }
+
+    #[test]
+    fn split_attention_has_a_block_per_row_kv_head_head_chunk_and_split() {
+        let split = |heads, kv_heads| {
+            let k = Kernel::AttentionSplit { rows: 3, heads, kv_heads, head_dim: 64, scale: 1.0, kv_rows: 4096, splits: 8, split_len: 512 };
+            launch_geometry(&k, &[])
+        };
+        // Groups of up to 4 q heads share one block's K/V reads (Llama 32/8, Qwen3 16/8).
+        assert_eq!(split(32, 8).grid, [3 * 8, 8, 1]);
+        assert_eq!(split(16, 8).grid, [3 * 8, 8, 1]);
+        // Larger groups take ceil(group / 4) chunks: 7 (Qwen2.5 14/2) -> 2, 9 -> 3, 16 -> 4.
+        assert_eq!(split(14, 2).grid, [3 * 2 * 2, 8, 1]);
+        assert_eq!(split(18, 2).grid, [3 * 2 * 3, 8, 1]);
+        assert_eq!(split(16, 1).grid, [3 * 4, 8, 1]);
+        assert_eq!(split(4, 4).block, [ATTENTION_SPLIT_THREADS, 1, 1]);
+        let merge = launch_geometry(&Kernel::AttentionMerge { rows: 3, heads: 32, head_dim: 64, splits: 8, split_len: 512 }, &[]);
+        assert_eq!((merge.grid, merge.block), ([3, 32, 1], [ATTENTION_MERGE_THREADS, 1, 1]));
     }
 }

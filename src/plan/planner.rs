@@ -246,13 +246,18 @@ struct WorkspaceSpec {
     bytes: u64,
 }
 
-/// Decode attention is split over the KV length so that a long context fills the GPU: enough
-/// (row, head, split) blocks for two waves on a 132-SM GPU at full context, splits of at least
-/// 64 positions (a multiple of 64). Fixed per bucket, so a growing sequence never re-plans.
-pub fn attention_splits(rows: u32, heads: u32, max_context: u32) -> (u32, u32) {
+/// Decode attention is split over the KV length so that a long context fills the GPU: about one
+/// full wave at two blocks per SM on a 132-SM GPU at full context, counting the blocks the
+/// kernel launches (one per row, kv head and chunk of at most 4 query heads, see
+/// `geometry::ATTENTION_SPLIT_MAX_GROUP`), splits of at least 64 positions (a multiple of 64).
+/// Fixed per bucket, so a growing sequence never re-plans. Measured on the H200 (bench notes in
+/// the attention_split.cu header): 32 x 128 at one row and 8 x 512 at four rows were fastest.
+pub fn attention_splits(rows: u32, heads: u32, kv_heads: u32, max_context: u32) -> (u32, u32) {
     const TARGET_BLOCKS: u32 = 264;
+    let group = heads / kv_heads.max(1);
+    let blocks = rows * kv_heads * group.div_ceil(super::geometry::ATTENTION_SPLIT_MAX_GROUP);
     let max_splits = max_context.div_ceil(64).max(1);
-    let splits = TARGET_BLOCKS.div_ceil(rows * heads).clamp(1, max_splits);
+    let splits = (TARGET_BLOCKS / blocks.max(1)).clamp(1, max_splits);
     let split_len = max_context.div_ceil(splits).div_ceil(64) * 64;
     (max_context.div_ceil(split_len), split_len)
 }
@@ -264,7 +269,7 @@ fn launches_of(p: &Program, name: &str, op: &Op, max_context: usize, workspaces:
     let kernel = kernel_of(p, op);
     // Device loops run the decode program as their body: the same split, so the same bits.
     if let (Phase::Decode | Phase::DecodeLoop, Kernel::Attention { rows, heads, kv_heads, head_dim, scale, kv_rows }) = (p.phase, &kernel) {
-        let (splits, split_len) = attention_splits(*rows, *heads, max_context as u32);
+        let (splits, split_len) = attention_splits(*rows, *heads, *kv_heads, max_context as u32);
         if splits > 1 {
             let Op::Attention { q, k_cache, v_cache, positions, cache_base, out, .. } = *op else {
                 unreachable!("attention kernel from attention op")

@@ -1,0 +1,475 @@
+// attention_split.cu: decode attention split over the KV length, in two launches.
+//
+//   kiln_attention_split_{dt}(q, k_cache, v_cache, positions, cache_base, workspace,
+//                             rows, heads, kv_heads, head_dim, scale, kv_rows, splits, split_len)
+//   kiln_attention_merge_{dt}(workspace, positions, out, rows, heads, head_dim, splits, split_len)
+//   dt in {f32, f16, bf16}: q / cache storage for the split, out storage for the merge.
+//
+// Check on a GPU: python3 scripts/kernel_check.py --only attention_split --bench   (NVRTC build,
+// no GPU: cargo test --test kernels_compile, or python3 scripts/kernel_check.py --compile-only)
+//
+// Semantics (Kernel::AttentionSplit / AttentionMerge; together they equal Op::Attention for one
+// query row per sequence). workspace is f32 [rows][heads][splits][head_dim + 2]. For row t with
+// p = positions[t], base = cache_base[t], head h (kv head g = h / (heads / kv_heads)), split s:
+// - split s is active iff p >= 0 and s * split_len <= p; an inactive split writes nothing (the
+//   merge never reads it). Over j in [s * split_len, min((s + 1) * split_len, p + 1)):
+//     score_j = scale * dot(q[t, h], k_cache[base + j, g])                       (f32)
+//     slot = (acc[0..head_dim], m, l): m = max_j score_j, l = sum_j exp(score_j - m),
+//            acc = sum_j exp(score_j - m) * v_cache[base + j, g]
+//   Cache rows outside [0, kv_rows) are never read: those positions are dropped, and a split
+//   left with none writes (acc = 0, m = -inf, l = 0).
+// - merge: n_active = p < 0 ? 0 : min(p / split_len + 1, splits); M = max over active m_s;
+//     out[t, h] = T(sum_s exp(m_s - M) * acc_s / sum_s exp(m_s - M) * l_s)   (splits with
+//     m_s = -inf weigh 0); a zero row when n_active == 0 or nothing was weighed.
+// The live length p + 1 is read from device memory: one plan serves every length up to
+// splits * split_len.
+//
+// CPU reference (src/runtime/cpu.rs, sequential):
+//   split: for t, h, s active: lo = s * split_len, hi = min(lo + split_len, p + 1)
+//            sc[j] = scale * sum_d f32(q[t,h,d]) * f32(k[base+j,g,d]);  m = max sc
+//            l = sum_j exp(sc[j] - m);  acc[d] = sum_j exp(sc[j] - m) * f32(v[base+j,g,d])
+//   merge: M = max_s m_s;  w_s = exp(m_s - M);  out[d] = T(sum_s w_s acc_s[d] / sum_s w_s l_s)
+//
+// Split algorithm: one block of 256 threads (8 warps) per (row, kv head, head chunk, split).
+// The block reads its split's K and V rows once and applies them to every q head of the GQA
+// group (a chunk of at most KILN_ATTN_SPLIT_MAX_GROUP = 4 heads, so that the per-head state stays
+// in registers with two blocks per SM; larger groups take several chunks, whose blocks are
+// adjacent and share the K/V rows through the L2). A position's head_dim is spread over
+// C = pow2ceil(ceil(head_dim / 8)) lanes, 8 dims each (16-byte loads for f16/bf16, two for f32;
+// scalar loads when head_dim % 8 != 0 or a cache is misaligned), so a warp covers 32 / C
+// positions at once. K and V rows are software-pipelined in stages of KILN_ATTN_SPLIT_UNROLL
+// such steps: the next stage is loaded before this one is used. Scores are shuffle-summed over the C lanes; each lane keeps an online-softmax
+// state (m, l, acc) per head for its positions, merged across the warp by shuffles and across
+// warps through shared memory in a fixed tree order. Everything is f32; the order of every
+// sum depends only on the shapes, so results are identical between runs.
+// Merge algorithm: one block of 256 threads per (row, head); 256 / head_dim groups of head_dim
+// threads take the splits round-robin, KILN_ATTN_MERGE_BATCH at a time loaded together (online
+// rescaling between batches), then combine in group order.
+//
+// Geometry (src/plan/geometry.rs):
+//   split: grid (rows * kv_heads * head_chunks, splits), block 256, where group = heads /
+//          kv_heads and head_chunks = ceil(group / 4); chunk c takes heads [c * ceil(group /
+//          head_chunks), ...) of the group; blockIdx.x = (t * kv_heads + g) * head_chunks + c.
+//   merge: grid (rows, heads), block 256.
+// head_dim <= KILN_ATTN_SPLIT_MAX_HEAD_DIM (256); heads a multiple of kv_heads.
+#include "common.cuh"
+
+#define KILN_ATTN_SPLIT_THREADS 256
+#define KILN_ATTN_SPLIT_WARPS 8
+#define KILN_ATTN_SPLIT_MAX_GROUP 4
+#define KILN_ATTN_SPLIT_UNROLL 2
+// Blocks per SM the register allocation must allow (__launch_bounds__): 1 keeps every head's
+// state in registers (about 205); 2 caps them at 128 with small spills. Overridable only for the
+// tuning sweep of scripts/kernel_check.py --bench.
+#ifndef KILN_ATTN_SPLIT_MIN_BLOCKS
+#define KILN_ATTN_SPLIT_MIN_BLOCKS 2
+#endif
+#define KILN_ATTN_SPLIT_MAX_HEAD_DIM 256
+#define KILN_ATTN_SPLIT_DIMS 8
+#define KILN_ATTN_MERGE_THREADS 256
+#define KILN_ATTN_MERGE_BATCH 8
+
+namespace kiln {
+
+// Storage bits of 8 consecutive elements of T: 16 bytes (f16, bf16) or 32 (f32).
+template <typename T> struct Raw8 {
+  static constexpr int WORDS = 2 * sizeof(T);
+  unsigned int w[WORDS];
+};
+
+// Loads elements [0, n) of p (n <= 8; the rest read as 0). VEC: n == 8 and p 16-byte aligned.
+template <typename T, bool VEC> __device__ __forceinline__ void load8(const T* p, unsigned int n, Raw8<T>& r) {
+  if constexpr (VEC) {
+#pragma unroll
+    for (int i = 0; i < Raw8<T>::WORDS / 4; ++i) {
+      const uint4 v = load16_stream(p + i * Vec16<T>::N);
+      r.w[4 * i] = v.x;
+      r.w[4 * i + 1] = v.y;
+      r.w[4 * i + 2] = v.z;
+      r.w[4 * i + 3] = v.w;
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < Raw8<T>::WORDS; ++i) r.w[i] = 0u;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      if ((unsigned int)e < n) {
+        const unsigned int bits = storage_bits(p[e]);
+        if constexpr (sizeof(T) == 4) {
+          r.w[e] = bits;
+        } else {
+          r.w[e / 2] |= bits << (16 * (e % 2));
+        }
+      }
+    }
+  }
+}
+
+template <typename T> __device__ __forceinline__ void zero8(Raw8<T>& r) {
+#pragma unroll
+  for (int i = 0; i < Raw8<T>::WORDS; ++i) r.w[i] = 0u;
+}
+
+template <typename T> __device__ __forceinline__ void unpack8(const Raw8<T>& r, float (&f)[8]) {
+  if constexpr (sizeof(T) == 4) {
+#pragma unroll
+    for (int e = 0; e < 8; ++e) f[e] = __uint_as_float(r.w[e]);
+  } else {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float2 p = unpack_pair(r.w[i], T());
+      f[2 * i] = p.x;
+      f[2 * i + 1] = p.y;
+    }
+  }
+}
+
+// exp(x - m) with exp(-inf) = 0 and nothing to weigh when m = -inf.
+__device__ __forceinline__ float weight_of(float x, float m) { return x == -inf() ? 0.0f : __expf(x - m); }
+
+// Shared memory of one split block: per-warp (m, l) of each head, then half the warps' acc.
+struct SplitShared {
+  float m[KILN_ATTN_SPLIT_WARPS][KILN_ATTN_SPLIT_MAX_GROUP];
+  float l[KILN_ATTN_SPLIT_WARPS][KILN_ATTN_SPLIT_MAX_GROUP];
+  float acc[KILN_ATTN_SPLIT_WARPS / 2][KILN_ATTN_SPLIT_MAX_GROUP][KILN_ATTN_SPLIT_MAX_HEAD_DIM];
+};
+
+// One (row, kv head, head chunk, split) block; G >= the chunk's head count (compile time, so
+// that the per-head state stays in registers).
+template <typename T, int G, bool VEC>
+__device__ void attention_split_block(SplitShared& sh, const T* __restrict__ q, const T* __restrict__ k_cache,
+                                      const T* __restrict__ v_cache, float* __restrict__ workspace, unsigned int t,
+                                      unsigned int h0, unsigned int nh, unsigned int g, unsigned int s, long long lo,
+                                      long long hi, long long base, unsigned int heads, unsigned int kv_heads,
+                                      unsigned int head_dim, float scale, unsigned int splits) {
+  // Steps (of 32 / C positions) per pipeline stage; two stages are in flight.
+  constexpr int U = KILN_ATTN_SPLIT_UNROLL;
+  constexpr int NW = KILN_ATTN_SPLIT_WARPS;
+  const unsigned int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  unsigned int log_c = 0;
+  while ((1u << log_c) * KILN_ATTN_SPLIT_DIMS < head_dim) ++log_c;
+  const unsigned int lanes_per_pos = 1u << log_c;
+  const unsigned int pos_per_step = 32u >> log_c;
+  const unsigned int pi = lane >> log_c, li = lane & (lanes_per_pos - 1);
+  const unsigned int d0 = li * KILN_ATTN_SPLIT_DIMS;
+  const unsigned int nd = d0 < head_dim ? min(8u, head_dim - d0) : 0u;
+
+  float qv[G][8], acc[G][8], m[G], l[G];
+#pragma unroll
+  for (int i = 0; i < G; ++i) {
+    const T* qh = q + ((size_t)t * heads + h0 + i) * head_dim + d0;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      qv[i][e] = ((unsigned int)i < nh && (unsigned int)e < nd) ? to_f32(qh[e]) : 0.0f;
+      acc[i][e] = 0.0f;
+    }
+    m[i] = -inf();
+    l[i] = 0.0f;
+  }
+
+  const size_t kv_dim = (size_t)kv_heads * head_dim;
+  const T* kp = k_cache + (size_t)base * kv_dim + (size_t)g * head_dim + d0;
+  const T* vp = v_cache + (size_t)base * kv_dim + (size_t)g * head_dim + d0;
+  const long long per_warp = (long long)U * pos_per_step;
+  const long long stride = NW * per_warp;
+  // The U steps of K and V rows at j0, or zeros past the split's end.
+  auto load_steps = [&](long long first, Raw8<T>(&kr)[U], Raw8<T>(&vr)[U]) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const long long j = first + u * pos_per_step + pi;
+      if (j < hi && nd > 0) {
+        load8<T, VEC>(kp + (size_t)j * kv_dim, nd, kr[u]);
+        load8<T, VEC>(vp + (size_t)j * kv_dim, nd, vr[u]);
+      } else {
+        zero8(kr[u]);
+        zero8(vr[u]);
+      }
+    }
+  };
+  // Software pipeline: the next U steps are loaded before this U are used, so 2U steps of K and
+  // V are in flight while the warp waits.
+  Raw8<T> kr[U], vr[U];
+  long long j0 = lo + warp * per_warp;
+  load_steps(j0, kr, vr);
+  for (; j0 < hi; j0 += stride) {
+    Raw8<T> kn[U], vn[U];
+    load_steps(j0 + stride < hi ? j0 + stride : hi, kn, vn);
+    float sc[U][G];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      float kf[8];
+      unpack8(kr[u], kf);
+#pragma unroll
+      for (int i = 0; i < G; ++i) {
+        float dot = 0.0f;
+#pragma unroll
+        for (int e = 0; e < 8; ++e) dot = __fmaf_rn(qv[i][e], kf[e], dot);
+        sc[u][i] = dot;
+      }
+    }
+    // Sum over the C lanes of each position (xor within aligned groups of C lanes).
+    for (unsigned int o = lanes_per_pos >> 1; o > 0; o >>= 1) {
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+#pragma unroll
+        for (int i = 0; i < G; ++i) sc[u][i] += __shfl_xor_sync(0xffffffffu, sc[u][i], o);
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const bool valid = j0 + u * pos_per_step + pi < hi;
+#pragma unroll
+      for (int i = 0; i < G; ++i) sc[u][i] = valid ? scale * sc[u][i] : -inf();
+    }
+    // Online softmax per head over this lane's positions; sc becomes the weights.
+#pragma unroll
+    for (int i = 0; i < G; ++i) {
+      float mx = m[i];
+#pragma unroll
+      for (int u = 0; u < U; ++u) mx = fmaxf(mx, sc[u][i]);
+      const bool any = mx != -inf();
+      const float corr = any ? weight_of(m[i], mx) : 1.0f;
+      l[i] *= corr;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) acc[i][e] *= corr;
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        sc[u][i] = any ? weight_of(sc[u][i], mx) : 0.0f;
+        l[i] += sc[u][i];
+      }
+      m[i] = any ? mx : m[i];
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      float vf[8];
+      unpack8(vr[u], vf);
+#pragma unroll
+      for (int i = 0; i < G; ++i)
+#pragma unroll
+        for (int e = 0; e < 8; ++e) acc[i][e] = __fmaf_rn(sc[u][i], vf[e], acc[i][e]);
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      kr[u] = kn[u];
+      vr[u] = vn[u];
+    }
+  }
+
+  // Merge the warp's position groups (lanes l, l ^ C, l ^ 2C, ...).
+  for (unsigned int o = lanes_per_pos; o < 32; o <<= 1) {
+#pragma unroll
+    for (int i = 0; i < G; ++i) {
+      const float mo = __shfl_xor_sync(0xffffffffu, m[i], o);
+      const float lo_other = __shfl_xor_sync(0xffffffffu, l[i], o);
+      const float mx = fmaxf(m[i], mo);
+      const float a = weight_of(m[i], mx), b = weight_of(mo, mx);
+      l[i] = a * l[i] + b * lo_other;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        const float ao = __shfl_xor_sync(0xffffffffu, acc[i][e], o);
+        acc[i][e] = a * acc[i][e] + b * ao;
+      }
+      m[i] = mx;
+    }
+  }
+  // Across warps: common max, then a tree sum of the rescaled acc in warp order.
+  if (lane == 0) {
+#pragma unroll
+    for (int i = 0; i < G; ++i) {
+      sh.m[warp][i] = m[i];
+      sh.l[warp][i] = l[i];
+    }
+  }
+  __syncthreads();
+  float big_m[G], big_l[G];
+#pragma unroll
+  for (int i = 0; i < G; ++i) {
+    big_m[i] = -inf();
+#pragma unroll
+    for (int w = 0; w < NW; ++w) big_m[i] = fmaxf(big_m[i], sh.m[w][i]);
+    big_l[i] = 0.0f;
+#pragma unroll
+    for (int w = 0; w < NW; ++w) big_l[i] += weight_of(sh.m[w][i], big_m[i]) * sh.l[w][i];
+    const float own = weight_of(m[i], big_m[i]);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) acc[i][e] *= own;
+  }
+  const bool writer = pi == 0 && nd > 0;
+#pragma unroll
+  for (unsigned int half = NW / 2; half > 0; half >>= 1) {
+    if (writer && warp >= half && warp < 2 * half) {
+#pragma unroll
+      for (int i = 0; i < G; ++i)
+#pragma unroll
+        for (int e = 0; e < 8; ++e) sh.acc[warp - half][i][d0 + e] = acc[i][e];
+    }
+    __syncthreads();
+    if (writer && warp < half) {
+#pragma unroll
+      for (int i = 0; i < G; ++i)
+#pragma unroll
+        for (int e = 0; e < 8; ++e) acc[i][e] += sh.acc[warp][i][d0 + e];
+    }
+    __syncthreads();
+  }
+  if (warp == 0 && writer) {
+#pragma unroll
+    for (int i = 0; i < G; ++i) {
+      if ((unsigned int)i >= nh) break;
+      float* slot = workspace + (((size_t)t * heads + h0 + i) * splits + s) * (head_dim + 2);
+#pragma unroll
+      for (int e = 0; e < 8; ++e)
+        if ((unsigned int)e < nd) slot[d0 + e] = acc[i][e];
+      if (li == 0) {
+        slot[head_dim] = big_m[i];
+        slot[head_dim + 1] = big_l[i];
+      }
+    }
+  }
+}
+
+template <typename T, int G>
+__device__ void attention_split_dispatch_vec(SplitShared& sh, bool vec, const T* q, const T* k_cache,
+                                             const T* v_cache, float* workspace, unsigned int t, unsigned int h0,
+                                             unsigned int nh, unsigned int g, unsigned int s, long long lo,
+                                             long long hi, long long base, unsigned int heads,
+                                             unsigned int kv_heads, unsigned int head_dim, float scale,
+                                             unsigned int splits) {
+  if (vec) {
+    attention_split_block<T, G, true>(sh, q, k_cache, v_cache, workspace, t, h0, nh, g, s, lo, hi, base, heads,
+                                      kv_heads, head_dim, scale, splits);
+  } else {
+    attention_split_block<T, G, false>(sh, q, k_cache, v_cache, workspace, t, h0, nh, g, s, lo, hi, base, heads,
+                                       kv_heads, head_dim, scale, splits);
+  }
+}
+
+template <typename T>
+__device__ void attention_split(const T* q, const T* k_cache, const T* v_cache, const int* positions,
+                                const int* cache_base, float* workspace, unsigned int rows, unsigned int heads,
+                                unsigned int kv_heads, unsigned int head_dim, float scale, unsigned int kv_rows,
+                                unsigned int splits, unsigned int split_len) {
+  __shared__ SplitShared sh;
+  if (kv_heads == 0 || heads % kv_heads != 0 || head_dim == 0 || head_dim > KILN_ATTN_SPLIT_MAX_HEAD_DIM ||
+      split_len == 0)
+    return;
+  const unsigned int group = heads / kv_heads;
+  const unsigned int head_chunks = (group + KILN_ATTN_SPLIT_MAX_GROUP - 1) / KILN_ATTN_SPLIT_MAX_GROUP;
+  const unsigned int chunk_heads = (group + head_chunks - 1) / head_chunks;
+  unsigned int bx = blockIdx.x;
+  const unsigned int chunk = bx % head_chunks;
+  bx /= head_chunks;
+  const unsigned int g = bx % kv_heads, t = bx / kv_heads, s = blockIdx.y;
+  if (t >= rows || s >= splits || chunk * chunk_heads >= group) return;
+  const int p = positions[t];
+  const long long lo = (long long)s * split_len;
+  if (p < 0 || lo > p) return;  // inactive: the merge never reads this slot
+  const unsigned int h0 = g * group + chunk * chunk_heads;
+  const unsigned int nh = min(chunk_heads, group - chunk * chunk_heads);
+  long long base = cache_base[t];
+  long long hi = min(lo + (long long)split_len, (long long)p + 1);
+  if (base < 0) {
+    base = 0;
+    hi = lo;  // no readable row: an empty split
+  } else {
+    hi = min(hi, (long long)kv_rows - base);
+  }
+  const bool vec = head_dim % 8 == 0 && aligned16(k_cache) && aligned16(v_cache);
+  static_assert(KILN_ATTN_SPLIT_MAX_GROUP == 4, "dispatch below: 1, 2 or 4 heads per block");
+  if (nh <= 1) {
+    attention_split_dispatch_vec<T, 1>(sh, vec, q, k_cache, v_cache, workspace, t, h0, nh, g, s, lo, hi, base,
+                                       heads, kv_heads, head_dim, scale, splits);
+  } else if (nh <= 2) {
+    attention_split_dispatch_vec<T, 2>(sh, vec, q, k_cache, v_cache, workspace, t, h0, nh, g, s, lo, hi, base,
+                                       heads, kv_heads, head_dim, scale, splits);
+  } else {
+    attention_split_dispatch_vec<T, 4>(sh, vec, q, k_cache, v_cache, workspace, t, h0, nh, g, s, lo, hi, base,
+                                       heads, kv_heads, head_dim, scale, splits);
+  }
+}
+
+template <typename T>
+__device__ void attention_merge(const float* __restrict__ workspace, const int* __restrict__ positions,
+                                T* __restrict__ out, unsigned int rows, unsigned int heads, unsigned int head_dim,
+                                unsigned int splits, unsigned int split_len) {
+  __shared__ float sh_m[KILN_ATTN_MERGE_THREADS], sh_l[KILN_ATTN_MERGE_THREADS], sh_acc[KILN_ATTN_MERGE_THREADS];
+  const unsigned int t = blockIdx.x, h = blockIdx.y;
+  if (t >= rows || h >= heads || head_dim == 0) return;
+  T* o = out + ((size_t)t * heads + h) * head_dim;
+  const int p = positions[t];
+  const unsigned int n_active = (p < 0 || split_len == 0) ? 0u : min((unsigned int)p / split_len + 1, splits);
+  if (n_active == 0 || head_dim > KILN_ATTN_SPLIT_MAX_HEAD_DIM) {
+    for (unsigned int d = threadIdx.x; d < head_dim; d += blockDim.x) o[d] = zero<T>();
+    return;
+  }
+  const unsigned int groups = blockDim.x / head_dim;  // >= 1: head_dim <= 256 = blockDim.x
+  const unsigned int grp = threadIdx.x / head_dim, d = threadIdx.x % head_dim;
+  const size_t slot = head_dim + 2;
+  const float* states = workspace + ((size_t)t * heads + h) * splits * slot;
+  float m_run = -inf(), den = 0.0f, acc = 0.0f;
+  if (grp < groups) {
+    // KILN_ATTN_MERGE_BATCH splits per step, loaded together (one L2 round trip), then folded
+    // into the running state in split order.
+    constexpr int B = KILN_ATTN_MERGE_BATCH;
+    for (unsigned int s0 = grp; s0 < n_active; s0 += B * groups) {
+      float ms[B], ls[B], as[B];
+#pragma unroll
+      for (int u = 0; u < B; ++u) {
+        const unsigned int s = s0 + u * groups;
+        const float* st = states + (size_t)(s < n_active ? s : 0) * slot;
+        ms[u] = s < n_active ? st[head_dim] : -inf();
+        ls[u] = s < n_active ? st[head_dim + 1] : 0.0f;
+        as[u] = s < n_active ? st[d] : 0.0f;
+      }
+      float mx = m_run;
+#pragma unroll
+      for (int u = 0; u < B; ++u) mx = fmaxf(mx, ms[u]);
+      if (mx == -inf()) continue;  // only empty splits so far: nothing to weigh
+      const float c = m_run == -inf() ? 0.0f : expf(m_run - mx);
+      den *= c;
+      acc *= c;
+#pragma unroll
+      for (int u = 0; u < B; ++u) {
+        const float w = ms[u] == -inf() ? 0.0f : expf(ms[u] - mx);
+        den += w * ls[u];
+        acc += w * as[u];
+      }
+      m_run = mx;
+    }
+    sh_m[threadIdx.x] = m_run;
+    sh_l[threadIdx.x] = den;
+    sh_acc[threadIdx.x] = acc;
+  }
+  __syncthreads();
+  if (threadIdx.x < head_dim) {
+    float big_m = -inf();
+    for (unsigned int k = 0; k < groups; ++k) big_m = fmaxf(big_m, sh_m[k * head_dim + d]);
+    float num = 0.0f, total = 0.0f;
+    if (big_m != -inf()) {
+      for (unsigned int k = 0; k < groups; ++k) {
+        const float mk = sh_m[k * head_dim + d];
+        const float w = mk == -inf() ? 0.0f : expf(mk - big_m);
+        num += w * sh_acc[k * head_dim + d];
+        total += w * sh_l[k * head_dim + d];
+      }
+    }
+    o[d] = from_f32<T>(total > 0.0f ? num / total : 0.0f);
+  }
+}
+
+}  // namespace kiln
+
+#define KILN_ATTENTION_SPLIT(dt, T)                                                                     \
+  extern "C" __global__ void __launch_bounds__(KILN_ATTN_SPLIT_THREADS, KILN_ATTN_SPLIT_MIN_BLOCKS)      \
+      kiln_attention_split_##dt(                                                                        \
+      const T* q, const T* k_cache, const T* v_cache, const int* positions, const int* cache_base,      \
+      float* workspace, unsigned int rows, unsigned int heads, unsigned int kv_heads, unsigned int head_dim, \
+      float scale, unsigned int kv_rows, unsigned int splits, unsigned int split_len) {                 \
+    kiln::attention_split<T>(q, k_cache, v_cache, positions, cache_base, workspace, rows, heads, kv_heads,  \
+                             head_dim, scale, kv_rows, splits, split_len);                              \
+  }                                                                                                     \
+  extern "C" __global__ void __launch_bounds__(KILN_ATTN_MERGE_THREADS) kiln_attention_merge_##dt(      \
+      const float* workspace, const int* positions, T* out, unsigned int rows, unsigned int heads,      \
+      unsigned int head_dim, unsigned int splits, unsigned int split_len) {                             \
+    kiln::attention_merge<T>(workspace, positions, out, rows, heads, head_dim, splits, split_len);      \
+  }
+KILN_FOR_EACH_DTYPE(KILN_ATTENTION_SPLIT)
