@@ -405,22 +405,10 @@ fn execute(regions: &mut [Vec<u8>; N_REGIONS], s: &mut Scratch, launch: &Launch)
             let wb = operand(regions, weight)?;
             s.out.clear();
             s.out.resize(rows * n, 0.0);
-            s.row.clear();
-            s.row.resize(k, 0.0);
-            // Weight-row outer loop: each weight row is decoded once per launch.
-            for col in 0..n {
-                load_into(wb, weight.dtype, col * k, &mut s.row);
-                for r in 0..rows {
-                    let mut acc = 0.0f32;
-                    for (xv, wv) in s.a[r * k..(r + 1) * k].iter().zip(&s.row) {
-                        acc += xv * wv;
-                    }
-                    if bias {
-                        acc += s.b[col];
-                    }
-                    s.out[r * n + col] = acc;
-                }
-            }
+            let (bias_v, out_v) = (&s.b, &mut s.out);
+            gemv_each(&s.a, wb, weight.dtype, k, n, rows, &mut s.row, |r, col, acc| {
+                out_v[r * n + col] = if bias { acc + bias_v[col] } else { acc };
+            });
             store(regions, out, &s.out)
         }
         Kernel::FusedLinear { rows, in_features, out_features, norm, eps, bias, residual } => {
@@ -467,21 +455,11 @@ fn execute(regions: &mut [Vec<u8>; N_REGIONS], s: &mut Scratch, launch: &Launch)
             let wb = operand(regions, weight)?;
             s.out.clear();
             s.out.resize(rows * n, 0.0);
-            s.row.clear();
-            s.row.resize(k, 0.0);
-            for col in 0..n {
-                load_into(wb, weight.dtype, col * k, &mut s.row);
-                for r in 0..rows {
-                    let mut acc = 0.0f32;
-                    for (xv, wv) in s.a[r * k..(r + 1) * k].iter().zip(&s.row) {
-                        acc += xv * wv;
-                    }
-                    if bias {
-                        acc += bias_v[col];
-                    }
-                    s.out[r * n + col] = if residual { residual_v[r * n + col] + round_to(out.dtype, acc) } else { acc };
-                }
-            }
+            let out_v = &mut s.out;
+            gemv_each(&s.a, wb, weight.dtype, k, n, rows, &mut s.row, |r, col, acc| {
+                let acc = if bias { acc + bias_v[col] } else { acc };
+                out_v[r * n + col] = if residual { residual_v[r * n + col] + round_to(out.dtype, acc) } else { acc };
+            });
             store(regions, out, &s.out)
         }
         Kernel::GatedLinear { rows, in_features, out_features, norm, eps } => {
@@ -873,6 +851,33 @@ fn execute(regions: &mut [Vec<u8>; N_REGIONS], s: &mut Scratch, launch: &Launch)
 
 /// RMSNorm of each consecutive `dim`-long row of `x` with weight `w` (see the module doc for
 /// the rounding of the normalized value to `x_dtype` before the weight multiply).
+/// Calls `f(row, col, acc)` with `acc = x[row] · weight[col]`, summed in index order in f32;
+/// each weight row is decoded once (weight-row outer loop). `scratch` holds one decoded row.
+#[allow(clippy::too_many_arguments)]
+fn gemv_each(
+    x: &[f32],
+    wb: &[u8],
+    wdtype: DType,
+    k: usize,
+    n: usize,
+    rows: usize,
+    scratch: &mut Vec<f32>,
+    mut f: impl FnMut(usize, usize, f32),
+) {
+    scratch.clear();
+    scratch.resize(k, 0.0);
+    for col in 0..n {
+        load_into(wb, wdtype, col * k, scratch);
+        for r in 0..rows {
+            let mut acc = 0.0f32;
+            for (xv, wv) in x[r * k..(r + 1) * k].iter().zip(scratch.iter()) {
+                acc += xv * wv;
+            }
+            f(r, col, acc);
+        }
+    }
+}
+
 fn rms_norm_rows(x: &[f32], w: &[f32], out: &mut [f32], dim: usize, eps: f32, x_dtype: DType) {
     for (xr, or) in x.chunks_exact(dim).zip(out.chunks_exact_mut(dim)) {
         let mut sum_sq = 0.0f32;
