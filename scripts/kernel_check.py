@@ -107,6 +107,8 @@ def geometry(kernel, **p):
             blocks = cdiv(p["out_features"], 16)
             return (blocks, 1, 1), (512 if blocks < 132 else 256, 1, 1)
         return (cdiv(p["out_features"], 64), cdiv(p["rows"], 64), 1), (256, 1, 1)
+    if kernel in ("fused_linear", "gated_linear"):
+        return geometry("linear", **p)
     if kernel == "attention":
         return (p["rows"], p["heads"], 1), (256, 1, 1)
     if kernel == "attention_split":
@@ -273,6 +275,103 @@ class Checker:
                 if R <= 8:
                     same = outs[0].tobytes() == outs[1].tobytes()
                     self.report.record(f"{name}: deterministic", f"{dt.name}->{outdt.name}", same, "two runs, bitwise")
+
+    # fused_linear / gated_linear -------------------------------------------------------------
+    def fused(self, dt):
+        """FusedLinear and GatedLinear against the CPU reference's roundings (src/runtime/cpu.rs)."""
+        eps = 1e-5
+        cases = [  # rows, in, out, norm, bias, residual
+            (1, 2048, 300, True, True, True), (4, 2048, 257, True, False, True), (8, 2048, 64, False, True, False),
+            (33, 2048, 130, True, True, True), (1, 72, 40, True, False, False), (4, 72, 33, False, True, True),
+            (8, 72, 17, True, True, True), (33, 72, 70, True, False, True),
+        ]
+        outs_dt = (dt, F32) if dt is not F32 else (F32,)
+        for R, K, N, has_norm, has_bias, has_res in cases:
+            x = dt.store(self.rand(R, K, scale=2.0))
+            nw = dt.store(self.rand(K) * 0.5 + 1.0)
+            xf = dt.load(x)
+            h = dt.round(self.rms_ref(dt, xf, dt.load(nw), eps)) if has_norm else xf
+            path = "tiled" if R > 8 else ("simt" if dt is F32 or K % 8 else "mma")
+            flags = f"{' +norm' if has_norm else ''}{' +bias' if has_bias else ''}{' +res' if has_res else ''}"
+            for outdt in outs_dt:
+                w = dt.store(self.rand(N, K, scale=1.0 / math.sqrt(K)))
+                b = dt.store(self.rand(N))
+                res = outdt.store(self.rand(R, N))
+                results = []
+                for _ in range(2):
+                    out = self.dev(outdt.poison((R, N)))
+                    self.launch(f"kiln_fused_linear_{dt.name}_{outdt.name}", "fused_linear",
+                                (self.dev(x), self.dev(nw) if has_norm else np.uint64(0), self.dev(w),
+                                 self.dev(b) if has_bias else np.uint64(0), self.dev(res) if has_res else np.uint64(0),
+                                 out, np.uint32(R), np.uint32(K), np.uint32(N), np.uint32(int(has_norm)),
+                                 np.float32(eps), np.uint32(int(has_bias)), np.uint32(int(has_res))),
+                                rows=R, out_features=N)
+                    results.append(out.get())
+                acc = h @ dt.load(w).T
+                if has_bias:
+                    acc = acc + dt.load(b)
+                ref = outdt.round(acc) + outdt.load(res) if has_res else acc
+                name = f"fused_linear {path} {R}x{K}->{N}{flags}"
+                # h differs from the reference by at most one rounding of dt where the f32 sum of
+                # squares rounds differently: a relative tolerance of a few units of dt.
+                tol = 1.5 * outdt.unit + (2 * dt.unit if has_norm and dt is not F32 else 0)
+                self.report.compare(name, f"{dt.name}->{outdt.name}", outdt.load(results[0]), ref, tol,
+                                    2e-5 + (4 * dt.unit if has_norm and dt is not F32 else 0))
+                self.report.record(f"{name}: deterministic", f"{dt.name}->{outdt.name}",
+                                   results[0].tobytes() == results[1].tobytes(), "two runs, bitwise")
+        for R, K, N, has_norm, _, _ in cases:
+            x = dt.store(self.rand(R, K, scale=2.0))
+            nw = dt.store(self.rand(K) * 0.5 + 1.0)
+            xf = dt.load(x)
+            h = dt.round(self.rms_ref(dt, xf, dt.load(nw), eps)) if has_norm else xf
+            gw = dt.store(self.rand(N, K, scale=1.0 / math.sqrt(K)))
+            uw = dt.store(self.rand(N, K, scale=1.0 / math.sqrt(K)))
+            results = []
+            for _ in range(2):
+                out = self.dev(dt.poison((R, N)))
+                self.launch(f"kiln_gated_linear_{dt.name}", "gated_linear",
+                            (self.dev(x), self.dev(nw) if has_norm else np.uint64(0), self.dev(gw), self.dev(uw), out,
+                             np.uint32(R), np.uint32(K), np.uint32(N), np.uint32(int(has_norm)), np.float32(eps)),
+                            rows=R, out_features=N)
+                results.append(out.get())
+            g = dt.round(h @ dt.load(gw).T)
+            u = dt.round(h @ dt.load(uw).T)
+            ref = g / (1.0 + np.exp(-g)) * u
+            path = "tiled" if R > 8 else ("simt" if dt is F32 or K % 8 else "mma")
+            name = f"gated_linear {path} {R}x{K}->{N}{' +norm' if has_norm else ''}"
+            tol = 3.5 * dt.unit + (2 * dt.unit if has_norm and dt is not F32 else 0) + 1e-6
+            self.report.compare(name, dt.name, dt.load(results[0]), ref, tol,
+                                2e-5 + (4 * dt.unit if has_norm and dt is not F32 else 0))
+            self.report.record(f"{name}: deterministic", dt.name, results[0].tobytes() == results[1].tobytes(),
+                               "two runs, bitwise")
+        if dt is BF16:
+            self.fused_timing()
+
+    def fused_timing(self):
+        """One timing line: rows=1 gated 2048 -> 8192 bf16 with norm (gate + up streamed once)."""
+        cp = self.cp
+        K, N = 2048, 8192
+        nbytes = 2 * N * K * 2
+        sets = 3
+        wall = self.random_bf16(sets * 2 * N * K)
+        ws = [(wall[(2 * i) * N * K:(2 * i + 1) * N * K], wall[(2 * i + 1) * N * K:(2 * i + 2) * N * K])
+              for i in range(sets)]
+        x = self.random_bf16(K)
+        nw = self.random_bf16(K)
+        out = cp.zeros(N, dtype=cp.uint16)
+        f = self.fn("kiln_gated_linear_bf16")
+        grid, block = geometry("gated_linear", rows=1, out_features=N)
+        launches = [(lambda p=ws[i % sets]: f(grid, block, (x, nw, p[0], p[1], out, np.uint32(1), np.uint32(K),
+                                                             np.uint32(N), np.uint32(1), np.float32(1e-6))))
+                    for i in range(60)]
+        sec, how = self.graph_time(launches)
+        line = (f"TIMING gated_linear bf16 rows=1 {K}->{N} +norm: {sec * 1e6:.1f} us, "
+                f"{nbytes / sec / 1e9:.0f} GB/s ({how})")
+        print(line)
+        self.report.record("gated_linear timing rows=1 2048->8192", "bf16", True,
+                           f"{sec * 1e6:.1f} us, {nbytes / sec / 1e9:.0f} GB/s")
+        del wall, ws
+        cp.get_default_memory_pool().free_all_blocks()
 
     # rope -----------------------------------------------------------------------------------
     @staticmethod
@@ -950,7 +1049,7 @@ def main():
     print(f"compiled the kernels ({how}) in {time.time() - t0:.1f} s")
 
     checker = Checker(cp, module, np.random.default_rng(seed), report)
-    per_dtype = ["gather", "rms_norm", "head_rms_norm", "linear", "rope", "kv_write", "attention", "attention_split",
+    per_dtype = ["gather", "rms_norm", "head_rms_norm", "linear", "fused", "rope", "kv_write", "attention", "attention_split",
                  "swiglu", "add"]
     only = set(args.only.split(",")) if args.only else None
     for name in per_dtype:

@@ -14,8 +14,8 @@ use kiln::runtime::cuda::{abi, nvrtc};
 use std::collections::BTreeSet;
 use std::sync::OnceLock;
 
-/// Every symbol kernels/ must define: 10 kernels x 3 dtypes, linear's 5 (dt, out) pairs, sample,
-/// advance.
+/// Every symbol kernels/ must define: 10 kernels x 3 dtypes, linear's and fused_linear's 5 (dt, out)
+/// pairs each, gated_linear x 3 dtypes, sample, advance.
 fn expected_symbols() -> BTreeSet<String> {
     let mut s = BTreeSet::new();
     for kernel in
@@ -27,6 +27,10 @@ fn expected_symbols() -> BTreeSet<String> {
     }
     for (dt, out) in [("f32", "f32"), ("f16", "f16"), ("f16", "f32"), ("bf16", "bf16"), ("bf16", "f32")] {
         s.insert(format!("kiln_linear_{dt}_{out}"));
+        s.insert(format!("kiln_fused_linear_{dt}_{out}"));
+    }
+    for dt in ["f32", "f16", "bf16"] {
+        s.insert(format!("kiln_gated_linear_{dt}"));
     }
     s.insert("kiln_sample_f32".to_string());
     s.insert("kiln_advance".to_string());

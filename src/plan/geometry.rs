@@ -84,9 +84,15 @@ pub fn launch_geometry(kernel: &Kernel, _bufs: &[BufArg]) -> Geometry {
         }
         // One block per (row, head).
         Kernel::AttentionMerge { rows, heads, .. } => g(rows, heads, ATTENTION_MERGE_THREADS),
-        // Fused GEMVs: one warp per output feature.
-        Kernel::FusedLinear { out_features, .. } | Kernel::GatedLinear { out_features, .. } => {
-            g(out_features.div_ceil(LINEAR_GEMV_FEATURES_PER_BLOCK), 1, 32 * LINEAR_GEMV_FEATURES_PER_BLOCK)
+        // Fused GEMVs (`linear_fused.cu`): the grids of `Linear`, by the same rows threshold.
+        Kernel::FusedLinear { rows, out_features, .. } | Kernel::GatedLinear { rows, out_features, .. } => {
+            if rows <= LINEAR_GEMV_MAX_ROWS {
+                let blocks = out_features.div_ceil(LINEAR_GEMV_FEATURES);
+                let threads = if blocks < LINEAR_GEMV_WIDE_BELOW_BLOCKS { LINEAR_GEMV_WIDE_THREADS } else { LINEAR_GEMV_THREADS };
+                g(blocks, 1, threads)
+            } else {
+                g(out_features.div_ceil(LINEAR_TILE), rows.div_ceil(LINEAR_TILE), 256)
+            }
         }
         // One block; one thread per row.
         Kernel::Advance { rows, .. } => g(1, 1, rows.div_ceil(32) * 32),

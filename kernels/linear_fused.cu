@@ -1,0 +1,347 @@
+// linear_fused.cu: the fused decode/prefill projections of Op::FusedLinear and Op::GatedLinear.
+//   kiln_fused_linear_{dt}_{outdt}(x, norm_w, weight, bias, residual, out, rows, in_features,
+//                                  out_features, has_norm, eps, has_bias, has_residual)
+//   kiln_gated_linear_{dt}(x, norm_w, gate, up, out, rows, in_features, out_features, has_norm, eps)
+//   Absent operands are null pointers (see src/runtime/cuda/abi.rs `pointers`). x, norm_w,
+//   weight / gate / up and bias are dt; out and residual are outdt (gated: dt).
+//
+// Check on a GPU: python3 scripts/kernel_check.py --only fused   (NVRTC build, no GPU:
+// cargo test --test kernels_compile)
+//
+// Semantics (CPU reference, src/runtime/cpu.rs), per row r, in f32:
+//   h = x                                                        without a norm
+//   inv = 1 / sqrt(sum_k x[r,k]^2 / in + eps)
+//   h[k] = dt(dt(x[r,k] * inv) * norm_w[k])                      with one: what RmsNorm stores
+//   acc[n] = sum_k h[k] * w[n,k] (+ bias[n])
+//   fused: out = outdt(acc)                or outdt(outdt(acc) + residual[r,n])
+//   gated: g = dt(h . gate[n]), u = dt(h . up[n]); out = dt(g / (1 + exp(-g)) * u)
+// The norm's inverse RMS of each row is computed once per block (a warp per row, into shared
+// memory) before the GEMV; h is formed from it as x is loaded, so nothing of size `in` is staged.
+//
+// Paths, chosen from `rows` (the geometry in src/plan/geometry.rs matches):
+// - rows <= 8: GEMV, one block per 16 output features, 256 threads (512 when the grid has fewer
+//   than 132 blocks). f16 / bf16 with in % 8 == 0 and 16-byte aligned operands: tensor cores
+//   (mma.m16n8k16, the layout of linear.cu's GEMV: 16 weight rows x up to 8 rows of x, k split
+//   over the warps, partial tiles summed in warp order through shared memory). Otherwise SIMT:
+//   a warp per feature, lanes strided over k, warp-shuffle sums.
+// - rows > 8: a plain shared-memory tiled kernel, 64x64 outputs per block, 256 threads, grid
+//   (ceil(out / 64), ceil(rows / 64)). Correctness first.
+// Reduction orders depend only on the shapes: deterministic, no atomics.
+#include "common.cuh"
+
+namespace kiln {
+
+#define KILN_FUSED_GEMV_MAX_ROWS 8
+#define KILN_FUSED_GEMV_FEATURES 16
+#define KILN_FUSED_GEMV_MAX_WARPS 16
+#define KILN_FUSED_TILE 64
+#define KILN_FUSED_TILE_K 32
+#define KILN_FUSED_UNROLL 2
+// Shared floats: the tiled path's three 32 x 65 tiles; the GEMV's partial tiles (2 x 16 x 4 x 32)
+// fit in the same space.
+#define KILN_FUSED_SMEM (3 * KILN_FUSED_TILE_K * (KILN_FUSED_TILE + 1))
+static_assert(2 * KILN_FUSED_GEMV_MAX_WARPS * 4 * 32 <= KILN_FUSED_SMEM, "GEMV partials fit the tile space");
+
+// inv_s[i] = 1 / sqrt(mean(x[row0 + i]^2) + eps) for i < n: a warp per row. Ends with a barrier.
+template <typename T>
+__device__ void fused_row_inv(const T* __restrict__ x, unsigned int row0, unsigned int n, unsigned int in, float eps,
+                              float* inv_s) {
+  const unsigned int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  for (unsigned int i = warp; i < n; i += warps) {
+    const T* xr = x + (size_t)(row0 + i) * in;
+    float ss = 0.0f;
+    for (unsigned int k = lane; k < in; k += 32) {
+      const float v = to_f32(xr[k]);
+      ss = __fmaf_rn(v, v, ss);
+    }
+    ss = warp_sum(ss);
+    if (lane == 0) inv_s[i] = 1.0f / sqrtf(ss / (float)in + eps);
+  }
+  __syncthreads();
+}
+
+// One element of the normed row, exactly as RmsNorm stores it.
+template <typename T> __device__ __forceinline__ float norm_h(float xv, float inv, float wv) {
+  return round_to<T>(__fmul_rn(round_to<T>(__fmul_rn(xv, inv)), wv));
+}
+
+__device__ __forceinline__ unsigned int pack_pair(float a, float b, __half) {
+  __half2 h = __floats2half2_rn(a, b);
+  return *reinterpret_cast<const unsigned int*>(&h);
+}
+__device__ __forceinline__ unsigned int pack_pair(float a, float b, __nv_bfloat16) {
+  __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+  return *reinterpret_cast<const unsigned int*>(&h);
+}
+
+// 8 storage elements of x and of the norm weight -> the 8 normed elements, packed.
+template <typename H> __device__ __forceinline__ uint4 norm16(const uint4& xv, const uint4& wv, float inv) {
+  float xf[8], wf[8];
+  unpack16<H>(xv, xf);
+  unpack16<H>(wv, wf);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) xf[i] = norm_h<H>(xf[i], inv, wf[i]);
+  return make_uint4(pack_pair(xf[0], xf[1], H()), pack_pair(xf[2], xf[3], H()), pack_pair(xf[4], xf[5], H()),
+                    pack_pair(xf[6], xf[7], H()));
+}
+
+// The epilogue of one output: s (and su, gated) are the f32 sums.
+template <typename T, typename O, bool GATED>
+__device__ __forceinline__ O fused_finish(float s, float su, const T* __restrict__ bias, const O* __restrict__ residual,
+                                          size_t idx, unsigned int n, bool has_bias, bool has_res) {
+  if constexpr (GATED) {
+    const float g = round_to<O>(s), u = round_to<O>(su);
+    return from_f32<O>(__fmul_rn(g / (1.0f + expf(-g)), u));
+  } else {
+    float v = has_bias ? s + to_f32(bias[n]) : s;
+    if (has_res) v = round_to<O>(v) + to_f32(residual[idx]);
+    return from_f32<O>(v);
+  }
+}
+
+// Tensor-core GEMV (f16 / bf16, in % 8 == 0, aligned), WARPS = blockDim.x / 32.
+template <typename T, typename O, bool GATED, int WARPS>
+__device__ void fused_gemv_mma(const T* __restrict__ x, const T* __restrict__ nw, const T* __restrict__ w,
+                               const T* __restrict__ wu, const T* __restrict__ bias, const O* __restrict__ residual,
+                               O* __restrict__ out, unsigned int rows, unsigned int in, unsigned int outf,
+                               bool has_norm, bool has_bias, bool has_res, const float* inv_s, float* partial) {
+  constexpr int U = KILN_FUSED_UNROLL;
+  constexpr int Q = GATED ? 2 : 1;
+  const unsigned int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const unsigned int g = lane >> 2, t = lane & 3;
+  const unsigned int n0 = blockIdx.x * KILN_FUSED_GEMV_FEATURES;
+  // Rows past the ends read row 0: their outputs are never stored.
+  const unsigned int ra = n0 + g < outf ? n0 + g : 0, rb = n0 + g + 8 < outf ? n0 + g + 8 : 0;
+  const unsigned int rx = g < rows ? g : 0;
+  const float inv = has_norm ? inv_s[rx] : 1.0f;
+  const unsigned int chunks = (in + 31) / 32;
+  const uint4 zero4 = make_uint4(0u, 0u, 0u, 0u);
+  float c[Q][4];
+#pragma unroll
+  for (int q = 0; q < Q; ++q)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) c[q][i] = 0.0f;
+  const T* wq[2] = {w, GATED ? wu : w};
+  for (unsigned int c0 = warp * U; c0 < chunks; c0 += WARPS * U) {
+    uint4 a[Q][U], b[Q][U], xv[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const unsigned int k = (c0 + u) * 32 + 8 * t;
+      const bool ok = c0 + u < chunks && k < in;
+#pragma unroll
+      for (int q = 0; q < Q; ++q) {
+        a[q][u] = ok ? load16_stream(wq[q] + (size_t)ra * in + k) : zero4;
+        b[q][u] = ok ? load16_stream(wq[q] + (size_t)rb * in + k) : zero4;
+      }
+      xv[u] = ok ? __ldg(reinterpret_cast<const uint4*>(x + (size_t)rx * in + k)) : zero4;
+      if (has_norm && ok) xv[u] = norm16<T>(xv[u], __ldg(reinterpret_cast<const uint4*>(nw + k)), inv);
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+#pragma unroll
+      for (int q = 0; q < Q; ++q) {
+        mma_m16n8k16<T>(c[q], a[q][u].x, b[q][u].x, a[q][u].y, b[q][u].y, xv[u].x, xv[u].y);
+        mma_m16n8k16<T>(c[q], a[q][u].z, b[q][u].z, a[q][u].w, b[q][u].w, xv[u].z, xv[u].w);
+      }
+  }
+  // c[q][i] is feature n0 + g + 8 * (i / 2), row 2t + i % 2.
+#pragma unroll
+  for (int q = 0; q < Q; ++q)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) partial[((q * WARPS + warp) * 4 + i) * 32 + lane] = c[q][i];
+  __syncthreads();
+  if (threadIdx.x < 128) {
+    const unsigned int i = threadIdx.x >> 5, l = threadIdx.x & 31;
+    float s[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int q = 0; q < Q; ++q)
+#pragma unroll
+      for (int w2 = 0; w2 < WARPS; ++w2) s[q] += partial[((q * WARPS + w2) * 4 + i) * 32 + l];
+    const unsigned int n = n0 + (l >> 2) + 8 * (i >> 1), r = 2 * (l & 3) + (i & 1);
+    if (r < rows && n < outf) {
+      const size_t idx = (size_t)r * outf + n;
+      out[idx] = fused_finish<T, O, GATED>(s[0], s[1], bias, residual, idx, n, has_bias, has_res);
+    }
+  }
+}
+
+// SIMT GEMV (any dtype, alignment, in): a warp per feature, rows <= 8.
+template <typename T, typename O, bool GATED>
+__device__ void fused_gemv_simt(const T* __restrict__ x, const T* __restrict__ nw, const T* __restrict__ w,
+                                const T* __restrict__ wu, const T* __restrict__ bias, const O* __restrict__ residual,
+                                O* __restrict__ out, unsigned int rows, unsigned int in, unsigned int outf,
+                                bool has_norm, bool has_bias, bool has_res, const float* inv_s) {
+  constexpr int R = KILN_FUSED_GEMV_MAX_ROWS;
+  constexpr int Q = GATED ? 2 : 1;
+  const unsigned int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  for (unsigned int f = warp; f < KILN_FUSED_GEMV_FEATURES; f += warps) {
+    const unsigned int n = blockIdx.x * KILN_FUSED_GEMV_FEATURES + f;
+    if (n >= outf) break;
+    const T* wr[2] = {w + (size_t)n * in, (GATED ? wu : w) + (size_t)n * in};
+    float acc[Q][R];
+#pragma unroll
+    for (int q = 0; q < Q; ++q)
+#pragma unroll
+      for (int r = 0; r < R; ++r) acc[q][r] = 0.0f;
+    for (unsigned int k = lane; k < in; k += 32) {
+      float wf[Q];
+#pragma unroll
+      for (int q = 0; q < Q; ++q) wf[q] = to_f32(wr[q][k]);
+      const float nwk = has_norm ? to_f32(nw[k]) : 0.0f;
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        if ((unsigned int)r < rows) {
+          float h = to_f32(x[(size_t)r * in + k]);
+          if (has_norm) h = norm_h<T>(h, inv_s[r], nwk);
+#pragma unroll
+          for (int q = 0; q < Q; ++q) acc[q][r] = __fmaf_rn(h, wf[q], acc[q][r]);
+        }
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      if ((unsigned int)r < rows) {
+        float s[2] = {0.0f, 0.0f};
+#pragma unroll
+        for (int q = 0; q < Q; ++q) s[q] = warp_sum(acc[q][r]);
+        if (lane == 0) {
+          const size_t idx = (size_t)r * outf + n;
+          out[idx] = fused_finish<T, O, GATED>(s[0], s[1], bias, residual, idx, n, has_bias, has_res);
+        }
+      }
+    }
+  }
+}
+
+// Tiled (rows > 8): 64 x 64 outputs per block, each thread 4 x 4 (x 2 gated).
+template <typename T, typename O, bool GATED>
+__device__ void fused_tiled(const T* __restrict__ x, const T* __restrict__ nw, const T* __restrict__ w,
+                            const T* __restrict__ wu, const T* __restrict__ bias, const O* __restrict__ residual,
+                            O* __restrict__ out, unsigned int rows, unsigned int in, unsigned int outf, bool has_norm,
+                            bool has_bias, bool has_res, const float* inv_s, float* smem) {
+  constexpr int TM = KILN_FUSED_TILE, TK = KILN_FUSED_TILE_K, LD = KILN_FUSED_TILE + 1;
+  constexpr int Q = GATED ? 2 : 1;
+  float* xs = smem;                 // [TK][LD]
+  float* ws = smem + TK * LD;       // [Q][TK][LD]
+  const unsigned int tid = threadIdx.x;
+  const unsigned int tx = tid % 16, ty = tid / 16;
+  const unsigned int row0 = blockIdx.y * TM, col0 = blockIdx.x * TM;
+  const T* wq[2] = {w, GATED ? wu : w};
+  float acc[Q][4][4];
+#pragma unroll
+  for (int q = 0; q < Q; ++q)
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) acc[q][i][j] = 0.0f;
+  for (unsigned int k0 = 0; k0 < in; k0 += TK) {
+    for (unsigned int e = tid; e < TM * TK; e += blockDim.x) {
+      const unsigned int m = e / TK, kk = e % TK;
+      const unsigned int k = k0 + kk;
+      const unsigned int r = row0 + m, cidx = col0 + m;
+      float xv = 0.0f;
+      if (r < rows && k < in) {
+        xv = to_f32(x[(size_t)r * in + k]);
+        if (has_norm) xv = norm_h<T>(xv, inv_s[m], to_f32(nw[k]));
+      }
+      xs[kk * LD + m] = xv;
+#pragma unroll
+      for (int q = 0; q < Q; ++q)
+        ws[(q * TK + kk) * LD + m] = (cidx < outf && k < in) ? to_f32(wq[q][(size_t)cidx * in + k]) : 0.0f;
+    }
+    __syncthreads();
+#pragma unroll 8
+    for (int kk = 0; kk < TK; ++kk) {
+      float a[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) a[i] = xs[kk * LD + ty + 16 * i];
+#pragma unroll
+      for (int q = 0; q < Q; ++q) {
+        float b[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) b[j] = ws[(q * TK + kk) * LD + tx + 16 * j];
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+#pragma unroll
+          for (int j = 0; j < 4; ++j) acc[q][i][j] = __fmaf_rn(a[i], b[j], acc[q][i][j]);
+      }
+    }
+    __syncthreads();
+  }
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const unsigned int r = row0 + ty + 16 * i;
+    if (r >= rows) continue;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const unsigned int n = col0 + tx + 16 * j;
+      if (n >= outf) continue;
+      const size_t idx = (size_t)r * outf + n;
+      out[idx] = fused_finish<T, O, GATED>(acc[0][i][j], acc[Q - 1][i][j], bias, residual, idx, n, has_bias, has_res);
+    }
+  }
+}
+
+template <typename T> struct IsHalfStorage {
+  static constexpr bool value = sizeof(T) == 2;
+};
+
+template <typename T, typename O, bool GATED>
+__device__ void fused_linear(const T* x, const T* nw, const T* w, const T* wu, const T* bias, const O* residual, O* out,
+                             unsigned int rows, unsigned int in, unsigned int outf, unsigned int has_norm_u, float eps,
+                             unsigned int has_bias_u, unsigned int has_res_u) {
+  __shared__ __align__(16) float smem[KILN_FUSED_SMEM];
+  __shared__ float inv_s[KILN_FUSED_TILE];
+  const bool has_norm = has_norm_u != 0 && nw != nullptr;
+  const bool has_bias = has_bias_u != 0 && bias != nullptr;
+  const bool has_res = has_res_u != 0 && residual != nullptr;
+  if (rows == 0 || in == 0) return;
+  if (rows > KILN_FUSED_GEMV_MAX_ROWS) {
+    const unsigned int row0 = blockIdx.y * KILN_FUSED_TILE;
+    if (row0 >= rows) return;
+    if (has_norm) fused_row_inv<T>(x, row0, min(rows - row0, (unsigned int)KILN_FUSED_TILE), in, eps, inv_s);
+    fused_tiled<T, O, GATED>(x, nw, w, wu, bias, residual, out, rows, in, outf, has_norm, has_bias, has_res, inv_s,
+                             smem);
+    return;
+  }
+  if (has_norm) fused_row_inv<T>(x, 0, rows, in, eps, inv_s);
+  if constexpr (IsHalfStorage<T>::value) {
+    const bool aligned = aligned16(x) && aligned16(w) && (!GATED || aligned16(wu)) && (!has_norm || aligned16(nw));
+    if (in % 8 == 0 && aligned) {
+      if (blockDim.x == 32 * KILN_FUSED_GEMV_MAX_WARPS) {
+        fused_gemv_mma<T, O, GATED, KILN_FUSED_GEMV_MAX_WARPS>(x, nw, w, wu, bias, residual, out, rows, in, outf,
+                                                               has_norm, has_bias, has_res, inv_s, smem);
+      } else {
+        fused_gemv_mma<T, O, GATED, 8>(x, nw, w, wu, bias, residual, out, rows, in, outf, has_norm, has_bias,
+                                       has_res, inv_s, smem);
+      }
+      return;
+    }
+  }
+  fused_gemv_simt<T, O, GATED>(x, nw, w, wu, bias, residual, out, rows, in, outf, has_norm, has_bias, has_res, inv_s);
+}
+
+}  // namespace kiln
+
+#define KILN_FUSED_LINEAR_OUT(dt, T, outdt, O)                                                                     \
+  extern "C" __global__ void __launch_bounds__(32 * KILN_FUSED_GEMV_MAX_WARPS) kiln_fused_linear_##dt##_##outdt( \
+      const T* x, const T* norm_w, const T* weight, const T* bias, const O* residual, O* out, unsigned int rows,   \
+      unsigned int in_features, unsigned int out_features, unsigned int has_norm, float eps,                      \
+      unsigned int has_bias, unsigned int has_residual) {                                                         \
+    kiln::fused_linear<T, O, false>(x, norm_w, weight, nullptr, bias, residual, out, rows, in_features,           \
+                                    out_features, has_norm, eps, has_bias, has_residual);                         \
+  }
+KILN_FUSED_LINEAR_OUT(f32, float, f32, float)
+KILN_FUSED_LINEAR_OUT(f16, __half, f16, __half)
+KILN_FUSED_LINEAR_OUT(f16, __half, f32, float)
+KILN_FUSED_LINEAR_OUT(bf16, __nv_bfloat16, bf16, __nv_bfloat16)
+KILN_FUSED_LINEAR_OUT(bf16, __nv_bfloat16, f32, float)
+
+#define KILN_GATED_LINEAR(dt, T)                                                                                  \
+  extern "C" __global__ void __launch_bounds__(32 * KILN_FUSED_GEMV_MAX_WARPS) kiln_gated_linear_##dt(            \
+      const T* x, const T* norm_w, const T* gate, const T* up, T* out, unsigned int rows, unsigned int in_features, \
+      unsigned int out_features, unsigned int has_norm, float eps) {                                              \
+    kiln::fused_linear<T, T, true>(x, norm_w, gate, up, nullptr, nullptr, out, rows, in_features, out_features,   \
+                                   has_norm, eps, 0u, 0u);                                                        \
+  }
+KILN_FOR_EACH_DTYPE(KILN_GATED_LINEAR)
