@@ -15,7 +15,6 @@ use crate::ir::{verify::verify, Op, OpNode, Program, ValueClass, ValueId};
 use anyhow::Result;
 
 pub fn fuse(p: &Program) -> Result<Program> {
-    let n = p.values.len();
     let mut ops: Vec<Option<OpNode>> = p.ops.iter().cloned().map(Some).collect();
     let readers = |ops: &[Option<OpNode>], v: ValueId| -> Vec<usize> {
         ops.iter().enumerate().filter(|(_, o)| o.as_ref().is_some_and(|o| o.op.reads().contains(&v))).map(|(i, _)| i).collect()
@@ -47,7 +46,6 @@ pub fn fuse(p: &Program) -> Result<Program> {
         }
         ops[i] = None;
     }
-    let _ = n;
 
     // 2. Gated MLP up projections.
     for k in 0..ops.len() {

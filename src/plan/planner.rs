@@ -495,9 +495,9 @@ fn dependencies(launches: &[Launch]) -> Vec<(u32, u32)> {
     }
     // Launch order is a topological order (edges only go forward).
     let topo: Vec<_> = nodes.clone();
-    let (adj, revmap) = petgraph::algo::tred::dag_to_toposorted_adjacency_list::<_, u32>(&g, &topo);
+    // Node i of the toposorted list is launch i, since launch order is the topological order.
+    let (adj, _) = petgraph::algo::tred::dag_to_toposorted_adjacency_list::<_, u32>(&g, &topo);
     let (reduction, _closure) = petgraph::algo::tred::dag_transitive_reduction_closure::<_, u32>(&adj);
-    let _ = revmap;
     let mut edges: Vec<(u32, u32)> = Vec::new();
     for e in petgraph::visit::IntoEdgeReferences::edge_references(&reduction) {
         use petgraph::visit::EdgeRef;
