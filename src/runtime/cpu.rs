@@ -1,6 +1,6 @@
 //! The CPU reference executor: the oracle every GPU executor is checked against.
 //!
-//! Owns: host copies of the plan's five regions, allocated once in [`CpuExecutor::new`] at
+//! Owns: host copies of every region of the plan, allocated once in [`CpuExecutor::new`] at
 //! exactly `plan.region_bytes` each, and the reference semantics of every [`Kernel`].
 //! Never: allocates a region after `new`, computes an address, or looks a buffer up by name
 //! while running. Every operand is addressed only through its launch record's

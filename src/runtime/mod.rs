@@ -4,6 +4,11 @@
 //!
 //! - [`cpu`]: the reference executor, byte-for-byte over host regions with the plan's layout;
 //!   the oracle the GPU executors are checked against.
+//! - [`cuda`]: eager and graph executors; graphs are built node by node from the launch records
+//!   at load (device loops as conditional WHILE nodes), never captured.
+//! - [`session`]: generation over any executor (chunked prefill, one-step or device-loop decode);
+//!   [`sampling`]: the host statement of the sampling rule; [`weights`]: tensors into the
+//!   plan's weight region.
 
 pub mod cpu;
 pub mod cuda;
