@@ -117,11 +117,11 @@ pub enum Kernel {
     RmsNorm { rows: u32, dim: u32, eps: f32 },
     /// bufs: x, weight, out.
     HeadRmsNorm { rows: u32, heads: u32, head_dim: u32, eps: f32 },
-    /// bufs: x, weight, [bias], out.
+    /// bufs: x, weight, `[bias]`, out.
     Linear { rows: u32, in_features: u32, out_features: u32, bias: bool },
-    /// bufs: x, [norm weight], weight, [bias], [residual], out (see `Op::FusedLinear`).
+    /// bufs: x, `[norm weight]`, weight, `[bias]`, `[residual]`, out (see `Op::FusedLinear`).
     FusedLinear { rows: u32, in_features: u32, out_features: u32, norm: bool, eps: f32, bias: bool, residual: bool },
-    /// bufs: x, [norm weight], gate, up, out (see `Op::GatedLinear`).
+    /// bufs: x, `[norm weight]`, gate, up, out (see `Op::GatedLinear`).
     GatedLinear { rows: u32, in_features: u32, out_features: u32, norm: bool, eps: f32 },
     /// bufs: x, positions, out.
     Rope { rows: u32, heads: u32, head_dim: u32, rope: RopeSpec },

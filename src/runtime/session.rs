@@ -7,7 +7,7 @@
 //! (`[min(burst, tokens left), 0, 0, max_context, 0]`) and the stop ids, starts the loop, and
 //! hands each token to the caller as it appears in the ring; the next burst continues from the
 //! last token and position. Every token, stop or not, goes through the same acceptance rule as
-//! one-step decode ([`Acceptor`]), so both paths give the same tokens and the same stop reason.
+//! one-step decode (`Acceptor`), so both paths give the same tokens and the same stop reason.
 //!
 //! One sequence for now (slot 0, KV rows from 0). Batched serving comes with `kiln serve`.
 
@@ -93,7 +93,7 @@ impl<F: FnMut(u32) -> bool> Acceptor<'_, F> {
 ///
 /// The host never blocks while the loop runs: it spins on the ring and asks the executor whether
 /// the launch has finished (on a GPU an event query: a driver call, not a sync). It asks when
-/// the tokens seen so far say the loop must be done ([`LoopWatch`]), and otherwise only every
+/// the tokens seen so far say the loop must be done (`LoopWatch`), and otherwise only every
 /// [`LOOP_QUERY_FALLBACK`], which bounds the delay should the two ever disagree.
 pub fn stream_loop(exec: &mut dyn Executor, program: usize, step: &StepBlock, mut on_step: impl FnMut(&[i32]) -> bool) -> Result<usize> {
     let plan = exec.plan();
