@@ -95,7 +95,14 @@ fn recheck_liveness(cfg: &ModelConfig, plan: &Plan) {
                 last.insert(v, i);
             }
         }
-        let temps: BTreeMap<&str, _> = p.temps.iter().map(|t| (t.name.as_str(), t)).collect();
+        // Scratch workspaces (a GEMM's) are live during their one launch only.
+        for t in p.temps.iter().filter(|t| t.name.ends_with(".workspace")) {
+            assert_eq!(t.first, t.last, "{label}: workspace `{}` outlives its launch", t.name);
+            let l = &p.launches[t.first as usize];
+            assert_eq!(t.bytes, l.kernel.workspace_bytes(), "{label}: size of `{}`", t.name);
+            assert!(t.offset + t.bytes <= p.arena_bytes, "{label}: `{}` ends past the program's arena", t.name);
+        }
+        let temps: BTreeMap<&str, _> = p.temps.iter().filter(|t| !t.name.ends_with(".workspace")).map(|t| (t.name.as_str(), t)).collect();
         let n_temps = ir.values.iter().filter(|v| v.class == ValueClass::Temp).count();
         assert_eq!(temps.len(), n_temps, "{label}: temps table does not list every temp once");
         for (id, v) in ir.values.iter().enumerate() {

@@ -92,7 +92,7 @@ pub fn prefill_flops(plan: &Plan, n: usize) -> Result<f64> {
     let (mut per_token_macs, mut once_macs, mut attn_width) = (0f64, 0f64, 0f64);
     for l in &p.launches {
         match l.kernel {
-            Kernel::Linear { rows, in_features, out_features, .. } => {
+            Kernel::Linear { rows, in_features, out_features, .. } | Kernel::Gemm { rows, in_features, out_features, .. } => {
                 let macs = in_features as f64 * out_features as f64;
                 if rows as usize == p.tokens {
                     per_token_macs += macs;

@@ -10,11 +10,18 @@
 //! 3. `add(r, linear(..))` -> the linear adds the residual in its epilogue.
 //!
 //! Values are renumbered densely in order of first use afterwards, so dumps stay canonical.
+//!
+//! Prefill programs are left as they are: their linears run as library GEMMs (`Kernel::Gemm`),
+//! which take no norm prologue, and the elementwise ops they would save are small next to the
+//! GEMMs. Fusion is a decode optimization (launch count and bytes per token).
 
 use crate::ir::{verify::verify, Op, OpNode, Program, ValueClass, ValueId};
 use anyhow::Result;
 
 pub fn fuse(p: &Program) -> Result<Program> {
+    if p.phase == crate::ir::Phase::Prefill {
+        return Ok(p.clone());
+    }
     let mut ops: Vec<Option<OpNode>> = p.ops.iter().cloned().map(Some).collect();
     let readers = |ops: &[Option<OpNode>], v: ValueId| -> Vec<usize> {
         ops.iter().enumerate().filter(|(_, o)| o.as_ref().is_some_and(|o| o.op.reads().contains(&v))).map(|(i, _)| i).collect()

@@ -107,6 +107,7 @@ fn kernel_params(k: &Kernel) -> String {
         Kernel::FusedLinear { rows, in_features, out_features, norm, eps, bias, residual } => {
             format!("rows={rows} in={in_features} out={out_features} norm={norm} eps={eps:e} bias={bias} residual={residual}")
         }
+        Kernel::Gemm { rows, in_features, out_features, bias } => format!("rows={rows} in={in_features} out={out_features} bias={bias}"),
         Kernel::GatedLinear { rows, in_features, out_features, norm, eps } => {
             format!("rows={rows} in={in_features} out={out_features} norm={norm} eps={eps:e}")
         }

@@ -59,6 +59,8 @@ pub fn attention_head_chunks(heads: u32, kv_heads: u32) -> u32 {
 pub fn launch_geometry(kernel: &Kernel, _bufs: &[BufArg]) -> Geometry {
     let g = |x: u32, y: u32, threads: u32| Geometry { grid: [x.max(1), y.max(1), 1], block: [threads, 1, 1], shared_bytes: 0 };
     match *kernel {
+        // A library call: the library picks its own grid at load (all zeros in the plan).
+        Kernel::Gemm { .. } => Geometry { grid: [0; 3], block: [0; 3], shared_bytes: 0 },
         // One block per row.
         Kernel::Gather { rows, .. } => g(rows, 1, 256),
         Kernel::RmsNorm { rows, .. } => g(rows, 1, 256),

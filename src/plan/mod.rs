@@ -46,6 +46,10 @@ pub enum RegionKind {
     Ring,
 }
 
+/// Workspace of a `Kernel::Gemm` launch: what cuBLASLt may use (NVIDIA recommends 32 MiB on
+/// Hopper). Planned in the arena like any temp; live only during the launch.
+pub const GEMM_WORKSPACE_BYTES: u64 = 32 << 20;
+
 /// Number of regions (the length of `Plan::region_bytes`).
 pub const N_REGIONS: usize = 6;
 
@@ -121,6 +125,12 @@ pub enum Kernel {
     Linear { rows: u32, in_features: u32, out_features: u32, bias: bool },
     /// bufs: x, `[norm weight]`, weight, `[bias]`, `[residual]`, out (see `Op::FusedLinear`).
     FusedLinear { rows: u32, in_features: u32, out_features: u32, norm: bool, eps: f32, bias: bool, residual: bool },
+    /// A prefill `Op::Linear` over more rows than the GEMV path takes, run as a tensor-core
+    /// GEMM by a library (cuBLASLt on a GPU) with a planned workspace. Semantics of `Linear`:
+    /// `out[r, n] = OutT(sum_k x[r, k] w[n, k] (+ bias[n]))`, f32 accumulate, rounded once.
+    /// bufs: x, weight, `[bias]`, out, workspace (`GEMM_WORKSPACE_BYTES`, scratch the library
+    /// may use during the launch only).
+    Gemm { rows: u32, in_features: u32, out_features: u32, bias: bool },
     /// bufs: x, `[norm weight]`, gate, up, out (see `Op::GatedLinear`).
     GatedLinear { rows: u32, in_features: u32, out_features: u32, norm: bool, eps: f32 },
     /// bufs: x, positions, out.
@@ -159,8 +169,14 @@ impl Kernel {
             Kernel::AttentionSplit { rows, heads, head_dim, splits, .. } => {
                 rows as u64 * heads as u64 * splits as u64 * (head_dim as u64 + 2) * 4
             }
+            Kernel::Gemm { .. } => GEMM_WORKSPACE_BYTES,
             _ => 0,
         }
+    }
+
+    /// Whether a library call runs it rather than one of kiln's kernels (no symbol, no grid).
+    pub fn is_library(&self) -> bool {
+        matches!(self, Kernel::Gemm { .. })
     }
 
     pub fn name(&self) -> &'static str {
@@ -170,6 +186,7 @@ impl Kernel {
             Kernel::HeadRmsNorm { .. } => "head_rms_norm",
             Kernel::Linear { .. } => "linear",
             Kernel::FusedLinear { .. } => "fused_linear",
+            Kernel::Gemm { .. } => "gemm",
             Kernel::GatedLinear { .. } => "gated_linear",
             Kernel::Rope { .. } => "rope",
             Kernel::KvWrite { .. } => "kv_write",

@@ -267,6 +267,22 @@ fn launches_of(p: &Program, name: &str, op: &Op, max_context: usize, workspaces:
     let mut operands: Vec<(Operand, Access)> = op.reads().into_iter().map(|v| (Operand::Value(v), Access::Read)).collect();
     operands.extend(op.writes().into_iter().map(|v| (Operand::Value(v), Access::Write)));
     let kernel = kernel_of(p, op);
+    // Prefill linears over more rows than the GEMV takes: a library tensor-core GEMM with a
+    // planned workspace. The same kernel for every prefill bucket, so the library's algorithm
+    // (chosen at load per weight shape) and with it every row's reduction order do not depend
+    // on the bucket: padding stays invisible.
+    let gemm = match (p.phase, &kernel) {
+        (Phase::Prefill, &Kernel::Linear { rows, in_features, out_features, bias }) if rows > super::geometry::LINEAR_GEMV_MAX_ROWS => {
+            Some(Kernel::Gemm { rows, in_features, out_features, bias })
+        }
+        _ => None,
+    };
+    if let Some(gemm) = gemm {
+        let ws = workspaces.len();
+        workspaces.push(WorkspaceSpec { name: format!("{name}.workspace"), bytes: gemm.workspace_bytes() });
+        operands.push((Operand::Workspace(ws), Access::Write));
+        return vec![LaunchSpec { name: name.to_string(), kernel: gemm, operands }];
+    }
     // Device loops run the decode program as their body: the same split, so the same bits.
     if let (Phase::Decode | Phase::DecodeLoop, Kernel::Attention { rows, heads, kv_heads, head_dim, scale, kv_rows }) = (p.phase, &kernel) {
         let (splits, split_len) = attention_splits(*rows, *heads, *kv_heads, max_context as u32);
@@ -316,11 +332,15 @@ fn plan_program(p: &Program, persistent: &BTreeMap<&str, &PlannedTensor>, max_co
     let n_keys = p.values.len() + workspaces.len();
     let mut first = vec![usize::MAX; n_keys];
     let mut last = vec![0usize; n_keys];
+    let mut read_ever = vec![false; n_keys];
     for (i, spec) in specs.iter().enumerate() {
         for &(o, access) in &spec.operands {
             match access {
                 Access::Write => first[key(o)] = first[key(o)].min(i),
-                Access::Read => last[key(o)] = last[key(o)].max(i),
+                Access::Read => {
+                    last[key(o)] = last[key(o)].max(i);
+                    read_ever[key(o)] = true;
+                }
             }
         }
     }
@@ -353,14 +373,20 @@ fn plan_program(p: &Program, persistent: &BTreeMap<&str, &PlannedTensor>, max_co
                     offset: offset[key(o)],
                     bytes: size_of(o),
                     first: i as u32,
-                    last: last[key(o)] as u32,
+                    last: last[key(o)].max(i) as u32,
                 });
             }
         }
+        // Operands read for the last time here die after this launch; so do scratch
+        // workspaces no later launch reads (written here, never read).
         let mut dying: Vec<Operand> = spec
             .operands
             .iter()
-            .filter(|&&(o, access)| access == Access::Read && in_arena(o) && last[key(o)] == i)
+            .filter(|&&(o, access)| {
+                in_arena(o)
+                    && ((access == Access::Read && last[key(o)] == i)
+                        || (access == Access::Write && first[key(o)] == i && !read_ever[key(o)]))
+            })
             .map(|&(o, _)| o)
             .collect();
         dying.sort_by_key(|&o| key(o));

@@ -390,9 +390,12 @@ fn execute(regions: &mut [Vec<u8>; N_REGIONS], s: &mut Scratch, launch: &Launch)
             rms_norm_rows(&s.a, &s.b, &mut s.out, head_dim, eps, x.dtype);
             store(regions, out, &s.out)
         }
-        Kernel::Linear { rows, in_features, out_features, bias } => {
+        // A GEMM is a linear with a scratch workspace (the last operand) the CPU does not need.
+        Kernel::Linear { rows, in_features, out_features, bias } | Kernel::Gemm { rows, in_features, out_features, bias } => {
             let (rows, k, n) = (rows as usize, in_features as usize, out_features as usize);
-            let bufs = arity(launch, 2 + bias as usize, 1)?;
+            let gemm = launch.kernel.is_library();
+            let bufs = arity(launch, 2 + bias as usize, 1 + gemm as usize)?;
+            let bufs = &bufs[..bufs.len() - gemm as usize];
             let (x, weight, out) = (&bufs[0], &bufs[1], &bufs[bufs.len() - 1]);
             float_operand(x, "x", rows * k)?;
             float_operand(weight, "weight", n * k)?;

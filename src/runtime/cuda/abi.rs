@@ -28,6 +28,8 @@ impl Scalar {
     }
 }
 
+/// The symbol of a kernel launch (a library launch, `Kernel::is_library`, has none: its name
+/// here is only a label).
 pub fn symbol(kernel: &Kernel, bufs: &[BufArg]) -> String {
     let first_float = bufs.iter().find(|b| b.dtype.is_float()).map(|b| b.dtype.name()).unwrap_or("f32");
     match kernel {
@@ -66,6 +68,8 @@ pub fn scalars(kernel: &Kernel) -> Vec<Scalar> {
         Kernel::Linear { rows, in_features, out_features, bias } => {
             vec![U32(rows), U32(in_features), U32(out_features), U32(bias as u32)]
         }
+        // A library call (`blaslt`): no kernel parameters.
+        Kernel::Gemm { .. } => vec![],
         // (x, positions, out, rows, heads, head_dim, rotary_dim, interleaved, theta,
         //  scaling_kind (0 none, 1 llama3, 2 linear), factor, low_freq_factor, high_freq_factor,
         //  original_max_position)
@@ -154,9 +158,13 @@ pub fn pointers(kernel: &Kernel, bufs: &[BufArg], region_base: &[u64; crate::pla
     p
 }
 
-/// All CUDA symbols a plan needs, sorted and deduplicated.
+/// All CUDA symbols a plan needs (library launches need none), sorted and deduplicated.
 pub fn symbols(plan: &crate::plan::Plan) -> Vec<String> {
-    let mut s: Vec<String> = plan.programs.iter().flat_map(|p| p.launches.iter().map(|l| symbol(&l.kernel, &l.bufs))).collect();
+    let mut s: Vec<String> = plan
+        .programs
+        .iter()
+        .flat_map(|p| p.launches.iter().filter(|l| !l.kernel.is_library()).map(|l| symbol(&l.kernel, &l.bufs)))
+        .collect();
     s.sort();
     s.dedup();
     s

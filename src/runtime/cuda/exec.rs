@@ -20,6 +20,7 @@
 //! stream, or computes an address. [`Counters`] prove it.
 
 use super::abi;
+use super::blaslt::{self, Blas, GemmCall};
 use super::counters::{Counters, Snapshot};
 use super::driver::{self, call, CUfunction, Device, DeviceBuffer, Event, MappedBuffer, Module, PinnedBuffer, Stream};
 use super::graph::{self, CopyEnds, ProgramGraph};
@@ -161,6 +162,9 @@ struct InFlight {
 /// before the memory they point at, the device (its context) last.
 pub struct CudaExecutor {
     graphs: Vec<ProgramGraph>,
+    /// `gemms[program][launch]`: the cuBLASLt call of each `Kernel::Gemm` launch.
+    gemms: Vec<Vec<Option<GemmCall>>>,
+    blas: Option<Blas>,
     params: Vec<Vec<LaunchParams>>,
     funcs: Vec<Vec<CUfunction>>,
     io: Vec<ProgramIo>,
@@ -181,6 +185,8 @@ pub struct CudaExecutor {
     mode: Mode,
     plan: Plan,
     load_seconds: f64,
+    /// Seconds `load` spent building and instantiating the graphs (GEMM recording included).
+    graph_seconds: f64,
 }
 
 /// The compiled kernels for this device: the kernels helper's NVRTC module, disk-cached by
@@ -263,7 +269,7 @@ impl CudaExecutor {
         let mut by_symbol: BTreeMap<String, CUfunction> = BTreeMap::new();
         let mut max_shared: BTreeMap<String, u32> = BTreeMap::new();
         for p in &plan.programs {
-            for l in &p.launches {
+            for l in p.launches.iter().filter(|l| !l.kernel.is_library()) {
                 let s = abi::symbol(&l.kernel, &l.bufs);
                 let m = max_shared.entry(s).or_insert(0);
                 *m = (*m).max(l.shared_bytes);
@@ -278,8 +284,23 @@ impl CudaExecutor {
             }
             by_symbol.insert(s, f);
         }
-        let funcs: Vec<Vec<CUfunction>> =
-            plan.programs.iter().map(|p| p.launches.iter().map(|l| by_symbol[&abi::symbol(&l.kernel, &l.bufs)]).collect()).collect();
+        // Library launches have no function (null); `gemms` holds their calls.
+        let funcs: Vec<Vec<CUfunction>> = plan
+            .programs
+            .iter()
+            .map(|p| {
+                p.launches
+                    .iter()
+                    .map(|l| if l.kernel.is_library() { std::ptr::null_mut() } else { by_symbol[&abi::symbol(&l.kernel, &l.bufs)] })
+                    .collect()
+            })
+            .collect();
+        let has_library = plan.programs.iter().any(|p| p.launches.iter().any(|l| l.kernel.is_library()));
+        let blas = if has_library { Some(Blas::new()?) } else { None };
+        let gemms = match &blas {
+            Some(b) => blaslt::prepare(b, &plan, &region_base)?,
+            None => plan.programs.iter().map(|p| p.launches.iter().map(|_| None).collect()).collect(),
+        };
 
         upload_weights(&plan, weights, &counters, &stream, region_base[RegionKind::Weights.index()])?;
 
@@ -292,8 +313,18 @@ impl CudaExecutor {
         let mut step_host = PinnedBuffer::alloc(&counters, plan.region_bytes[RegionKind::Step.index()] as usize)?;
         let mut output_host = PinnedBuffer::alloc(&counters, plan.region_bytes[RegionKind::Output.index()] as usize)?;
 
+        // Each GEMM runs once before anything is recorded (cuBLASLt loads its kernels on first
+        // use); it reads weights and scratch and writes only arena scratch or outputs that
+        // every run rewrites.
+        if let Some(b) = &blas {
+            for c in gemms.iter().flatten().flatten() {
+                c.enqueue(b, &counters, stream.0).context("warming up a cuBLASLt GEMM")?;
+            }
+        }
+        let t_graphs = std::time::Instant::now();
         let mut graphs = Vec::new();
         if mode == Mode::Graph {
+            let capture_stream = Stream::new(&counters)?;
             let ends = CopyEnds {
                 step_host: step_host.as_mut_slice().as_mut_ptr(),
                 step_device: region_base[RegionKind::Step.index()],
@@ -301,12 +332,21 @@ impl CudaExecutor {
                 output_device: region_base[RegionKind::Output.index()],
             };
             for (pi, p) in plan.programs.iter().enumerate() {
+                // Each GEMM recorded into a graph of its own, added as a child graph node.
+                let mut library: Vec<Option<graph::OwnedGraph>> = Vec::with_capacity(p.launches.len());
+                for c in &gemms[pi] {
+                    library.push(match (c, &blas) {
+                        (Some(c), Some(b)) => Some(graph::OwnedGraph(c.capture(b, &counters, capture_stream.0)?)),
+                        _ => None,
+                    });
+                }
                 let parts = graph::ProgramParts {
                     label: p.label(),
                     launches: &p.launches,
                     deps: &p.deps,
                     funcs: &funcs[pi],
                     params: &params[pi],
+                    library: &library,
                     io: &io[pi],
                 };
                 // SAFETY: the context is current (Device::open), `funcs` come from `module`, and
@@ -319,11 +359,15 @@ impl CudaExecutor {
                 });
             }
         }
+        let graph_seconds = t_graphs.elapsed().as_secs_f64();
         let loop_done = Event::new(&counters)?;
         stream.sync(&counters).context("finishing the upload")?;
         counters.mark_loaded();
         Ok(CudaExecutor {
             graphs,
+            gemms,
+            blas,
+            graph_seconds,
             params,
             funcs,
             io,
@@ -352,6 +396,15 @@ impl CudaExecutor {
     }
     pub fn load_seconds(&self) -> f64 {
         self.load_seconds
+    }
+    /// Seconds of `load` spent building and instantiating every program's graph (0 in eager
+    /// mode).
+    pub fn graph_seconds(&self) -> f64 {
+        self.graph_seconds
+    }
+    /// Graphs built at load (one per program in graph mode).
+    pub fn graph_count(&self) -> usize {
+        self.graphs.len()
     }
     pub fn counters(&self) -> Snapshot {
         self.counters.snapshot()
@@ -405,6 +458,10 @@ impl CudaExecutor {
 
     fn launch_eager(&self, program: usize, launch: usize) -> Result<()> {
         let l = &self.plan.programs[program].launches[launch];
+        if let (Some(c), Some(b)) = (&self.gemms[program][launch], &self.blas) {
+            self.counters.kernel_launch();
+            return c.enqueue(b, &self.counters, self.stream.0).with_context(|| format!("running the GEMM `{}`", l.name));
+        }
         self.counters.kernel_launch();
         call(&self.counters, "cuLaunchKernel", unsafe {
             sys::cuLaunchKernel(

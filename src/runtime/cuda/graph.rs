@@ -81,13 +81,28 @@ fn memcpy_params(src_host: Option<*const u8>, src_dev: u64, dst_host: Option<*mu
     }
 }
 
-/// What the graph of one program is built from; `funcs[i]` and `params[i]` belong to launch `i`.
+/// A graph destroyed on drop: a library call recorded at load, added to a program's graph as
+/// a child graph node (the driver copies it, so this one can go once the node exists).
+pub struct OwnedGraph(pub sys::CUgraph);
+
+impl Drop for OwnedGraph {
+    fn drop(&mut self) {
+        // SAFETY: a graph created by stream capture and owned here alone.
+        unsafe {
+            sys::cuGraphDestroy(self.0);
+        }
+    }
+}
+
+/// What the graph of one program is built from; `funcs[i]` and `params[i]` belong to launch `i`
+/// (a library launch has a null function and its recorded graph in `library[i]`).
 pub struct ProgramParts<'a> {
     pub label: String,
     pub launches: &'a [crate::plan::Launch],
     pub deps: &'a [(u32, u32)],
     pub funcs: &'a [CUfunction],
     pub params: &'a [LaunchParams],
+    pub library: &'a [Option<OwnedGraph>],
     pub io: &'a ProgramIo,
 }
 
@@ -166,7 +181,7 @@ unsafe fn add_kernel_nodes(
     step_readers: &[u32],
     loop_handle: Option<sys::CUgraphConditionalHandle>,
 ) -> Result<Vec<sys::CUgraphNode>> {
-    let ProgramParts { label, launches, deps, funcs, params, .. } = parts;
+    let ProgramParts { label, launches, deps, funcs, params, library, .. } = parts;
     let mut launch_nodes: Vec<sys::CUgraphNode> = Vec::with_capacity(launches.len());
     let mut by_after: Vec<Vec<u32>> = vec![Vec::new(); launches.len()];
     for &(before, after) in deps.iter() {
@@ -176,6 +191,17 @@ unsafe fn add_kernel_nodes(
         let mut dep_nodes: Vec<sys::CUgraphNode> = by_after[i].iter().map(|&b| launch_nodes[b as usize]).collect();
         if let (Some(s), true) = (step_node, step_readers.contains(&(i as u32))) {
             dep_nodes.push(s);
+        }
+        if let Some(Some(child)) = library.get(i) {
+            let mut node: sys::CUgraphNode = std::ptr::null_mut();
+            call(counters, "cuGraphAddChildGraphNode", unsafe {
+                sys::cuGraphAddChildGraphNode(&mut node, target, dep_nodes.as_ptr(), dep_nodes.len(), child.0)
+            })
+            .with_context(|| format!("{label}: adding the library call of launch {i} `{}`", l.name))?;
+            g.nodes += 1;
+            g.edges += dep_nodes.len();
+            launch_nodes.push(node);
+            continue;
         }
         // The advance kernel of a loop body takes the WHILE node's handle in its last slot; the
         // driver copies the arguments when the node is added, so a local blob will do.

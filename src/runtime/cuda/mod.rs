@@ -1,7 +1,8 @@
-//! CUDA executors of a plan (eager and graph). Libraries (libcuda, libnvrtc) are loaded at
+//! CUDA executors of a plan (eager and graph). Libraries (libcuda, libnvrtc, libcublasLt) are loaded at
 //! run time, so kiln builds and tests with no CUDA installed.
 
 pub mod abi;
+pub mod blaslt;
 pub mod counters;
 pub mod driver;
 pub mod exec;
