@@ -23,6 +23,10 @@
 //!    a stop token and the context end stop the loop where the plan's contract says; the eager
 //!    loop equals the graph loop. Inside the bursts the counters must show at most 1/16 graph
 //!    launches and 0 blocking host syncs per decode step.
+//! 6. Prefill padding is invisible: a chunk's logits and KV rows are bit-identical in every
+//!    prefill bucket that holds it, and padding writes no KV row ([`prefill`]).
+//! 7. Chunked prefill == unchunked: same greedy continuation, logits within tolerance
+//!    ([`prefill`]).
 //!
 //! Owns: the checks and their tolerances, each stated with its reason. Never: a check that
 //! passes without comparing against an independent reference.
@@ -43,6 +47,8 @@ use half::{bf16, f16};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+mod prefill;
+
 /// Normalized logit error allowed between the GPU and the CPU reference, f32 plans.
 pub const TOL_F32: f64 = 1e-4;
 /// The same for bf16 plans (bf16 storage rounds every activation to 8 mantissa bits).
@@ -58,7 +64,7 @@ pub const STORIES_KNOWN_TEXT: &str = "Once upon a time, there was a little girl 
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct GateArgs {
-    /// Which checks to run (1-5); all when not given. Check 4 sums the counters of the others.
+    /// Which checks to run (1-7); all when not given. Check 4 sums the counters of the others.
     #[arg(long, value_delimiter = ',')]
     pub checks: Vec<u32>,
     /// Greedy decode steps per (bucket, start) in check 1.
@@ -1092,6 +1098,23 @@ pub fn main(args: &GateArgs) -> Result<()> {
             let tokens = if args.cpu_stand_in { LOOP_BURST + 16 } else { LOOP_TOKENS };
             if let Err(e) = check_device_loop(&mut g, kind, dtype, tokens, args.seed) {
                 g.error(&format!("5 device loop==one-step [{kind} {dtype}]"), e);
+            }
+        }
+    }
+    if want(6) {
+        for kind in ["qwen3-hd64", "llama-hd128", "llama-f32"] {
+            if let Err(e) = prefill::check_padding(&mut g, kind, args.seed) {
+                g.error(&format!("6 padding invisible [{kind}]"), e);
+            }
+        }
+    }
+    if want(7) {
+        if let Err(e) = prefill::check_chunked_stories(&mut g, &args.stories) {
+            g.error("7 chunked==unchunked [stories260K f32]", e);
+        }
+        if !args.cpu_stand_in {
+            if let Err(e) = prefill::check_chunked_synth(&mut g, args, "llama3.2-1b") {
+                g.error("7 chunked==unchunked [llama3.2-1b bf16]", e);
             }
         }
     }

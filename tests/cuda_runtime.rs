@@ -102,7 +102,7 @@ fn program_io_covers_every_step_read_and_output_write() {
 #[test]
 fn gate_logic_runs_with_the_cpu_standing_in() {
     let args = GateArgs {
-        checks: vec![1, 2, 4],
+        checks: vec![1, 2, 4, 6, 7],
         steps: 3,
         min_context: 64,
         synth_dir: std::env::temp_dir(),
