@@ -33,7 +33,7 @@ use crate::runtime::cuda::{CudaExecutor, Mode};
 use crate::runtime::sampling::splitmix64;
 use crate::runtime::Executor;
 use anyhow::{ensure, Context, Result};
-use report::{DecodeRow, ModelReport, PlanInfo, PrefillRow, Report, Settings};
+use report::{DecodeRow, GraphBuild, ModelReport, PlanInfo, PrefillRow, Report, Settings};
 use runner::Probe;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -63,6 +63,10 @@ pub struct BenchArgs {
     /// Timed runs per number (after one warm-up); the median is reported.
     #[arg(long, default_value_t = 5)]
     pub repeats: usize,
+    /// Decode tokens per graph launch: the plan's device loops (`loop.b{B}`) run the timed
+    /// decode in bursts of this many steps (0: one graph launch per decode step).
+    #[arg(long, default_value_t = 64)]
+    pub burst: usize,
     /// Decode batch buckets (sequences stepped together) for the batch table, at context --prompt.
     #[arg(long, value_delimiter = ',', default_value = "1,2,4,8")]
     pub batches: Vec<usize>,
@@ -76,7 +80,9 @@ pub struct BenchArgs {
     /// Prompt sizes of --prefill.
     #[arg(long, value_delimiter = ',', default_value = "128,512,2048")]
     pub prefill_prompts: Vec<usize>,
-    /// Prefill buckets of the plan [default: --prompt and --prefill-prompts].
+    /// Prefill buckets of the plan [default: decode --prompt and --prefill-prompts; with
+    /// --prefill, the powers of two from 16 to the largest prompt, with decode buckets 1-8, so
+    /// that the load reports the graph build of a full bucket set].
     #[arg(long, value_delimiter = ',')]
     pub prefill_buckets: Vec<usize>,
     /// Storage dtype of the plan.
@@ -274,7 +280,12 @@ fn plan_options(args: &BenchArgs, cfg: &ModelConfig, source_dtype: Option<crate:
     let dtype = crate::cli::resolve_dtype(&args.dtype, source_dtype)?;
     let (decode_buckets, max_context, mut prefill) = if args.prefill {
         let prompts = sorted(&args.prefill_prompts);
-        (vec![1], *prompts.last().expect("checked"), prompts)
+        let largest = *prompts.last().expect("checked");
+        // A serving bucket set: 8 decode and the power-of-two prefill buckets up to the
+        // largest prompt (8 of them for 2048), plus the prompts themselves.
+        let mut buckets: Vec<usize> = (4..=20).map(|s| 1usize << s).filter(|&b| b <= largest).collect();
+        buckets.extend(&prompts);
+        ((1..=8).collect(), largest, sorted(&buckets))
     } else {
         let cases = decode_cases(args);
         let longest = cases.iter().map(|c| c.1).max().unwrap_or(args.prompt);
@@ -293,7 +304,8 @@ fn plan_options(args: &BenchArgs, cfg: &ModelConfig, source_dtype: Option<crate:
         "the bench needs {max_context} tokens of context, more than this model's {}; lower --contexts or --new-tokens",
         cfg.max_position_embeddings
     );
-    Ok(PlanOptions { decode_buckets, prefill_buckets: sorted(&prefill), max_context, dtype, memory_budget: None, burst: 0, fuse: false })
+    let burst = if args.prefill { 0 } else { args.burst };
+    Ok(PlanOptions { decode_buckets, prefill_buckets: sorted(&prefill), max_context, dtype, memory_budget: None, burst, fuse: false })
 }
 
 fn plan_info(plan: &Plan) -> PlanInfo {
@@ -368,6 +380,13 @@ fn bench_model(args: &BenchArgs, t: &Target, report: &Report, out: &Path, first:
                 let mode = if device == "cuda-eager" { Mode::Eager } else { Mode::Graph };
                 CudaExecutor::load(plan.clone(), model.weights.as_ref(), mode).map(|mut e| {
                     m.load_seconds = Some(e.load_seconds());
+                    m.graph_build = Some(GraphBuild { graphs: e.graph_count(), seconds: e.graph_seconds() });
+                    eprintln!(
+                        "[bench]   load {:.2} s, of which {} graphs built and instantiated in {:.3} s",
+                        e.load_seconds(),
+                        e.graph_count(),
+                        e.graph_seconds()
+                    );
                     kiln_runs(args, &mut e, vocab, &mut m, &mut kiln_tokens, &mut kiln_first);
                 })
             }

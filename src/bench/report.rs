@@ -61,6 +61,14 @@ pub struct PlanInfo {
     pub decode_launches: Vec<(usize, usize)>,
 }
 
+/// Graph build at load: every program's graph built from its launch records (GEMMs recorded
+/// into child graphs) and instantiated.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize)]
+pub struct GraphBuild {
+    pub graphs: usize,
+    pub seconds: f64,
+}
+
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct ModelReport {
     /// Shape name (`qwen2.5-0.5b`) or the directory's name.
@@ -70,6 +78,9 @@ pub struct ModelReport {
     pub plan: Option<PlanInfo>,
     /// Executor load: allocation, weight upload, kernels, graph build and instantiation.
     pub load_seconds: Option<f64>,
+    /// The part of the load that built and instantiated the graphs (one per program).
+    #[serde(default)]
+    pub graph_build: Option<GraphBuild>,
     /// Why kiln measured nothing for this model (open, plan or load failed).
     pub error: Option<String>,
     pub torch_error: Option<String>,
@@ -329,6 +340,14 @@ pub fn notes(report: &Report) -> String {
         }
         if let Some(l) = m.load_seconds {
             facts.push(format!("load {l:.2} s"));
+        }
+        if let Some(gb) = m.graph_build {
+            let buckets = m
+                .plan
+                .as_ref()
+                .map(|p| format!(" (decode buckets {:?}, prefill buckets {:?})", p.decode_buckets, p.prefill_buckets))
+                .unwrap_or_default();
+            facts.push(format!("{} graphs built and instantiated at load in {:.3} s{buckets}", gb.graphs, gb.seconds));
         }
         if let Some(r) = m.decode.iter().find(|r| r.batch == 1) {
             facts.push(format!("reads {} per batch-1 token at context {}", gb(r.bytes_per_token), r.context));

@@ -12,6 +12,7 @@ use crate::plan::Plan;
 use crate::runtime::cpu::CpuExecutor;
 use crate::runtime::cuda::counters::Snapshot;
 use crate::runtime::cuda::CudaExecutor;
+use crate::runtime::session::stream_loop;
 use crate::runtime::{Executor, StepBlock};
 use anyhow::{ensure, Context, Result};
 use std::time::Instant;
@@ -131,7 +132,10 @@ impl PerStep {
 /// Prefills each of `prompts` (one per sequence, all the same length) into its own KV slot, then
 /// decodes all of them together with the decode program of bucket `prompts.len()`: one warm-up
 /// run and `repeats` timed runs, each of `new_tokens - 1` steps from the same starting state
-/// (each run rewrites the KV rows it reads, so every run computes the same tokens).
+/// (each run rewrites the KV rows it reads, so every run computes the same tokens). When the
+/// plan has a device loop for the bucket (`loop.b{B}`, plan burst > 0), the steps run in
+/// bursts of up to `burst` tokens per launch, tokens streamed through the ring
+/// ([`stream_loop`]) exactly as `kiln run` does; otherwise one launch per step.
 pub fn time_decode<E: Executor + Probe>(exec: &mut E, prompts: &[Vec<u32>], new_tokens: usize, repeats: usize) -> Result<DecodeRun> {
     let plan = exec.plan().clone();
     let batch = prompts.len();
@@ -145,6 +149,7 @@ pub fn time_decode<E: Executor + Probe>(exec: &mut E, prompts: &[Vec<u32>], new_
         plan.options.max_context
     );
     let program = plan.program(Phase::Decode, batch).with_context(|| format!("the plan has no decode bucket of {batch}"))?;
+    let looped = if plan.options.burst > 0 { plan.program(Phase::DecodeLoop, batch) } else { None };
     let mut first = Vec::with_capacity(batch);
     for (seq, prompt) in prompts.iter().enumerate() {
         first.push(prefill(exec, &plan, prompt, seq)?);
@@ -162,7 +167,30 @@ pub fn time_decode<E: Executor + Probe>(exec: &mut E, prompts: &[Vec<u32>], new_
         let mut tokens = first.clone();
         let mut seq0 = vec![tokens[0]];
         let t0 = Instant::now();
-        for j in 0..steps {
+        if let Some(lp) = looped {
+            let mut done = 0usize;
+            while done < steps {
+                let budget = (steps - done).min(plan.options.burst);
+                let pos = (context + done) as i32;
+                step.set_i32(&plan, names::TOKEN_IDS, &tokens.iter().map(|&t| t as i32).collect::<Vec<_>>())?;
+                step.set_i32(&plan, names::POSITIONS, &vec![pos; batch])?;
+                set_greedy(&mut step, &plan, batch, pos as u32 + 1)?;
+                let mut control = vec![budget as u32, 0, 0, plan.options.max_context as u32];
+                control.extend(std::iter::repeat_n(0u32, batch));
+                step.set_u32(&plan, names::LOOP_CONTROL, &control)?;
+                step.set_i32(&plan, names::LOOP_STOP_IDS, &[-1; crate::lower::MAX_STOP_IDS])?;
+                let mut got = 0usize;
+                stream_loop(exec, lp, &step, |t| {
+                    tokens = t.iter().map(|&x| x as u32).collect();
+                    seq0.push(tokens[0]);
+                    got += 1;
+                    true
+                })?;
+                ensure!(got == budget, "the device loop made {got} of {budget} tokens");
+                done += budget;
+            }
+        }
+        for j in (0..steps).filter(|_| looped.is_none()) {
             // Step j feeds token j + 1 of each sequence at position context + j.
             let pos = (context + j) as i32;
             step.set_i32(&plan, names::TOKEN_IDS, &tokens.iter().map(|&t| t as i32).collect::<Vec<_>>())?;
@@ -224,6 +252,10 @@ mod tests {
     use crate::synth::MemWeights;
 
     fn cpu(decode: Vec<usize>, prefill: Vec<usize>, max_context: usize) -> (CpuExecutor, MemWeights) {
+        cpu_burst(decode, prefill, max_context, 0)
+    }
+
+    fn cpu_burst(decode: Vec<usize>, prefill: Vec<usize>, max_context: usize, burst: usize) -> (CpuExecutor, MemWeights) {
         let cfg = crate::gate::random_config("qwen2").unwrap();
         let weights = MemWeights::random(&cfg, 3, crate::model::SrcDType::F32);
         let opts = PlanOptions {
@@ -232,7 +264,7 @@ mod tests {
             max_context,
             dtype: DType::F32,
             memory_budget: None,
-            burst: 0,
+            burst,
             fuse: false,
         };
         let plan = build_plan(&cfg, &opts).unwrap();
@@ -270,6 +302,18 @@ mod tests {
             assert_eq!(time_decode(&mut exec, &order, 8, 1).unwrap().tokens, g.tokens);
         }
         assert!(time_decode(&mut exec, &prompts[..3], 8, 1).is_err(), "no decode bucket of 3");
+    }
+
+    #[test]
+    fn device_loop_bursts_make_the_tokens_of_one_step_decode() {
+        let prompts: Vec<Vec<u32>> = (0..2).map(|s| prompt(20 + s, 9)).collect();
+        let (mut one, _w) = cpu(vec![2], vec![8], 48);
+        // Bursts of 5: 11 steps take two full bursts and a partial one.
+        let (mut looped, _w2) = cpu_burst(vec![2], vec![8], 48, 5);
+        let a = time_decode(&mut one, &prompts, 12, 1).unwrap();
+        let b = time_decode(&mut looped, &prompts, 12, 1).unwrap();
+        assert_eq!(a.tokens, b.tokens);
+        assert_eq!(b.tokens.len(), 12);
     }
 
     #[test]
