@@ -38,6 +38,7 @@ extern "C" __global__ void __launch_bounds__(1024)
     kiln_advance(const int* tokens, const int* stop_ids, int* token_ids, int* positions, unsigned int* counter,
                  unsigned int* control, int* ring, unsigned int rows, unsigned int burst, unsigned int n_stop,
                  unsigned long long cond_handle) {
+  kiln::wait_prior_grids();
   // Every thread reads `produced` before thread 0 rewrites it (the barrier below orders them).
   const unsigned int produced = control[1];
   const long long max_position = (long long)control[3];

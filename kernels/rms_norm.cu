@@ -47,6 +47,7 @@ __device__ void rms_norm(const T* __restrict__ x, const T* __restrict__ weight, 
   extern "C" __global__ void __launch_bounds__(256)                                                 \
       kiln_rms_norm_##dt(const T* x, const T* weight, T* out, unsigned int rows, unsigned int dim, \
                          float eps) {                                                               \
+    kiln::wait_prior_grids();                                                                       \
     kiln::rms_norm<T>(x, weight, out, rows, dim, eps);                                                    \
   }
 KILN_FOR_EACH_DTYPE(KILN_RMS_NORM)

@@ -331,6 +331,7 @@ extern "C" __global__ void __launch_bounds__(KILN_SAMPLE_THREADS)
     kiln_sample_f32(const float* logits, const float* temperature, const int* top_k, const float* top_p,
                     const unsigned int* seed, const unsigned int* counter, int* out, unsigned int rows,
                     unsigned int vocab) {
+  kiln::wait_prior_grids();
   __shared__ SampleShared s;
   const unsigned int r = blockIdx.x;
   if (r >= rows || vocab == 0) return;

@@ -187,6 +187,18 @@ pub struct CudaExecutor {
     load_seconds: f64,
     /// Seconds `load` spent building and instantiating the graphs (GEMM recording included).
     graph_seconds: f64,
+    pdl: PdlReport,
+}
+
+/// Programmatic dependent launch in this executor's graphs.
+#[derive(Clone, Debug, Default)]
+pub struct PdlReport {
+    /// Asked for: graph mode on sm_90+ without `KILN_PDL=0`.
+    pub wanted: bool,
+    /// Programmatic edges in all graphs.
+    pub programmatic_edges: usize,
+    /// Programs whose graph the driver refused with programmatic edges (built without).
+    pub refused: Vec<String>,
 }
 
 /// The compiled kernels for this device: the kernels helper's NVRTC module, disk-cached by
@@ -323,6 +335,9 @@ impl CudaExecutor {
         }
         let t_graphs = std::time::Instant::now();
         let mut graphs = Vec::new();
+        // Programmatic dependent launch on Hopper and later (KILN_PDL=0 turns it off).
+        let pdl_wanted = device.compute_capability.0 >= 9 && std::env::var("KILN_PDL").map(|v| v != "0").unwrap_or(true);
+        let mut pdl_refused = Vec::new();
         if mode == Mode::Graph {
             let capture_stream = Stream::new(&counters)?;
             let ends = CopyEnds {
@@ -340,31 +355,47 @@ impl CudaExecutor {
                         _ => None,
                     });
                 }
-                let parts = graph::ProgramParts {
+                let mut parts = graph::ProgramParts {
                     label: p.label(),
                     launches: &p.launches,
                     deps: &p.deps,
                     funcs: &funcs[pi],
                     params: &params[pi],
                     library: &library,
+                    pdl: pdl_wanted,
                     io: &io[pi],
                 };
                 // SAFETY: the context is current (Device::open), `funcs` come from `module`, and
                 // the pinned buffers and regions behind `ends` move into `Self` and are dropped
                 // after `graphs` (field order).
-                graphs.push(if p.phase == Phase::DecodeLoop {
-                    unsafe { graph::build_loop(&counters, device.ctx, &parts, &ends) }?
-                } else {
-                    unsafe { graph::build(&counters, device.ctx, &parts, &ends) }?
-                });
+                let build = |parts: &graph::ProgramParts| {
+                    if p.phase == Phase::DecodeLoop {
+                        unsafe { graph::build_loop(&counters, device.ctx, parts, &ends) }
+                    } else {
+                        unsafe { graph::build(&counters, device.ctx, parts, &ends) }
+                    }
+                };
+                // A driver that refuses programmatic edges (in a loop body, say) gets the
+                // program with full edges only: slower, the same results.
+                let built = match build(&parts) {
+                    Err(e) if parts.pdl => {
+                        pdl_refused.push(format!("{}: {e:#}", p.label()));
+                        parts.pdl = false;
+                        build(&parts)?
+                    }
+                    r => r?,
+                };
+                graphs.push(built);
             }
         }
         let graph_seconds = t_graphs.elapsed().as_secs_f64();
         let loop_done = Event::new(&counters)?;
         stream.sync(&counters).context("finishing the upload")?;
         counters.mark_loaded();
+        let programmatic_edges = graphs.iter().map(|g| g.programmatic_edges).sum();
         Ok(CudaExecutor {
             graphs,
+            pdl: PdlReport { wanted: pdl_wanted && mode == Mode::Graph, programmatic_edges, refused: pdl_refused },
             gemms,
             blas,
             graph_seconds,
@@ -402,6 +433,10 @@ impl CudaExecutor {
     pub fn graph_seconds(&self) -> f64 {
         self.graph_seconds
     }
+    /// Programmatic dependent launch: edges used, programs built without.
+    pub fn pdl(&self) -> &PdlReport {
+        &self.pdl
+    }
     /// Graphs built at load (one per program in graph mode).
     pub fn graph_count(&self) -> usize {
         self.graphs.len()
@@ -420,7 +455,16 @@ impl CudaExecutor {
 
     /// What `kiln run --stats` prints.
     pub fn stats_report(&self) -> String {
-        format!("{}\n{}", self.device.describe(), self.counters.snapshot().report(self.mode.name()).trim_end())
+        let mut pdl = format!(
+            "graphs: {} built at load in {:.3} s; programmatic dependent launch: {}",
+            self.graphs.len(),
+            self.graph_seconds,
+            if self.pdl.wanted { format!("{} programmatic edges", self.pdl.programmatic_edges) } else { "off".to_string() }
+        );
+        for r in &self.pdl.refused {
+            pdl.push_str(&format!("\n  refused, built with full edges: {r}"));
+        }
+        format!("{}\n{}\n{pdl}", self.device.describe(), self.counters.snapshot().report(self.mode.name()).trim_end())
     }
 
     fn check_program(&self, program: usize) -> Result<()> {

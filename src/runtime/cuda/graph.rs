@@ -28,6 +28,8 @@ pub struct ProgramGraph {
     /// Nodes and edges, body graphs of conditional nodes included.
     pub nodes: usize,
     pub edges: usize,
+    /// Edges that are programmatic (PDL), a subset of `edges`.
+    pub programmatic_edges: usize,
 }
 
 impl Drop for ProgramGraph {
@@ -103,6 +105,10 @@ pub struct ProgramParts<'a> {
     pub funcs: &'a [CUfunction],
     pub params: &'a [LaunchParams],
     pub library: &'a [Option<OwnedGraph>],
+    /// Programmatic dependent launch: a kernel node whose one dependency is a kernel node gets
+    /// a programmatic edge (it may start while its predecessor's last blocks run; it waits in
+    /// the kernel, see `abi::waits_for_prior_grids`).
+    pub pdl: bool,
     pub io: &'a ProgramIo,
 }
 
@@ -119,7 +125,7 @@ pub unsafe fn build(counters: &Counters, ctx: sys::CUcontext, parts: &ProgramPar
     let mut graph: sys::CUgraph = std::ptr::null_mut();
     call(counters, "cuGraphCreate", unsafe { sys::cuGraphCreate(&mut graph, 0) })?;
     // From here on, a failure must destroy the graph: wrap it before adding nodes.
-    let mut g = ProgramGraph { graph, exec: std::ptr::null_mut(), nodes: 0, edges: 0 };
+    let mut g = ProgramGraph { graph, exec: std::ptr::null_mut(), nodes: 0, edges: 0, programmatic_edges: 0 };
 
     let step_node = match io.step {
         Some(span) => {
@@ -181,7 +187,7 @@ unsafe fn add_kernel_nodes(
     step_readers: &[u32],
     loop_handle: Option<sys::CUgraphConditionalHandle>,
 ) -> Result<Vec<sys::CUgraphNode>> {
-    let ProgramParts { label, launches, deps, funcs, params, library, .. } = parts;
+    let ProgramParts { label, launches, deps, funcs, params, library, pdl, .. } = parts;
     let mut launch_nodes: Vec<sys::CUgraphNode> = Vec::with_capacity(launches.len());
     let mut by_after: Vec<Vec<u32>> = vec![Vec::new(); launches.len()];
     for &(before, after) in deps.iter() {
@@ -228,11 +234,26 @@ unsafe fn add_kernel_nodes(
             kern: std::ptr::null_mut(),
             ctx: std::ptr::null_mut(),
         };
+        let programmatic = *pdl
+            && dep_nodes.len() == 1
+            && by_after[i].len() == 1
+            && !launches[by_after[i][0] as usize].kernel.is_library()
+            && crate::runtime::cuda::abi::waits_for_prior_grids(&l.kernel);
         let mut node: sys::CUgraphNode = std::ptr::null_mut();
-        call(counters, "cuGraphAddKernelNode", unsafe {
-            sys::cuGraphAddKernelNode_v2(&mut node, target, dep_nodes.as_ptr(), dep_nodes.len(), &kp)
-        })
-        .with_context(|| format!("{label}: adding the kernel node of launch {i} `{}`", l.name))?;
+        let (deps_now, n_now) = if programmatic { (std::ptr::null(), 0) } else { (dep_nodes.as_ptr(), dep_nodes.len()) };
+        call(counters, "cuGraphAddKernelNode", unsafe { sys::cuGraphAddKernelNode_v2(&mut node, target, deps_now, n_now, &kp) })
+            .with_context(|| format!("{label}: adding the kernel node of launch {i} `{}`", l.name))?;
+        if programmatic {
+            let edge = sys::CUgraphEdgeData {
+                from_port: sys::CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC as u8,
+                to_port: 0,
+                type_: sys::CUgraphDependencyType::CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC as u8,
+                reserved: [0; 5],
+            };
+            call(counters, "cuGraphAddDependencies", unsafe { sys::cuGraphAddDependencies_v2(target, &dep_nodes[0], &node, &edge, 1) })
+                .with_context(|| format!("{label}: adding the programmatic edge into launch {i} `{}`", l.name))?;
+            g.programmatic_edges += 1;
+        }
         g.nodes += 1;
         g.edges += dep_nodes.len();
         launch_nodes.push(node);
@@ -271,7 +292,7 @@ pub unsafe fn build_loop(counters: &Counters, ctx: sys::CUcontext, parts: &Progr
     let span = io.step.with_context(|| format!("{label}: a device loop that reads no step fields"))?;
     let mut graph: sys::CUgraph = std::ptr::null_mut();
     call(counters, "cuGraphCreate", unsafe { sys::cuGraphCreate(&mut graph, 0) })?;
-    let mut g = ProgramGraph { graph, exec: std::ptr::null_mut(), nodes: 0, edges: 0 };
+    let mut g = ProgramGraph { graph, exec: std::ptr::null_mut(), nodes: 0, edges: 0, programmatic_edges: 0 };
 
     // SAFETY (pointer arithmetic): the span lies inside the pinned step buffer.
     let step_host = unsafe { ends.step_host.add(span.offset as usize) };
