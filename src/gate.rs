@@ -1107,6 +1107,11 @@ pub fn main(args: &GateArgs) -> Result<()> {
                 g.error(&format!("6 padding invisible [{kind}]"), e);
             }
         }
+        if !args.cpu_stand_in {
+            if let Err(e) = prefill::check_padding_synth(&mut g, args, "llama3.2-1b") {
+                g.error("6 padding invisible [llama3.2-1b]", e);
+            }
+        }
     }
     if want(7) {
         if let Err(e) = prefill::check_chunked_stories(&mut g, &args.stories) {

@@ -4,7 +4,9 @@
 //!    it (the rest of the bucket is padding, position -1) gives bit-identical last-row logits
 //!    and bit-identical KV rows, and the padding writes no KV row. Chunks start at position 0
 //!    and after a prefix (a second chunk), on random configs whose attention takes the
-//!    tensor-core prefill kernel (head_dim 64 and 128, bf16) and on an f32 one.
+//!    tensor-core prefill kernel (head_dim 64 and 128, bf16), on an f32 one, and on a
+//!    `kiln synth` Llama-3.2-1B with prefill buckets 16 to 2048 (real GEMM shapes, for which
+//!    cuBLASLt picks different algorithms per bucket).
 //! 7. Chunked == unchunked prefill: the same prompt prefilled through a plan whose largest
 //!    bucket holds it (one chunk) and through a plan with small buckets (several chunks, the KV
 //!    cache written in place) gives the same greedy continuation and logits within the gate's
@@ -53,28 +55,53 @@ fn kv_rows(e: &mut dyn Executor, cfg: &ModelConfig, seq: usize, rows: usize) -> 
 
 pub(super) fn check_padding(g: &mut Gate, kind: &str, seed: u64) -> Result<()> {
     let (cfg, dtype) = pad_config(kind)?;
-    let label = format!("6 padding invisible [{kind} {dtype}, prefill buckets {PAD_BUCKETS:?}]");
+    let src = if dtype == DType::F32 { SrcDType::F32 } else { SrcDType::BF16 };
+    let weights = MemWeights::random(&cfg, seed, src);
+    padding_cases(g, kind, &cfg, &weights, dtype, &PAD_BUCKETS, &PAD_CASES, 512, seed)
+}
+
+/// Check 6 on a `kiln synth` directory of a real model shape, with the prefill buckets of a
+/// serving plan up to 2048 (the library GEMMs pick their algorithms per row count there).
+pub(super) fn check_padding_synth(g: &mut Gate, args: &GateArgs, shape: &str) -> Result<()> {
+    let dir = synth_dir(args, shape)?;
+    let model = crate::model::open(&dir, None).with_context(|| format!("opening {}", dir.display()))?;
+    let cases = [(0, 1), (0, 100), (0, 500), (0, 1500), (300, 200)];
+    padding_cases(g, shape, &model.config, model.weights.as_ref(), DType::BF16, &[16, 128, 512, 2048], &cases, 2048, args.seed)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn padding_cases(
+    g: &mut Gate,
+    kind: &str,
+    cfg: &ModelConfig,
+    weights: &dyn WeightSource,
+    dtype: DType,
+    buckets: &[usize],
+    cases: &[(usize, usize)],
+    max_context: usize,
+    seed: u64,
+) -> Result<()> {
+    let cfg = cfg.clone();
+    let label = format!("6 padding invisible [{kind} {dtype}, prefill buckets {buckets:?}]");
     let opts = PlanOptions {
-        // One KV slot per case (8 sequences), so every case starts from untouched rows.
-        decode_buckets: vec![1, 8],
-        prefill_buckets: PAD_BUCKETS.to_vec(),
-        max_context: 512,
+        // One KV slot per case, so every case starts from untouched rows.
+        decode_buckets: vec![1, cases.len()],
+        prefill_buckets: buckets.to_vec(),
+        max_context,
         dtype,
         memory_budget: None,
         burst: 0,
         fuse: false,
     };
     let plan = build_plan(&cfg, &opts)?;
-    let src = if dtype == DType::F32 { SrcDType::F32 } else { SrcDType::BF16 };
-    let weights = MemWeights::random(&cfg, seed, src);
-    let mut gpu = g.load(&plan, &weights, Mode::Graph)?;
+    let mut gpu = g.load(&plan, weights, Mode::Graph)?;
     let row_bytes = cfg.n_kv_heads * cfg.head_dim * dtype.size();
     let mut compared = 0usize;
     let outcome = (|| -> Result<()> {
-        for (case, &(start, n)) in PAD_CASES.iter().enumerate() {
+        for (case, &(start, n)) in cases.iter().enumerate() {
             let prompt = random_tokens(seed ^ (0xbad + case as u64), start + n, cfg.vocab_size);
             let mut reference: Option<(usize, Vec<u8>, Vec<Vec<u8>>)> = None;
-            for &bucket in PAD_BUCKETS.iter().filter(|&&b| b >= n) {
+            for &bucket in buckets.iter().filter(|&&b| b >= n) {
                 if start > 0 {
                     let big = largest_prefill(&plan)?;
                     gpu.run(big, &prefill_step(&plan, big, &prompt[..start], 0, case)?)?;
@@ -112,8 +139,8 @@ pub(super) fn check_padding(g: &mut Gate, kind: &str, seed: u64) -> Result<()> {
     })();
     let detail = format!(
         "{} (start, tokens) cases {:?}, {compared} bucket pairs bit-identical in last-row logits and KV rows, no KV row written by padding",
-        PAD_CASES.len(),
-        PAD_CASES
+        cases.len(),
+        cases
     );
     match &outcome {
         Ok(()) => g.record(&label, true, &detail),
@@ -216,11 +243,17 @@ pub(super) fn check_chunked_stories(g: &mut Gate, path: &Path) -> Result<()> {
     check_chunked(g, "stories260K", &model.config, model.weights.as_ref(), DType::F32, &prompt, (16, 128))
 }
 
-pub(super) fn check_chunked_synth(g: &mut Gate, args: &GateArgs, shape: &str) -> Result<()> {
+/// The `kiln synth` directory of `shape` (bf16, the gate's seed), written when missing.
+fn synth_dir(args: &GateArgs, shape: &str) -> Result<PathBuf> {
     let dir = args.synth_dir.join(format!("{shape}-seed{}", args.seed));
     if !dir.join("model.safetensors").is_file() || !dir.join("config.json").is_file() {
         crate::synth::write(shape, args.seed, "bf16", &dir)?;
     }
+    Ok(dir)
+}
+
+pub(super) fn check_chunked_synth(g: &mut Gate, args: &GateArgs, shape: &str) -> Result<()> {
+    let dir = synth_dir(args, shape)?;
     let model = crate::model::open(&dir, None).with_context(|| format!("opening {}", dir.display()))?;
     let prompt = random_tokens(args.seed ^ 0xc4u64, 300, model.config.vocab_size);
     check_chunked(g, shape, &model.config, model.weights.as_ref(), DType::BF16, &prompt, (64, 512))

@@ -7,11 +7,14 @@
 //! `D[N, M] = op(A)[N, K] . B[K, M]` with A = w (`K x N`, ld K, transposed), B = x (`K x M`,
 //! ld K) and D = out (`N x M`, ld N): the "TN" GEMM, the fast one for tensor cores.
 //!
-//! Padding invisibility: one algorithm per weight shape and dtypes, chosen by cuBLASLt's
-//! heuristic at the largest row count any launch of that shape has, with split-K and its
-//! reductions excluded, then used for every row count (checked with `cublasLtMatmulAlgoCheck`).
-//! Each output element is then one tile's K loop in a fixed order whatever the number of rows,
-//! so a prompt's rows are bit-identical across prefill buckets (`kiln gate` checks it).
+//! Padding invisibility: split-K and stream-K reductions are excluded, so each output element
+//! is one tile's K loop, sequential over K in tensor-core k-steps, whatever the number of rows.
+//! The algorithm (tile shape) is cuBLASLt's heuristic choice for each launch's row count
+//! (`KILN_GEMM_ALGO=per-rows`, the default: small buckets get small tiles and enough blocks),
+//! or one algorithm per weight shape chosen at its largest row count and used for every row
+//! count (`KILN_GEMM_ALGO=fixed`, checked with `cublasLtMatmulAlgoCheck`). `kiln gate` check 6
+//! verifies bit-identical rows across prefill buckets on the models it runs, including a
+//! Llama-3.2-1B-shaped one.
 //!
 //! Graphs: at load each launch's call is captured once into its own small graph (a child
 //! graph node of the program's graph); eager mode calls `cublasLtMatmul` on the stream. Both
@@ -312,13 +315,18 @@ fn choose_algo(blas: &Blas, s: &Shape, workspace: usize) -> Result<lt::cublasLtM
 /// for the GEMMs. The algorithm of each weight shape is chosen once (see the module doc) and
 /// checked against every row count that uses it.
 pub fn prepare(blas: &Blas, plan: &Plan, region_base: &[u64; crate::plan::N_REGIONS]) -> Result<Vec<Vec<Option<GemmCall>>>> {
-    // Largest row count per shape-without-rows.
+    let per_rows = match std::env::var("KILN_GEMM_ALGO").as_deref() {
+        Err(_) | Ok("per-rows") => true,
+        Ok("fixed") => false,
+        Ok(other) => bail!("KILN_GEMM_ALGO=`{other}`: expected `per-rows` or `fixed`"),
+    };
+    // The row count each shape's algorithm is chosen at: its own (per-rows) or the largest.
+    let algo_key = |s: &Shape| if per_rows { *s } else { Shape { rows: 0, ..*s } };
     let mut largest: BTreeMap<Shape, u32> = BTreeMap::new();
     for p in &plan.programs {
         for l in p.launches.iter().filter(|l| l.kernel.is_library()) {
             let s = gemm_shape(&l.kernel, &l.bufs)?;
-            let key = Shape { rows: 0, ..s };
-            let e = largest.entry(key).or_insert(0);
+            let e = largest.entry(algo_key(&s)).or_insert(0);
             *e = (*e).max(s.rows);
         }
     }
@@ -342,7 +350,7 @@ pub fn prepare(blas: &Blas, plan: &Plan, region_base: &[u64; crate::plan::N_REGI
                 continue;
             }
             let s = gemm_shape(&l.kernel, &l.bufs)?;
-            let algo = algos[&Shape { rows: 0, ..s }];
+            let algo = algos[&algo_key(&s)];
             let bias_ptr = if s.bias.is_some() { ptr(&l.bufs[2]) } else { 0 };
             let descs = Descs::new(&s, bias_ptr)?;
             let ws = l.bufs.last().expect("checked by gemm_shape");
@@ -353,13 +361,7 @@ pub fn prepare(blas: &Blas, plan: &Plan, region_base: &[u64; crate::plan::N_REGI
                 "algorithm check",
             )
             .with_context(|| {
-                format!(
-                    "{} ({}): the algorithm chosen for {} rows does not run {} rows",
-                    p.label(),
-                    l.name,
-                    largest[&Shape { rows: 0, ..s }],
-                    s.rows
-                )
+                format!("{} ({}): the algorithm chosen for {} rows does not run {} rows", p.label(), l.name, largest[&algo_key(&s)], s.rows)
             })?;
             ensure!(
                 result.workspaceSize <= ws.bytes as usize,
