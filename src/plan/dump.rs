@@ -112,7 +112,8 @@ fn kernel_params(k: &Kernel) -> String {
             format!("rows={rows} in={in_features} out={out_features} norm={norm} eps={eps:e}")
         }
         Kernel::KvWrite { rows, kv_dim, kv_rows } => format!("rows={rows} kv_dim={kv_dim} kv_rows={kv_rows}"),
-        Kernel::Attention { rows, heads, kv_heads, head_dim, scale, kv_rows } => {
+        Kernel::Attention { rows, heads, kv_heads, head_dim, scale, kv_rows }
+        | Kernel::AttentionPrefill { rows, heads, kv_heads, head_dim, scale, kv_rows } => {
             format!("rows={rows} heads={heads} kv_heads={kv_heads} head_dim={head_dim} scale={scale} kv_rows={kv_rows}")
         }
         Kernel::AttentionSplit { rows, heads, kv_heads, head_dim, scale, kv_rows, splits, split_len } => format!(

@@ -61,6 +61,10 @@ pub fn launch_geometry(kernel: &Kernel, _bufs: &[BufArg]) -> Geometry {
     match *kernel {
         // A library call: the library picks its own grid at load (all zeros in the plan).
         Kernel::Gemm { .. } => Geometry { grid: [0; 3], block: [0; 3], shared_bytes: 0 },
+        Kernel::AttentionPrefill { rows, heads, head_dim, .. } => {
+            let (grid, block, shared_bytes) = attention_prefill_geometry(rows, heads, head_dim);
+            Geometry { grid, block, shared_bytes }
+        }
         // One block per row.
         Kernel::Gather { rows, .. } => g(rows, 1, 256),
         Kernel::RmsNorm { rows, .. } => g(rows, 1, 256),

@@ -139,6 +139,10 @@ pub enum Kernel {
     KvWrite { rows: u32, kv_dim: u32, kv_rows: u32 },
     /// bufs: q, k_cache, v_cache, positions, cache_base, out.
     Attention { rows: u32, heads: u32, kv_heads: u32, head_dim: u32, scale: f32, kv_rows: u32 },
+    /// Prefill attention on tensor cores (`attention_prefill.cu`, flash-attention style): the
+    /// semantics and operands of `Attention`; planned for f16 / bf16 prefill programs with
+    /// head_dim 64 or 128.
+    AttentionPrefill { rows: u32, heads: u32, kv_heads: u32, head_dim: u32, scale: f32, kv_rows: u32 },
     /// Decode attention, first half: each active KV split of each (row, head) writes its
     /// partial softmax state to the workspace. bufs: q, k_cache, v_cache, positions,
     /// cache_base, workspace. Workspace: f32 `[rows][heads][splits][head_dim + 2]` holding
@@ -192,6 +196,7 @@ impl Kernel {
             Kernel::KvWrite { .. } => "kv_write",
             Kernel::Attention { .. } => "attention",
             Kernel::AttentionSplit { .. } => "attention_split",
+            Kernel::AttentionPrefill { .. } => "attention_prefill",
             Kernel::AttentionMerge { .. } => "attention_merge",
             Kernel::SwiGlu { .. } => "swiglu",
             Kernel::Add { .. } => "add",

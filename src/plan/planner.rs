@@ -266,7 +266,15 @@ pub fn attention_splits(rows: u32, heads: u32, kv_heads: u32, max_context: u32) 
 fn launches_of(p: &Program, name: &str, op: &Op, max_context: usize, workspaces: &mut Vec<WorkspaceSpec>) -> Vec<LaunchSpec> {
     let mut operands: Vec<(Operand, Access)> = op.reads().into_iter().map(|v| (Operand::Value(v), Access::Read)).collect();
     operands.extend(op.writes().into_iter().map(|v| (Operand::Value(v), Access::Write)));
-    let kernel = kernel_of(p, op);
+    let mut kernel = kernel_of(p, op);
+    // Prefill attention on tensor cores where the kernel covers the shape.
+    if let (Phase::Prefill, &Kernel::Attention { rows, heads, kv_heads, head_dim, scale, kv_rows }, Op::Attention { q, .. }) =
+        (p.phase, &kernel, op)
+    {
+        if matches!(p.value(*q).dtype, DType::F16 | DType::BF16) && matches!(head_dim, 64 | 128) {
+            kernel = Kernel::AttentionPrefill { rows, heads, kv_heads, head_dim, scale, kv_rows };
+        }
+    }
     // Prefill linears over more rows than the GEMV takes: a library tensor-core GEMM with a
     // planned workspace. The same kernel for every prefill bucket, so the library's algorithm
     // (chosen at load per weight shape) and with it every row's reduction order do not depend

@@ -563,7 +563,9 @@ fn execute(regions: &mut [Vec<u8>; N_REGIONS], s: &mut Scratch, launch: &Launch)
             }
             Ok(())
         }
-        Kernel::Attention { rows, heads, kv_heads, head_dim, scale, kv_rows } => {
+        // The tensor-core prefill kernel has the semantics of `Attention`.
+        Kernel::Attention { rows, heads, kv_heads, head_dim, scale, kv_rows }
+        | Kernel::AttentionPrefill { rows, heads, kv_heads, head_dim, scale, kv_rows } => {
             let (rows, heads, kv_heads, hd) = (rows as usize, heads as usize, kv_heads as usize, head_dim as usize);
             let [q, k_cache, v_cache, positions, cache_base, out] = arity(launch, 5, 1)? else { unreachable!() };
             ensure!(kv_heads > 0 && heads % kv_heads == 0, "{heads} heads are not a multiple of {kv_heads} kv heads");

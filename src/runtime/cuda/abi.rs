@@ -98,7 +98,8 @@ pub fn scalars(kernel: &Kernel) -> Vec<Scalar> {
         // (k, v, positions, cache_base, k_cache, v_cache, rows, kv_dim, kv_rows)
         Kernel::KvWrite { rows, kv_dim, kv_rows } => vec![U32(rows), U32(kv_dim), U32(kv_rows)],
         // (q, k_cache, v_cache, positions, cache_base, out, rows, heads, kv_heads, head_dim, scale, kv_rows)
-        Kernel::Attention { rows, heads, kv_heads, head_dim, scale, kv_rows } => {
+        Kernel::Attention { rows, heads, kv_heads, head_dim, scale, kv_rows }
+        | Kernel::AttentionPrefill { rows, heads, kv_heads, head_dim, scale, kv_rows } => {
             vec![U32(rows), U32(heads), U32(kv_heads), U32(head_dim), F32(scale), U32(kv_rows)]
         }
         // (x, norm_w|0, weight, bias|0, residual|0, out, rows, in_features, out_features, has_norm,
