@@ -33,7 +33,8 @@
 // pre-scaled by scale * log2 e) and adds P V (P converted from the S accumulators to T fragments,
 // V by ldmatrix.trans). The tile visits blocks up to its largest last key; a warp whose 16 rows
 // all end before block j skips it. At the end each row is divided by its l and rounded once.
-// Tiles are launched heaviest (last) first: blockIdx.x = 0 takes the last tile.
+// Tiles are launched heaviest (last) first: grid (heads, tiles), blockIdx.y = 0 takes the last
+// tile of every head, so the longest blocks start first and the short ones fill the tail.
 //
 // Tiles whose rows have different cache_base (several sequences in one plan): the tile is done in
 // passes, one per distinct base among its valid rows (smallest first); a pass loads that base's
@@ -55,7 +56,7 @@
 // - padding rows (p < 0) and rows of other bases are excluded from the tile's largest key and
 //   from the bases of its passes, and a row is written only by the pass of its own base.
 //
-// Geometry (src/plan/geometry.rs `attention_prefill_geometry`): grid (ceil(rows / BM), heads),
+// Geometry (src/plan/geometry.rs `attention_prefill_geometry`): grid (heads, ceil(rows / BM)),
 // block 32 * KILN_FA_WARPS, dynamic shared (BM + 4 * BN) * head_dim * 2 bytes (the Q tile and two
 // K and two V buffers): 40 KiB at head_dim 64, 80 KiB at 128 (above 48 KiB: the runtime raises
 // the function's dynamic shared limit).
@@ -71,6 +72,11 @@
 // Blocks per SM the register allocation must allow (__launch_bounds__).
 #ifndef KILN_FA_MIN_BLOCKS
 #define KILN_FA_MIN_BLOCKS 1
+#endif
+// 1: grid (heads, tiles), so that the heaviest (last) tile of every head is dispatched before any
+// lighter one; 0: grid (tiles, heads), heaviest first within each head only.
+#ifndef KILN_FA_HEADS_ON_X
+#define KILN_FA_HEADS_ON_X 1
 #endif
 #define KILN_FA_THREADS (32 * KILN_FA_WARPS)
 #define KILN_FA_BM (16 * KILN_FA_WARPS)
@@ -104,6 +110,24 @@ __device__ __forceinline__ void ldmatrix_x4_trans(unsigned int (&r)[4], unsigned
                : "r"(addr));
 }
 
+// 2^x (MUFU.EX2; subnormal results flush to 0): exactly 1 at 0 and 0 at -inf.
+__device__ __forceinline__ float ex2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// The head and the query tile of this block (see KILN_FA_HEADS_ON_X); the last tile comes first.
+__device__ __forceinline__ void block_head_tile(unsigned int& head, unsigned int& tile) {
+#if KILN_FA_HEADS_ON_X
+  head = blockIdx.x;
+  tile = gridDim.y - 1 - blockIdx.y;
+#else
+  head = blockIdx.y;
+  tile = gridDim.x - 1 - blockIdx.x;
+#endif
+}
+
 // Two f32 as a T pair (round to nearest even), a in the low half: the mma fragment order.
 __device__ __forceinline__ unsigned int pack2(float a, float b, __nv_bfloat16) {
   __nv_bfloat162 v = __floats2bfloat162_rn(a, b);
@@ -134,9 +158,10 @@ __device__ void attention_prefill(const T* __restrict__ q, const T* __restrict__
   __shared__ int s_base[BM];
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const unsigned int h = blockIdx.y;
+  unsigned int h, tile;
+  block_head_tile(h, tile);
   if (h >= heads || kv_heads == 0) return;  // uniform over the block
-  const long long row0 = (long long)(gridDim.x - 1 - blockIdx.x) * BM;  // heaviest tiles first
+  const long long row0 = (long long)tile * BM;
   const unsigned int group = heads / kv_heads;
   const unsigned int g = h / (group == 0 ? 1 : group);
   const size_t kv_stride = (size_t)kv_heads * HD;  // elements between cache rows
@@ -268,16 +293,16 @@ __device__ void attention_prefill(const T* __restrict__ q, const T* __restrict__
         // A row with no key yet keeps m = -inf; subtract 0 then, so that exp2 gives 0, not NaN.
         const float use_lo = mx_lo == -kiln::inf() ? 0.0f : mx_lo;
         const float use_hi = mx_hi == -kiln::inf() ? 0.0f : mx_hi;
-        const float alpha_lo = exp2f(m_lo - use_lo), alpha_hi = exp2f(m_hi - use_hi);
+        const float alpha_lo = ex2(m_lo - use_lo), alpha_hi = ex2(m_hi - use_hi);
         m_lo = mx_lo;
         m_hi = mx_hi;
         float sum_lo = 0.0f, sum_hi = 0.0f;
 #pragma unroll
         for (int n = 0; n < BN / 8; ++n) {
-          s[n][0] = exp2f(s[n][0] - use_lo);
-          s[n][1] = exp2f(s[n][1] - use_lo);
-          s[n][2] = exp2f(s[n][2] - use_hi);
-          s[n][3] = exp2f(s[n][3] - use_hi);
+          s[n][0] = ex2(s[n][0] - use_lo);
+          s[n][1] = ex2(s[n][1] - use_lo);
+          s[n][2] = ex2(s[n][2] - use_hi);
+          s[n][3] = ex2(s[n][3] - use_hi);
           sum_lo += s[n][0] + s[n][1];
           sum_hi += s[n][2] + s[n][3];
         }
@@ -331,8 +356,9 @@ __device__ void attention_prefill(const T* __restrict__ q, const T* __restrict__
 // Unsupported head_dim: zero rows (the planner never sends one).
 template <typename T>
 __device__ void attention_prefill_zero(T* __restrict__ out, unsigned int rows, unsigned int heads, unsigned int head_dim) {
-  const long long row0 = (long long)(gridDim.x - 1 - blockIdx.x) * KILN_FA_BM;
-  const unsigned int h = blockIdx.y;
+  unsigned int h, tile;
+  block_head_tile(h, tile);
+  const long long row0 = (long long)tile * KILN_FA_BM;
   if (h >= heads) return;
   for (int i = threadIdx.x; i < KILN_FA_BM * (int)head_dim; i += KILN_FA_THREADS) {
     const long long t = row0 + i / (int)head_dim;

@@ -127,12 +127,14 @@ def geometry(kernel, **p):
     raise ValueError(kernel)
 
 
-def attention_prefill_geometry(rows, heads, head_dim, warps=4, bn=64):
-    """attention_prefill.cu (KILN_FA_WARPS, KILN_FA_BN): grid (ceil(rows / BM), heads), block 32 *
-    warps, dynamic shared (BM + 4 * BN) * head_dim * 2 bytes with BM = 16 * warps."""
+def attention_prefill_geometry(rows, heads, head_dim, warps=4, bn=64, heads_on_x=True):
+    """attention_prefill.cu (KILN_FA_WARPS, KILN_FA_BN, KILN_FA_HEADS_ON_X): grid (heads,
+    ceil(rows / BM)), block 32 * warps, dynamic shared (BM + 4 * BN) * head_dim * 2 bytes with
+    BM = 16 * warps."""
     bm = 16 * warps
     shared = (bm + 4 * bn) * head_dim * 2 if head_dim in (64, 128) else 0
-    return (max(1, cdiv(rows, bm)), heads, 1), (32 * warps, 1, 1), shared
+    tiles = max(1, cdiv(rows, bm))
+    return ((heads, tiles, 1) if heads_on_x else (tiles, heads, 1)), (32 * warps, 1, 1), shared
 
 
 # ---- reporting ------------------------------------------------------------------------------
@@ -586,15 +588,17 @@ class Checker:
                     out = self.dev(dt.poison((B, H * HD)))
                     self.launch_prefill(dt, qd, kd, vd, self.dev(pos), self.dev(cb), out, B, H, KVH, HD, KVR)
                     results.append((f"rows {B}", out.get()[:n].tobytes()))
-                # Shared tile: the rest of the last tile holds another sequence's rows.
+                # Shared tile: the rest of the last tile holds another sequence's rows, or rows of
+                # the same sequence far later (the tile then visits KV blocks past every real row).
                 B = cdiv(n, 64) * 64 + 64
-                pos = np.full(B, -1, dtype=np.int32)
-                cb = np.zeros(B, dtype=np.int32)
-                pos[:n], cb[:n] = np.arange(p0, p0 + n), base
-                pos[n:], cb[n:] = np.arange(B - n) + 500, 10
-                out = self.dev(dt.poison((B, H * HD)))
-                self.launch_prefill(dt, qd, kd, vd, self.dev(pos), self.dev(cb), out, B, H, KVH, HD, KVR)
-                results.append((f"tile shared with another base ({B} rows)", out.get()[:n].tobytes()))
+                for what, other_base in (("another base", 10), ("later rows of the same base", base)):
+                    pos = np.full(B, -1, dtype=np.int32)
+                    cb = np.zeros(B, dtype=np.int32)
+                    pos[:n], cb[:n] = np.arange(p0, p0 + n), base
+                    pos[n:], cb[n:] = np.arange(B - n) + 500, other_base
+                    out = self.dev(dt.poison((B, H * HD)))
+                    self.launch_prefill(dt, qd, kd, vd, self.dev(pos), self.dev(cb), out, B, H, KVH, HD, KVR)
+                    results.append((f"tile shared with {what} ({B} rows)", out.get()[:n].tobytes()))
                 same = [lbl for lbl, r in results[1:] if r == results[0][1]]
                 differ = [lbl for lbl, r in results[1:] if r != results[0][1]]
                 self.report.record(f"attention_prefill hd{HD} {H}/{KVH} bit identity n={n}", dt.name, not differ,
@@ -650,9 +654,9 @@ class Checker:
                                      f"{flops / torch_ms / 1e9:>8.1f} {1.0:>9.2f}")
                     except Exception as e:  # noqa: BLE001
                         lines.append(f"{shape} torch SDPA flash: failed ({e})")
-                for vname, module, warps, bn in (("", self.module, 4, 64), *variants):
+                for vname, module, warps, bn, heads_on_x in (("", self.module, 4, 64, True), *variants):
                     f = module.get_function("kiln_attention_prefill_bf16")
-                    grid, block, shared = attention_prefill_geometry(T, H, HD, warps, bn)
+                    grid, block, shared = attention_prefill_geometry(T, H, HD, warps, bn, heads_on_x)
                     f.max_dynamic_shared_size_bytes = shared
                     args = (q, kc, vc, pos, cb, out, np.uint32(T), np.uint32(H), np.uint32(KVH), np.uint32(HD),
                             np.float32(1.0 / math.sqrt(HD)), np.uint32(T))
@@ -1259,15 +1263,17 @@ def main():
     print()
     print(report.table())
     if args.bench and (not only or "attention_prefill" in only):
-        # Tuning variants of the prefill kernel: (name, module, warps, BN), as compiled with -D.
+        # Tuning variants of the prefill kernel: (name, module, warps, BN, heads on x), as compiled
+        # with -D.
         variants = []
-        for vname, defines, warps, bn in (("min-blocks 3", ["KILN_FA_MIN_BLOCKS=3"], 4, 64),
-                                          ("8 warps", ["KILN_FA_WARPS=8"], 8, 64),
-                                          ("BN 32", ["KILN_FA_BN=32"], 4, 32),
-                                          ("BN 32 min-blocks 3", ["KILN_FA_BN=32", "KILN_FA_MIN_BLOCKS=3"], 4, 32)):
+        for vname, defines, warps, bn, heads_on_x in (
+                ("tiles on x", ["KILN_FA_HEADS_ON_X=0"], 4, 64, False),
+                ("min-blocks 3", ["KILN_FA_MIN_BLOCKS=3"], 4, 64, True),
+                ("8 warps", ["KILN_FA_WARPS=8"], 8, 64, True),
+                ("BN 32 min-blocks 3", ["KILN_FA_BN=32", "KILN_FA_MIN_BLOCKS=3"], 4, 32, True)):
             try:
                 m, _ = load_module(cp, report, only=["attention_prefill.cu"], defines=defines)
-                variants.append((vname, m, warps, bn))
+                variants.append((vname, m, warps, bn, heads_on_x))
             except Exception as e:  # noqa: BLE001 - a variant is optional
                 print(f"(variant {vname} unavailable: {e})")
         print()
