@@ -26,7 +26,9 @@ several copies of each weight / KV cache rotating so that reads come from HBM, n
 reports GB/s against kiln's own read-bandwidth probe: the bf16 GEMV at rows 1, 2, 4, 8 on the
 Llama shapes and the logits, and split + merge decode attention at context 4096 (1B and 8B
 shapes; the planner's split count and one counted in launched blocks; a tuning variant of the
-split kernel compiled with -D).
+split kernel compiled with -D). It also times causal prefill attention (kiln_attention_prefill,
+its -D tuning variants, the one-kernel kiln_attention and torch's SDPA flash backend) at T = 512
+and 2048 on the same shapes; with --only attention_prefill, only that part runs.
 """
 
 import argparse
@@ -111,6 +113,8 @@ def geometry(kernel, **p):
         return geometry("linear", **p)
     if kernel == "attention":
         return (p["rows"], p["heads"], 1), (256, 1, 1)
+    if kernel == "attention_prefill":
+        return attention_prefill_geometry(p["rows"], p["heads"], p["head_dim"])[:2]
     if kernel == "attention_split":
         chunks = max(1, cdiv(p["heads"] // max(1, p["kv_heads"]), 4))
         return (p["rows"] * p["kv_heads"] * chunks, p["splits"], 1), (256, 1, 1)
@@ -121,6 +125,16 @@ def geometry(kernel, **p):
     if kernel == "sample":
         return (p["rows"], 1, 1), (1024, 1, 1)
     raise ValueError(kernel)
+
+
+def attention_prefill_geometry(rows, heads, head_dim, warps=4, bn=64, heads_on_x=True):
+    """attention_prefill.cu (KILN_FA_WARPS, KILN_FA_BN, KILN_FA_HEADS_ON_X): grid (heads,
+    ceil(rows / BM)), block 32 * warps, dynamic shared (BM + 4 * BN) * head_dim * 2 bytes with
+    BM = 16 * warps."""
+    bm = 16 * warps
+    shared = (bm + 4 * bn) * head_dim * 2 if head_dim in (64, 128) else 0
+    tiles = max(1, cdiv(rows, bm))
+    return ((heads, tiles, 1) if heads_on_x else (tiles, heads, 1)), (32 * warps, 1, 1), shared
 
 
 # ---- reporting ------------------------------------------------------------------------------
@@ -478,6 +492,192 @@ class Checker:
                     ref[t, h] = (e @ vf[rows, g]) / e.sum()
             self.report.compare(f"attention {name}", dt.name, dt.load(out.get()), ref.reshape(R, H * HD),
                                 1.5 * dt.unit + 1e-5, 2e-5)
+
+    # attention_prefill ----------------------------------------------------------------------
+    @staticmethod
+    def attention_ref(qf, kf, vf, pos, cb, KVR):
+        """float64 Op::Attention: qf [R, H, HD], kf / vf [KVR, KVH, HD] -> [R, H, HD]."""
+        R, H, HD = qf.shape
+        KVH = kf.shape[1]
+        scale = np.float64(np.float32(1.0 / math.sqrt(HD)))
+        ref = np.zeros((R, H, HD))
+        for t in range(R):
+            p, b = int(pos[t]), int(cb[t])
+            n = min(p + 1, KVR - b)
+            if p < 0 or b < 0 or n <= 0:
+                continue
+            k, v = kf[b:b + n], vf[b:b + n]  # [n, KVH, HD]
+            qg = qf[t].reshape(KVH, H // KVH, HD)
+            s = scale * np.einsum("kgd,nkd->kgn", qg, k)
+            e = np.exp(s - s.max(axis=-1, keepdims=True))
+            ref[t] = (np.einsum("kgn,nkd->kgd", e, v) / e.sum(axis=-1)[..., None]).reshape(H, HD)
+        return ref
+
+    def launch_prefill(self, dt, q, kc, vc, pos, cb, out, R, H, KVH, HD, KVR, fn=None, warps=4, bn=64):
+        grid, block, shared = attention_prefill_geometry(R, H, HD, warps, bn)
+        f = fn or self.fn(f"kiln_attention_prefill_{dt.name}")
+        f.max_dynamic_shared_size_bytes = max(shared, 1)
+        f(grid, block, (q, kc, vc, pos, cb, out, np.uint32(R), np.uint32(H), np.uint32(KVH), np.uint32(HD),
+                        np.float32(1.0 / math.sqrt(HD)), np.uint32(KVR)), shared_mem=shared)
+
+    def attention_prefill(self, dt):
+        """The flash-attention prefill kernel against float64 (P is rounded to T before P.V, so
+        the tolerance is a few units of T relative to max|ref|), padding rows exactly zero, rows
+        past `rows` unwritten, and a row's bytes independent of the row count and of its tile."""
+        if dt.name == "f32":
+            return
+        cp = self.cp
+        KVR = 1400
+
+        def prompt(n, p0, base):  # one sequence's chunk: positions p0..p0+n-1 at cache_base base
+            return list(range(p0, p0 + n)), [base] * n
+
+        def mixed():
+            pos, cb = prompt(20, 0, 0)  # sequence A from the start
+            p2, c2 = prompt(20, 100, 500)  # sequence B, a later chunk
+            pos, cb = pos + p2, cb + c2
+            pos += [-1, 7, 0, 999, 300, 3, 250, 2000, 5, 40, 1, 62, 63, 64, 65, 9, 10, 200, 33, 1, 0, 128, 127, 64]
+            cb += [77, 900, 1399, 0, 1100, -5, 1300, 1000, 16, 16, 16, 600, 600, 600, 600, 1390, 1395, 50, 0, 0, 64, 700, 700, 700]
+            return pos, cb  # 64 rows: two prompts, decode-like rows, clamped, negative base, padding
+
+        scenarios = [
+            ("1 row", *prompt(1, 0, 0)),
+            ("17 rows base 0", *prompt(17, 0, 0)),
+            ("64 rows base 0", *prompt(64, 0, 0)),
+            ("300 rows 2nd chunk p0 200 base 1000", *prompt(300, 200, 1000 - 200)),
+            ("70 rows + 10 padding", [*range(5, 75), *[-1] * 10], [300] * 70 + [0, 5, -1, 1399, 2000, 0, 0, 7, 9, 1]),
+            ("mixed bases in one tile", *mixed()),
+        ]
+        shapes = [(64, 8, 8), (64, 8, 2), (64, 16, 2), (128, 8, 8), (128, 8, 2), (128, 16, 2)]  # hd, heads, kv_heads
+        for HD, H, KVH in shapes:
+            kc = dt.store(self.rand(KVR, KVH * HD))
+            vc = dt.store(self.rand(KVR, KVH * HD))
+            kf, vf = dt.load(kc).reshape(KVR, KVH, HD), dt.load(vc).reshape(KVR, KVH, HD)
+            kd, vd = self.dev(kc), self.dev(vc)
+            for name, pos, cb in scenarios:
+                pos, cb = np.array(pos, dtype=np.int32), np.array(cb, dtype=np.int32)
+                R = len(pos)
+                q = dt.store(self.rand(R, H * HD, scale=2.0))
+                extra = 64  # poisoned rows past `rows`: must stay unwritten
+                out = self.dev(dt.poison((R + extra, H * HD)))
+                self.launch_prefill(dt, self.dev(q), kd, vd, self.dev(pos), self.dev(cb), out, R, H, KVH, HD, KVR)
+                cp.cuda.Device().synchronize()
+                got = out.get()
+                ref = self.attention_ref(dt.load(q).reshape(R, H, HD), kf, vf, pos, cb, KVR)
+                label = f"attention_prefill hd{HD} {H}/{KVH} {name}"
+                self.report.compare(label, dt.name, dt.load(got[:R]), ref.reshape(R, H * HD),
+                                    2 * dt.unit, 4 * dt.unit)
+                zero_rows = [t for t in range(R) if not (pos[t] >= 0 and cb[t] >= 0 and cb[t] < KVR)]
+                zeros_ok = all(not np.any(got[t].view(np.uint16)) for t in zero_rows)
+                tail_ok = bytes(got[R:].tobytes()) == bytes(dt.poison((extra, H * HD)).tobytes())
+                if not (zeros_ok and tail_ok):
+                    self.report.record(label + ": zero rows / tail", dt.name, False,
+                                       f"zero rows exact {zeros_ok}, rows past `rows` untouched {tail_ok}")
+            # Bit identity: n real rows in buffers of several row counts (padding p = -1), and with
+            # another sequence's rows in the same tile.
+            for n, buckets in ((50, (50, 64, 2048)), (300, (300, 512, 2048))):
+                p0, base = 37, 600
+                q = dt.store(self.rand(2048, H * HD, scale=2.0))
+                qd = self.dev(q)
+                results = []
+                for B in buckets:
+                    pos = np.full(B, -1, dtype=np.int32)
+                    cb = np.zeros(B, dtype=np.int32)
+                    pos[:n], cb[:n] = np.arange(p0, p0 + n), base
+                    cb[n:] = np.arange(B - n) % 7  # padding rows' bases must not matter
+                    out = self.dev(dt.poison((B, H * HD)))
+                    self.launch_prefill(dt, qd, kd, vd, self.dev(pos), self.dev(cb), out, B, H, KVH, HD, KVR)
+                    results.append((f"rows {B}", out.get()[:n].tobytes()))
+                # Shared tile: the rest of the last tile holds another sequence's rows, or rows of
+                # the same sequence far later (the tile then visits KV blocks past every real row).
+                B = cdiv(n, 64) * 64 + 64
+                for what, other_base in (("another base", 10), ("later rows of the same base", base)):
+                    pos = np.full(B, -1, dtype=np.int32)
+                    cb = np.zeros(B, dtype=np.int32)
+                    pos[:n], cb[:n] = np.arange(p0, p0 + n), base
+                    pos[n:], cb[n:] = np.arange(B - n) + 500, other_base
+                    out = self.dev(dt.poison((B, H * HD)))
+                    self.launch_prefill(dt, qd, kd, vd, self.dev(pos), self.dev(cb), out, B, H, KVH, HD, KVR)
+                    results.append((f"tile shared with {what} ({B} rows)", out.get()[:n].tobytes()))
+                same = [lbl for lbl, r in results[1:] if r == results[0][1]]
+                differ = [lbl for lbl, r in results[1:] if r != results[0][1]]
+                self.report.record(f"attention_prefill hd{HD} {H}/{KVH} bit identity n={n}", dt.name, not differ,
+                                   f"vs rows {n}: identical {', '.join(same) or '-'}"
+                                   + (f"; DIFFERENT {', '.join(differ)}" if differ else ""),
+                                   bad=len(differ), total=len(results) - 1)
+
+    def bench_attention_prefill(self, variants=()):
+        """Causal prefill attention (one sequence, positions 0..T-1, base 0; bf16) on the Llama
+        shapes: kiln_attention_prefill (and tuning variants), the one-kernel kiln_attention, and
+        torch's SDPA flash backend. FLOPs = 4 * head_dim * heads * T (T + 1) / 2 (Q K^T and P V,
+        2 per multiply-add, over the T (T + 1) / 2 causal (query, key) pairs)."""
+        cp = self.cp
+        lines = [f"{'prefill attention (bf16, causal)':<52} {'T':>5} {'ms':>9} {'TFLOP/s':>8} {'vs torch':>9}"]
+        try:
+            import torch
+            import torch.nn.functional as F
+        except Exception as e:  # noqa: BLE001 - torch is optional
+            torch = None
+            lines.append(f"(torch unavailable: {e})")
+        for shape, H, KVH, HD in (("Llama-3.1-8B 32/8 hd128", 32, 8, 128), ("Llama-3.2-1B 32/8 hd64", 32, 8, 64)):
+            for T in (512, 2048):
+                flops = 4.0 * HD * H * T * (T + 1) / 2
+                q = self.random_bf16(T * H * HD)
+                kc = self.random_bf16(T * KVH * HD)
+                vc = self.random_bf16(T * KVH * HD)
+                pos = cp.arange(T, dtype=cp.int32)
+                cb = cp.zeros(T, dtype=cp.int32)
+                out = cp.zeros(T * H * HD, dtype=cp.uint16)
+                torch_ms = None
+                if torch is not None:
+                    try:
+                        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+                        tq = torch.randn(1, H, T, HD, device="cuda", dtype=torch.bfloat16)
+                        tk = torch.randn(1, KVH, T, HD, device="cuda", dtype=torch.bfloat16).repeat_interleave(H // KVH, 1)
+                        tv = torch.randn(1, KVH, T, HD, device="cuda", dtype=torch.bfloat16).repeat_interleave(H // KVH, 1)
+                        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+                            for _ in range(3):
+                                F.scaled_dot_product_attention(tq, tk, tv, is_causal=True)
+                            torch.cuda.synchronize()
+                            times = []
+                            for _ in range(9):
+                                e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                                e0.record()
+                                for _ in range(10):
+                                    F.scaled_dot_product_attention(tq, tk, tv, is_causal=True)
+                                e1.record()
+                                e1.synchronize()
+                                times.append(e0.elapsed_time(e1) / 10)
+                        torch_ms = sorted(times)[len(times) // 2]
+                        lines.append(f"{shape + ' torch SDPA flash':<52} {T:>5} {torch_ms:>9.3f} "
+                                     f"{flops / torch_ms / 1e9:>8.1f} {1.0:>9.2f}")
+                    except Exception as e:  # noqa: BLE001
+                        lines.append(f"{shape} torch SDPA flash: failed ({e})")
+                for vname, module, warps, bn, heads_on_x in (("", self.module, 4, 64, True), *variants):
+                    f = module.get_function("kiln_attention_prefill_bf16")
+                    grid, block, shared = attention_prefill_geometry(T, H, HD, warps, bn, heads_on_x)
+                    f.max_dynamic_shared_size_bytes = shared
+                    args = (q, kc, vc, pos, cb, out, np.uint32(T), np.uint32(H), np.uint32(KVH), np.uint32(HD),
+                            np.float32(1.0 / math.sqrt(HD)), np.uint32(T))
+                    sec, how = self.graph_time([lambda f=f, grid=grid, block=block, shared=shared, args=args:
+                                                f(grid, block, args, shared_mem=shared)] * 10)
+                    ms = sec * 1e3
+                    vs = f"{ms / torch_ms:>9.2f}" if torch_ms else f"{'-':>9}"
+                    label = f"{shape} kiln_attention_prefill{' ' + vname if vname else ''}"
+                    lines.append(f"{label:<52} {T:>5} {ms:>9.3f} {flops / sec / 1e12:>8.1f} {vs}"
+                                 + ("" if how == "graph" else f"  ({how})"))
+                fa = self.fn("kiln_attention_bf16")
+                args = (q, kc, vc, pos, cb, out, np.uint32(T), np.uint32(H), np.uint32(KVH), np.uint32(HD),
+                        np.float32(1.0 / math.sqrt(HD)), np.uint32(T))
+                sec, _ = self.graph_time([lambda: fa((T, H, 1), (256, 1, 1), args)] * 2, reps=3)
+                ms = sec * 1e3
+                vs = f"{ms / torch_ms:>9.2f}" if torch_ms else f"{'-':>9}"
+                lines.append(f"{shape + ' kiln_attention (one-kernel)':<52} {T:>5} {ms:>9.3f} {flops / sec / 1e12:>8.1f} {vs}")
+                if torch is not None:
+                    tq = tk = tv = None
+                    torch.cuda.empty_cache()
+        return lines
 
     # attention_split / attention_merge ------------------------------------------------------
     @staticmethod
@@ -1049,7 +1249,8 @@ def main():
     print(f"compiled the kernels ({how}) in {time.time() - t0:.1f} s")
 
     checker = Checker(cp, module, np.random.default_rng(seed), report)
-    per_dtype = ["gather", "rms_norm", "head_rms_norm", "linear", "fused", "rope", "kv_write", "attention", "attention_split",
+    per_dtype = ["gather", "rms_norm", "head_rms_norm", "linear", "fused", "rope", "kv_write", "attention", "attention_prefill",
+                 "attention_split",
                  "swiglu", "add"]
     only = set(args.only.split(",")) if args.only else None
     for name in per_dtype:
@@ -1061,7 +1262,24 @@ def main():
         checker.sample()
     print()
     print(report.table())
-    if args.bench:
+    if args.bench and (not only or "attention_prefill" in only):
+        # Tuning variants of the prefill kernel: (name, module, warps, BN, heads on x), as compiled
+        # with -D.
+        variants = []
+        for vname, defines, warps, bn, heads_on_x in (
+                ("tiles on x", ["KILN_FA_HEADS_ON_X=0"], 4, 64, False),
+                ("min-blocks 3", ["KILN_FA_MIN_BLOCKS=3"], 4, 64, True),
+                ("8 warps", ["KILN_FA_WARPS=8"], 8, 64, True),
+                ("BN 32 min-blocks 3", ["KILN_FA_BN=32", "KILN_FA_MIN_BLOCKS=3"], 4, 32, True)):
+            try:
+                m, _ = load_module(cp, report, only=["attention_prefill.cu"], defines=defines)
+                variants.append((vname, m, warps, bn, heads_on_x))
+            except Exception as e:  # noqa: BLE001 - a variant is optional
+                print(f"(variant {vname} unavailable: {e})")
+        print()
+        for line in checker.bench_attention_prefill(variants):
+            print(line)
+    if args.bench and (not only or only - {"attention_prefill"}):
         # Tuning variant of the split kernel: registers capped for 2 blocks per SM.
         variants = []
         try:

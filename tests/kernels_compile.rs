@@ -14,8 +14,8 @@ use kiln::runtime::cuda::{abi, nvrtc};
 use std::collections::BTreeSet;
 use std::sync::OnceLock;
 
-/// Every symbol kernels/ must define: 10 kernels x 3 dtypes, linear's and fused_linear's 5 (dt, out)
-/// pairs each, gated_linear x 3 dtypes, sample, advance.
+/// Every symbol kernels/ must define: 10 kernels x 3 dtypes, attention_prefill x 2 (f16, bf16),
+/// linear's and fused_linear's 5 (dt, out) pairs each, gated_linear x 3 dtypes, sample, advance.
 fn expected_symbols() -> BTreeSet<String> {
     let mut s = BTreeSet::new();
     for kernel in
@@ -31,6 +31,10 @@ fn expected_symbols() -> BTreeSet<String> {
     }
     for dt in ["f32", "f16", "bf16"] {
         s.insert(format!("kiln_gated_linear_{dt}"));
+    }
+    // Flash-attention prefill: f16 and bf16 only (the planner picks it for head_dim 64 / 128).
+    for dt in ["f16", "bf16"] {
+        s.insert(format!("kiln_attention_prefill_{dt}"));
     }
     s.insert("kiln_sample_f32".to_string());
     s.insert("kiln_advance".to_string());

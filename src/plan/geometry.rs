@@ -51,6 +51,27 @@ pub const ATTENTION_MERGE_THREADS: u32 = 256;
 /// Threads of the elementwise kernels (`swiglu.cu`, `add.cu`), one element each.
 pub const ELEMENTWISE_THREADS: u32 = 256;
 
+/// `attention_prefill.cu`: warps per block (`KILN_FA_WARPS`); each warp owns 16 query rows.
+pub const ATTENTION_PREFILL_WARPS: u32 = 4;
+/// `attention_prefill.cu`: query rows per block (`KILN_FA_BM` = 16 x warps).
+pub const ATTENTION_PREFILL_ROWS: u32 = 16 * ATTENTION_PREFILL_WARPS;
+/// `attention_prefill.cu`: cache rows per K/V block (`KILN_FA_BN`).
+pub const ATTENTION_PREFILL_KEYS: u32 = 64;
+
+/// `attention_prefill.cu` (flash-attention prefill; head_dim 64 or 128, f16 / bf16): grid
+/// (heads, ceil(rows / 64)) (`KILN_FA_HEADS_ON_X`: the heaviest tile of every head is dispatched
+/// first; rows up to 65535 x 64), block 128 threads, and dynamic shared memory for the Q tile and two
+/// K and two V buffers: (BM + 4 BN) x head_dim x 2 bytes, 40 KiB at head_dim 64 and 80 KiB at 128
+/// (above 48 KiB: the runtime raises the function's limit at load). Other head_dims need none:
+/// the kernel only writes zeros for them. Returns (grid, block, dynamic shared bytes).
+pub fn attention_prefill_geometry(rows: u32, heads: u32, head_dim: u32) -> ([u32; 3], [u32; 3], u32) {
+    let shared = match head_dim {
+        64 | 128 => (ATTENTION_PREFILL_ROWS + 4 * ATTENTION_PREFILL_KEYS) * head_dim * 2,
+        _ => 0,
+    };
+    ([heads.max(1), rows.div_ceil(ATTENTION_PREFILL_ROWS).max(1), 1], [32 * ATTENTION_PREFILL_WARPS, 1, 1], shared)
+}
+
 /// Head chunks of one KV head's GQA group in `attention_split.cu`: ceil(group / 4).
 pub fn attention_head_chunks(heads: u32, kv_heads: u32) -> u32 {
     (heads / kv_heads.max(1)).div_ceil(ATTENTION_SPLIT_MAX_GROUP).max(1)
@@ -182,6 +203,17 @@ mod tests {
         // Attention: one block per (row, head).
         let g = launch_geometry(&Kernel::Attention { rows: 5, heads: 3, kv_heads: 1, head_dim: 64, scale: 1.0, kv_rows: 9 }, &[]);
         assert_eq!((g.grid, g.block), ([5, 3, 1], [ATTENTION_THREADS, 1, 1]));
+    }
+
+    #[test]
+    fn prefill_attention_has_a_block_per_head_and_64_row_tile() {
+        // Llama-3.1-8B (hd 128) and Llama-3.2-1B (hd 64) at a 2048-row bucket; a 1-row plan.
+        assert_eq!(attention_prefill_geometry(2048, 32, 128), ([32, 32, 1], [128, 1, 1], 80 * 1024));
+        assert_eq!(attention_prefill_geometry(2048, 32, 64), ([32, 32, 1], [128, 1, 1], 40 * 1024));
+        assert_eq!(attention_prefill_geometry(1, 8, 64).0, [8, 1, 1]);
+        assert_eq!(attention_prefill_geometry(65, 8, 64).0, [8, 2, 1]);
+        // Unsupported head dims only write zeros: no shared memory.
+        assert_eq!(attention_prefill_geometry(16, 4, 80).2, 0);
     }
 
     #[test]
