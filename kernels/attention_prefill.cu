@@ -60,6 +60,8 @@
 // block 32 * KILN_FA_WARPS, dynamic shared (BM + 4 * BN) * head_dim * 2 bytes (the Q tile and two
 // K and two V buffers): 40 KiB at head_dim 64, 80 KiB at 128 (above 48 KiB: the runtime raises
 // the function's dynamic shared limit).
+// Every block first waits for the grids it depends on (kiln::wait_prior_grids, common.cuh), so a
+// graph may launch it programmatically after its predecessor.
 #include "common.cuh"
 
 // Tuning knobs: overridable only for the sweep of scripts/kernel_check.py --bench.
@@ -374,6 +376,7 @@ __device__ void attention_prefill_zero(T* __restrict__ out, unsigned int rows, u
       const T* q, const T* k_cache, const T* v_cache, const int* positions, const int* cache_base, T* out,       \
       unsigned int rows, unsigned int heads, unsigned int kv_heads, unsigned int head_dim, float scale,          \
       unsigned int kv_rows) {                                                                                    \
+    kiln::wait_prior_grids();                                                                                    \
     if (head_dim == 128)                                                                                         \
       kiln::fa::attention_prefill<T, 128>(q, k_cache, v_cache, positions, cache_base, out, rows, heads, kv_heads, \
                                           scale, kv_rows);                                                       \

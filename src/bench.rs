@@ -679,7 +679,11 @@ mod tests {
         assert_eq!(o.prefill_buckets, vec![128, 512, 2048]);
         let p = args("--shapes llama3.2-1b --prefill --prefill-prompts 2048,128,512");
         let o = plan_options(&p, &cfg, None).unwrap();
-        assert_eq!((o.decode_buckets, o.prefill_buckets, o.max_context), (vec![1], vec![128, 512, 2048], 2048));
+        // A serving bucket set: 8 decode buckets, 8 prefill buckets 16..2048.
+        assert_eq!(
+            (o.decode_buckets, o.prefill_buckets, o.max_context, o.burst),
+            ((1..=8).collect(), vec![16, 32, 64, 128, 256, 512, 1024, 2048], 2048, 0)
+        );
     }
 
     #[test]

@@ -100,7 +100,9 @@ pub fn prefill_flops(plan: &Plan, n: usize) -> Result<f64> {
                     once_macs += macs * rows as f64;
                 }
             }
-            Kernel::Attention { heads, head_dim, .. } | Kernel::AttentionPrefill { heads, head_dim, .. } => attn_width += heads as f64 * head_dim as f64,
+            Kernel::Attention { heads, head_dim, .. } | Kernel::AttentionPrefill { heads, head_dim, .. } => {
+                attn_width += heads as f64 * head_dim as f64
+            }
             _ => {}
         }
     }

@@ -4,8 +4,10 @@
 //! each kernel file's header comment states the geometry it expects.
 //!
 //! Large dimensions (rows, elements, output features) go on `grid.x` (up to 2^31 - 1 blocks);
-//! `grid.y` (at most 65535) carries only heads or row tiles. No kernel uses dynamic shared
-//! memory; static shared memory stays under the 48 KB that needs no opt-in.
+//! `grid.y` (at most 65535) carries only heads or row tiles. Static shared memory stays under
+//! the 48 KB that needs no opt-in; only the prefill attention uses dynamic shared memory (up to
+//! 80 KiB, within the H100/H200's 227 KiB per block; the runtime opts the function in at load).
+//! A library launch (`Kernel::Gemm`) has no geometry: all zeros.
 
 use super::{BufArg, Kernel};
 
@@ -156,6 +158,7 @@ mod tests {
             Kernel::SwiGlu { n: 7 * 3072 },
             Kernel::Add { n: 7 * 1024 },
             Kernel::Sample { rows: 7, vocab: 151936 },
+            Kernel::AttentionPrefill { rows: 2048, heads: 32, kv_heads: 8, head_dim: 128, scale: 0.088, kv_rows: 4096 },
         ];
         for rows in [1, 8, 9, 4096] {
             v.push(Kernel::Linear { rows, in_features: 1024, out_features: 151936, bias: false });
@@ -171,7 +174,8 @@ mod tests {
             assert!(threads.is_multiple_of(32) && threads <= 1024, "{k:?}: {threads} threads");
             assert!(g.grid[0] >= 1 && g.grid[1] >= 1 && g.grid[2] >= 1, "{k:?}: empty grid");
             assert!(g.grid[0] < 1 << 31 && g.grid[1] <= 65535 && g.grid[2] <= 65535, "{k:?}: grid {:?}", g.grid);
-            assert!(g.shared_bytes <= 48 * 1024, "{k:?}: needs an opt-in for {} bytes", g.shared_bytes);
+            let limit = if matches!(k, Kernel::AttentionPrefill { .. }) { 227 * 1024 } else { 48 * 1024 };
+            assert!(g.shared_bytes <= limit, "{k:?}: {} bytes of shared memory", g.shared_bytes);
         }
     }
 
