@@ -200,3 +200,31 @@ template <> __device__ __forceinline__ void unpack16_as<__nv_bfloat16>(const uin
 }
 
 }  // namespace kiln
+
+// ---- programmatic dependent launch (PDL, sm_90+) ---------------------------------------------
+
+namespace kiln {
+
+// Blocks until every grid this one depends on programmatically has completed and its memory
+// writes are visible (`griddepcontrol.wait`). Without a programmatic launch (no PDL attribute or
+// graph edge) the grid starts only after its predecessors anyway and this returns at once; before
+// sm_90 it is a no-op. A kernel that supports PDL reads nothing an earlier kernel wrote (the
+// activations) and writes nothing before this call, in every block, unconditionally (also on its
+// early-return paths): a grid whose blocks complete without waiting would let a later grid pass
+// an unfinished earlier one.
+__device__ __forceinline__ void wait_prior_grids() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+// Lets the grids that depend on this one programmatically start launching once every block of
+// this grid has called it or exited (`griddepcontrol.launch_dependents`); they still wait for
+// this grid's completion in their own wait_prior_grids(). A no-op without PDL and before sm_90.
+__device__ __forceinline__ void allow_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+}  // namespace kiln

@@ -24,16 +24,24 @@
 //     the N = 8 side; k is split over the block's warps in runs of KILN_LINEAR_GEMV_UNROLL 32-wide
 //     chunks. Lane (g, t) = (lane / 4, lane % 4) loads 16 bytes of weight rows g and g + 8 and
 //     of x row g at k + 8t: the same permutation of k on both operands, so every load is
-//     16 bytes and nothing is reshuffled. Runs are software-pipelined (the next run's loads
-//     are issued before this run's MMAs), so each warp keeps 2 x UNROLL x 2 weight loads in flight;
-//     the weight goes around the L1 (streamed once), x stays in it. The 8 warps' partial
-//     16x8 tiles are summed through shared memory in warp order: deterministic, no atomics.
+//     16 bytes and nothing is reshuffled. Each warp streams its chunks through a ring of
+//     KILN_LINEAR_GEMV_DEPTH (4) register slots (gemv_mma_loop): a slot is consumed by two MMAs
+//     and refilled at once with the chunk DEPTH ahead, so 3-4 KB of weight per warp are always in
+//     flight (84 registers: 2 blocks of 8 warps per SM); the weight goes around the L1 (streamed
+//     once), x stays in it. The warps' partial 16x8 tiles are summed through shared memory in
+//     warp order: deterministic, no atomics. linear_fused.cu uses the same main loop.
+//   * PDL (programmatic dependent launch): each block issues its first DEPTH weight loads, calls
+//     kiln::allow_dependents() and then kiln::wait_prior_grids(), and only then reads x and
+//     writes `out`. Every other path calls both first, before any read or early return, so every
+//     block of every launch waits, unconditionally. Without a programmatic launch the wait is a
+//     no-op.
 //   * otherwise (f32, unaligned, in_features % 8 != 0): SIMT, 2 (or 1) features per warp, lanes
 //     strided over k (16-byte loads when aligned, scalar otherwise), warp-shuffle sums.
 // - otherwise (prefill): a plain shared-memory tiled kernel, 64x64 outputs per block, each
 //   thread 4x4. Grid (ceil(out_features / 64), ceil(rows / 64)), block 256. Correctness first; a faster
 //   (tensor-core) path replaces it later.
 // Every reduction order depends only on the shapes: results are identical between runs.
+#pragma once  // linear_fused.cu includes it for the GEMV main loop
 #include "common.cuh"
 
 namespace kiln {
@@ -42,16 +50,36 @@ namespace kiln {
 #define KILN_LINEAR_GEMV_WARPS 8
 #define KILN_LINEAR_GEMV_MAX_WARPS 16
 #define KILN_LINEAR_GEMV_FEATURES 16
-// 32-wide k chunks each warp loads before its first MMA. Overridable only for the tuning sweep
-// of scripts/kernel_check.py --bench (the geometry does not depend on it).
+// Tuning knobs of the tensor-core main loop, overridable only for the sweep of
+// scripts/kernel_check.py --bench (the geometry does not depend on them):
+// UNROLL: contiguous 32-wide chunks a warp takes per round (UNROLL x 64 bytes of each weight row);
+// DEPTH: chunks in flight per warp (the register ring, a multiple of UNROLL); XPRE: 1 to load x
+// into the ring with the weights, 0 to load it from L1 when its chunk is consumed.
 #ifndef KILN_LINEAR_GEMV_UNROLL
-#define KILN_LINEAR_GEMV_UNROLL 2
+#define KILN_LINEAR_GEMV_UNROLL 1
+#endif
+#ifndef KILN_LINEAR_GEMV_DEPTH
+#define KILN_LINEAR_GEMV_DEPTH 4
+#endif
+#ifndef KILN_LINEAR_GEMV_XPRE
+#define KILN_LINEAR_GEMV_XPRE 1
+#endif
+// Register cap of the linear kernels (more blocks per SM); the default is the 512-thread bound.
+#ifdef KILN_LINEAR_MAXNREG
+#define KILN_LINEAR_BOUNDS __maxnreg__(KILN_LINEAR_MAXNREG)
+#else
+#define KILN_LINEAR_BOUNDS __launch_bounds__(32 * KILN_LINEAR_GEMV_MAX_WARPS)
 #endif
 #define KILN_LINEAR_TILE 64
 #define KILN_LINEAR_TILE_K 32
+// Shared floats of a linear block: the tiled path's two 32 x 65 tiles; the GEMV's partial tiles
+// (16 warps x 4 x 32) fit in the same space.
+#define KILN_LINEAR_SMEM (2 * KILN_LINEAR_TILE_K * (KILN_LINEAR_TILE + 1))
 static_assert(KILN_LINEAR_GEMV_MAX_ROWS == 8, "the MMA's N side holds at most 8 rows of x");
 static_assert(KILN_LINEAR_GEMV_FEATURES == 2 * KILN_LINEAR_GEMV_WARPS, "SIMT GEMV: 2 features per warp");
 static_assert(KILN_LINEAR_GEMV_FEATURES == KILN_LINEAR_GEMV_MAX_WARPS, "SIMT GEMV: 1 feature per warp");
+static_assert(KILN_LINEAR_GEMV_DEPTH % KILN_LINEAR_GEMV_UNROLL == 0, "the ring holds whole runs");
+static_assert(KILN_LINEAR_GEMV_MAX_WARPS * 4 * 32 <= KILN_LINEAR_SMEM, "GEMV partials fit the tile space");
 
 template <typename T> struct IsHalf16 {
   static constexpr bool value = sizeof(T) == 2;
@@ -72,95 +100,178 @@ __device__ __forceinline__ uint4 load16_stream_ordered(const void* p) {
   return v;
 }
 
+// The x operand (the MMA's B side) of the plain GEMV: 16 bytes of x row rx at element `first + off`.
+template <typename T> struct GemvPlainX {
+  const T* px;  // x + rx * in + first
+  __device__ __forceinline__ void prepare() {}
+  __device__ __forceinline__ uint4 load(unsigned int off) const { return load16_cached_ordered(px + off); }
+  __device__ __forceinline__ uint4 finish(const uint4& v, unsigned int) const { return v; }
+};
+
+// First element of lane (warp, t) in the tensor-core GEMV main loop.
+template <int WARPS, int U> __device__ __forceinline__ unsigned int gemv_mma_first() {
+  return (threadIdx.x >> 5) * U * 32 + 8 * (threadIdx.x & 3);
+}
+
+// The main loop of the tensor-core GEMVs of linear.cu and linear_fused.cu: c[q] += the 16 x 8
+// tile of (weight rows ra (A rows 0-7) and rb (8-15) of matrix q) x (x operand rows), over this
+// warp's k. Q weight matrices share the x operand (2: gate and up). Lane (g, t) loads 16 bytes of
+// rows ra, rb and of x at k + 8t of each 32-wide chunk k: the same permutation of k on both
+// operands. Warp w takes chunks [U * (w + WARPS * i), + U). Its full chunks go through a ring of D
+// register slots: chunk j is consumed from slot j % D, which is then refilled with chunk j + D, so
+// D - 1 to D chunks (2 x 512 bytes of weight each per q) are always in flight. The last, partial
+// chunk (in % 32 != 0; lanes past `in` contribute zeros) is done after the ring by its warp.
+//
+// PDL: the first D chunks' weight loads are issued before kiln::wait_prior_grids() (weights never
+// depend on an earlier kernel); x, and whatever xop.prepare() reads, come after it. Every thread
+// of the block must call this (xop.prepare() may hold barriers).
+template <typename T, int Q, int WARPS, int D, int U, bool XPRE, typename X>
+__device__ __forceinline__ void gemv_mma_loop(const T* const (&wq)[Q], unsigned int ra, unsigned int rb,
+                                              unsigned int in, X& xop, float (&c)[Q][4]) {
+  static_assert(D % U == 0, "the ring holds whole runs");
+  constexpr unsigned int RS = WARPS * U;            // chunks per round of the block's warps
+  constexpr unsigned int CYCLE = D * WARPS * 32;    // elements a slot advances per ring cycle
+  const unsigned int warp = threadIdx.x >> 5;
+  const unsigned int first = gemv_mma_first<WARPS, U>();
+  const T* pa[Q];
+  const T* pb[Q];
+#pragma unroll
+  for (int q = 0; q < Q; ++q) {
+    pa[q] = wq[q] + (size_t)ra * in + first;
+    pb[q] = wq[q] + (size_t)rb * in + first;
+  }
+  const unsigned int full = in / 32;
+  const unsigned int rounds = full / RS;
+  const int rem = (int)(full - rounds * RS) - (int)(warp * U);
+  const unsigned int nj = rounds * U + (rem <= 0 ? 0u : (rem >= U ? (unsigned int)U : (unsigned int)rem));
+  // Element offset (from `first`) of ring slot s in the first cycle.
+#define KILN_GEMV_SO(s) (((unsigned int)(s) / U) * RS * 32 + ((unsigned int)(s) % U) * 32)
+  uint4 wa[Q][D], wb[Q][D], xr[XPRE ? D : 1];
+#pragma unroll
+  for (int s = 0; s < D; ++s) {
+    if ((unsigned int)s < nj) {
+#pragma unroll
+      for (int q = 0; q < Q; ++q) {
+        wa[q][s] = load16_stream_ordered(pa[q] + KILN_GEMV_SO(s));
+        wb[q][s] = load16_stream_ordered(pb[q] + KILN_GEMV_SO(s));
+      }
+    }
+  }
+  allow_dependents();
+  wait_prior_grids();
+  xop.prepare();
+  if constexpr (XPRE) {
+#pragma unroll
+    for (int s = 0; s < D; ++s)
+      if ((unsigned int)s < nj) xr[XPRE ? s : 0] = xop.load(KILN_GEMV_SO(s));
+  }
+  unsigned int off = 0, j0 = 0;
+  // One chunk: the MMAs of slot s (chunk at `off + SO(s)`), then, if `next`, its refill.
+  auto step = [&](const int s, const bool next) {
+    const unsigned int o = off + KILN_GEMV_SO(s);
+    uint4 xraw;
+    if constexpr (XPRE) {
+      xraw = xr[XPRE ? s : 0];
+    } else {
+      xraw = xop.load(o);
+    }
+    const uint4 xb = xop.finish(xraw, o);
+#pragma unroll
+    for (int q = 0; q < Q; ++q) {
+      // Elements k+8t .. k+8t+3 feed the first MMA, k+8t+4 .. +7 the second.
+      mma_m16n8k16<T>(c[q], wa[q][s].x, wb[q][s].x, wa[q][s].y, wb[q][s].y, xb.x, xb.y);
+      mma_m16n8k16<T>(c[q], wa[q][s].z, wb[q][s].z, wa[q][s].w, wb[q][s].w, xb.z, xb.w);
+    }
+    if (next) {
+#pragma unroll
+      for (int q = 0; q < Q; ++q) {
+        wa[q][s] = load16_stream_ordered(pa[q] + o + CYCLE);
+        wb[q][s] = load16_stream_ordered(pb[q] + o + CYCLE);
+      }
+      if constexpr (XPRE) xr[XPRE ? s : 0] = xop.load(o + CYCLE);
+    }
+  };
+  // Steady state: every slot consumed and refilled.
+  while (j0 + 2 * D <= nj) {
+#pragma unroll
+    for (int s = 0; s < D; ++s) step(s, true);
+    off += CYCLE;
+    j0 += D;
+  }
+  // Drain: fewer than 2D chunks left.
+#pragma unroll
+  for (int s = 0; s < D; ++s)
+    if (j0 + s < nj) step(s, j0 + D + s < nj);
+  off += CYCLE;
+  j0 += D;
+#pragma unroll
+  for (int s = 0; s < D; ++s)
+    if (j0 + s < nj) step(s, false);
+#undef KILN_GEMV_SO
+  // The partial last chunk, if this warp owns it: its next chunk after the nj full ones.
+  const unsigned int rel = (nj / U) * RS * 32 + (nj % U) * 32;
+  if (first - 8 * (threadIdx.x & 3) + rel < in) {
+    const bool ok = first + rel < in;
+    const uint4 zero4 = make_uint4(0u, 0u, 0u, 0u);
+    const uint4 x1 = ok ? xop.finish(xop.load(rel), rel) : zero4;
+#pragma unroll
+    for (int q = 0; q < Q; ++q) {
+      const uint4 a1 = ok ? load16_stream(pa[q] + rel) : zero4;
+      const uint4 b1 = ok ? load16_stream(pb[q] + rel) : zero4;
+      mma_m16n8k16<T>(c[q], a1.x, b1.x, a1.y, b1.y, x1.x, x1.y);
+      mma_m16n8k16<T>(c[q], a1.z, b1.z, a1.w, b1.w, x1.z, x1.w);
+    }
+  }
+}
+
+// The block's sum of the warps' tiles c[q], in warp order, through `partial` (Q x WARPS x 4 x 32
+// floats of shared memory). Returns, in threads 0..127, s[q] for feature n0 + (l / 4) + 8 (i / 2),
+// row 2 (l % 4) + i % 2, where i = thread / 32 and l = thread % 32 (c[q][i] of lane l is that
+// feature and row).
+template <int Q, int WARPS>
+__device__ __forceinline__ void gemv_mma_sum(const float (&c)[Q][4], float* partial, float (&s)[Q]) {
+  const unsigned int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+  for (int q = 0; q < Q; ++q)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) partial[((q * WARPS + warp) * 4 + i) * 32 + lane] = c[q][i];
+  __syncthreads();
+#pragma unroll
+  for (int q = 0; q < Q; ++q) s[q] = 0.0f;
+  if (threadIdx.x < 128) {
+    const unsigned int i = threadIdx.x >> 5, l = threadIdx.x & 31;
+#pragma unroll
+    for (int q = 0; q < Q; ++q)
+#pragma unroll
+      for (int w2 = 0; w2 < WARPS; ++w2) s[q] += partial[((q * WARPS + w2) * 4 + i) * 32 + l];
+  }
+}
+
 // Tensor-core GEMV for f16 / bf16 (see the header), WARPS = blockDim.x / 32 (8 or 16). Needs
 // in % 8 == 0, x and w 16-byte aligned.
 template <typename T, typename O, int WARPS>
 __device__ void linear_gemv_mma(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias,
                                 O* __restrict__ out, unsigned int rows, unsigned int in, unsigned int outf,
-                                bool has_bias) {
-  constexpr int U = KILN_LINEAR_GEMV_UNROLL;
-  __shared__ float partial[KILN_LINEAR_GEMV_MAX_WARPS][4][32];
-  const unsigned int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const unsigned int g = lane >> 2, t = lane & 3;
+                                bool has_bias, float* partial) {
+  constexpr int U = KILN_LINEAR_GEMV_UNROLL, D = KILN_LINEAR_GEMV_DEPTH;
+  const unsigned int lane = threadIdx.x & 31;
+  const unsigned int g = lane >> 2;
   const unsigned int n0 = blockIdx.x * KILN_LINEAR_GEMV_FEATURES;
   // Weight rows past out_features and x rows past `rows` read row 0 instead: each output of the
   // MMA depends on one weight row and one x row only, and those outputs are never stored. So
   // the main loop needs no predicates.
   const unsigned int ra = n0 + g < outf ? n0 + g : 0, rb = n0 + g + 8 < outf ? n0 + g + 8 : 0;
   const unsigned int rx = g < rows ? g : 0;
-  // Warp w takes chunks [U * (w + WARPS * i), + U): U * 64 contiguous bytes of each weight row.
-  const unsigned int first = warp * U * 32 + 8 * t;
-  const T* pa = w + (size_t)ra * in + first;
-  const T* pb = w + (size_t)rb * in + first;
-  const T* px = x + (size_t)rx * in + first;
-  constexpr unsigned int STEP = WARPS * U * 32;
-  const unsigned int chunks = (in + 31) / 32, full = in / 32;
-  float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  unsigned int c0 = warp * U;
-  // Software pipeline over whole runs of U chunks: the loads of the next run are issued before
-  // the MMAs of this one, so 2U chunks are in flight while the warp waits (ptxas on its own
-  // interleaves load, MMA, load and keeps about one run in flight; check the SASS after changes).
-  uint4 a[U], b[U], xv[U];
-  bool have = c0 + U <= full;
-  if (have) {
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      a[u] = load16_stream_ordered(pa + 32 * u);
-      b[u] = load16_stream_ordered(pb + 32 * u);
-      xv[u] = load16_cached_ordered(px + 32 * u);
-    }
-  }
-  while (have) {
-    const bool have_next = c0 + WARPS * U + U <= full;
-    pa += STEP;
-    pb += STEP;
-    px += STEP;
-    uint4 na[U], nb[U], nx[U];
-    if (have_next) {
-#pragma unroll
-      for (int u = 0; u < U; ++u) {
-        na[u] = load16_stream_ordered(pa + 32 * u);
-        nb[u] = load16_stream_ordered(pb + 32 * u);
-        nx[u] = load16_cached_ordered(px + 32 * u);
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      // Elements k+8t .. k+8t+3 feed the first MMA, k+8t+4 .. +7 the second.
-      mma_m16n8k16<T>(c, a[u].x, b[u].x, a[u].y, b[u].y, xv[u].x, xv[u].y);
-      mma_m16n8k16<T>(c, a[u].z, b[u].z, a[u].w, b[u].w, xv[u].z, xv[u].w);
-    }
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      a[u] = na[u];
-      b[u] = nb[u];
-      xv[u] = nx[u];
-    }
-    c0 += WARPS * U;
-    have = have_next;
-  }
-  // This warp's last, partial run: chunks [c0, min(c0 + U, chunks)), the last maybe shorter than
-  // 32 (lanes past in_features contribute zeros). pa, pb, px point at chunk c0.
-  for (unsigned int u = 0; c0 + u < chunks && u < (unsigned int)U; ++u) {
-    const bool ok = (size_t)(c0 + u) * 32 + 8 * t < in;
-    const uint4 zero4 = make_uint4(0u, 0u, 0u, 0u);
-    const uint4 a1 = ok ? load16_stream(pa + 32 * u) : zero4;
-    const uint4 b1 = ok ? load16_stream(pb + 32 * u) : zero4;
-    const uint4 x1 = ok ? __ldg(reinterpret_cast<const uint4*>(px + 32 * u)) : zero4;
-    mma_m16n8k16<T>(c, a1.x, b1.x, a1.y, b1.y, x1.x, x1.y);
-    mma_m16n8k16<T>(c, a1.z, b1.z, a1.w, b1.w, x1.z, x1.w);
-  }
-  // c[i] is feature n0 + g + 8 * (i / 2), row 2t + i % 2.
-#pragma unroll
-  for (int i = 0; i < 4; ++i) partial[warp][i][lane] = c[i];
-  __syncthreads();
+  GemvPlainX<T> xop{x + (size_t)rx * in + gemv_mma_first<WARPS, U>()};
+  float c[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
+  const T* const wq[1] = {w};
+  gemv_mma_loop<T, 1, WARPS, D, U, KILN_LINEAR_GEMV_XPRE != 0>(wq, ra, rb, in, xop, c);
+  float s[1];
+  gemv_mma_sum<1, WARPS>(c, partial, s);
   if (threadIdx.x < 128) {
     const unsigned int i = threadIdx.x >> 5, l = threadIdx.x & 31;
-    float s = 0.0f;
-#pragma unroll
-    for (int w2 = 0; w2 < WARPS; ++w2) s += partial[w2][i][l];
     const unsigned int n = n0 + (l >> 2) + 8 * (i >> 1), r = 2 * (l & 3) + (i & 1);
-    if (r < rows && n < outf) out[(size_t)r * outf + n] = from_f32<O>(has_bias ? s + to_f32(bias[n]) : s);
+    if (r < rows && n < outf) out[(size_t)r * outf + n] = from_f32<O>(has_bias ? s[0] + to_f32(bias[n]) : s[0]);
   }
 }
 
@@ -225,11 +336,11 @@ __device__ void linear_gemv_simt(const T* __restrict__ x, const T* __restrict__ 
 template <typename T, typename O>
 __device__ void linear_tiled(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias,
                              O* __restrict__ out, unsigned int rows, unsigned int in, unsigned int outf,
-                             bool has_bias) {
+                             bool has_bias, float* smem) {
   constexpr int TM = KILN_LINEAR_TILE, TN = KILN_LINEAR_TILE, TK = KILN_LINEAR_TILE_K;
-  // +1 column of padding: the transposing stores hit distinct banks.
-  __shared__ float xs[TK][TM + 1];
-  __shared__ float ws[TK][TN + 1];
+  // Two [TK][65] tiles in `smem`; +1 column of padding: the transposing stores hit distinct banks.
+  float (*xs)[TM + 1] = reinterpret_cast<float (*)[TM + 1]>(smem);
+  float (*ws)[TN + 1] = reinterpret_cast<float (*)[TN + 1]>(smem + TK * (TM + 1));
   const unsigned int tid = threadIdx.x;
   const unsigned int tx = tid % 16, ty = tid / 16;
   const unsigned int row0 = blockIdx.y * TM, col0 = blockIdx.x * TN;
@@ -280,21 +391,25 @@ __device__ void linear_tiled(const T* __restrict__ x, const T* __restrict__ w, c
 template <typename T, typename O>
 __device__ void linear(const T* x, const T* w, const T* bias, O* out, unsigned int rows, unsigned int in,
                        unsigned int outf, unsigned int has_bias_u) {
+  __shared__ __align__(16) float smem[KILN_LINEAR_SMEM];
   const bool has_bias = has_bias_u != 0 && bias != nullptr;
-  if (rows == 0) return;
-  if (rows > KILN_LINEAR_GEMV_MAX_ROWS) {
-    linear_tiled<T, O>(x, w, bias, out, rows, in, outf, has_bias);
-    return;
-  }
   if constexpr (IsHalf16<T>::value) {
-    if (in % 8 == 0 && aligned16(w) && aligned16(x)) {
+    if (rows != 0 && rows <= KILN_LINEAR_GEMV_MAX_ROWS && in % 8 == 0 && aligned16(w) && aligned16(x)) {
+      // Waits for the prior grids inside, after its first weight loads.
       if (blockDim.x == 32 * KILN_LINEAR_GEMV_MAX_WARPS) {
-        linear_gemv_mma<T, O, KILN_LINEAR_GEMV_MAX_WARPS>(x, w, bias, out, rows, in, outf, has_bias);
+        linear_gemv_mma<T, O, KILN_LINEAR_GEMV_MAX_WARPS>(x, w, bias, out, rows, in, outf, has_bias, smem);
       } else {
-        linear_gemv_mma<T, O, KILN_LINEAR_GEMV_WARPS>(x, w, bias, out, rows, in, outf, has_bias);
+        linear_gemv_mma<T, O, KILN_LINEAR_GEMV_WARPS>(x, w, bias, out, rows, in, outf, has_bias, smem);
       }
       return;
     }
+  }
+  allow_dependents();
+  wait_prior_grids();
+  if (rows == 0) return;
+  if (rows > KILN_LINEAR_GEMV_MAX_ROWS) {
+    linear_tiled<T, O>(x, w, bias, out, rows, in, outf, has_bias, smem);
+    return;
   }
   switch (rows) {
     case 1: linear_gemv_simt<T, O, 1>(x, w, bias, out, in, outf, has_bias); return;
@@ -311,7 +426,7 @@ __device__ void linear(const T* x, const T* w, const T* bias, O* out, unsigned i
 }  // namespace kiln
 
 #define KILN_LINEAR_OUT(dt, T, outdt, O)                                                            \
-  extern "C" __global__ void __launch_bounds__(32 * KILN_LINEAR_GEMV_MAX_WARPS)                    \
+  extern "C" __global__ void KILN_LINEAR_BOUNDS                                                     \
       kiln_linear_##dt##_##outdt(const T* x, const T* weight, const T* bias, O* out, unsigned int rows, \
                                  unsigned int in_features, unsigned int out_features,               \
                                  unsigned int has_bias) {                                           \

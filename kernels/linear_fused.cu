@@ -22,12 +22,18 @@
 // - rows <= 8: GEMV, one block per 16 output features, 256 threads (512 when the grid has fewer
 //   than 132 blocks). f16 / bf16 with in % 8 == 0 and 16-byte aligned operands: tensor cores
 //   (mma.m16n8k16, the layout of linear.cu's GEMV: 16 weight rows x up to 8 rows of x, k split
-//   over the warps, partial tiles summed in warp order through shared memory). Otherwise SIMT:
+//   over the warps, partial tiles summed in warp order through shared memory), sharing linear.cu's
+//   main loop (gemv_mma_loop: a ring of KILN_FUSED_DEPTH chunks per warp, KILN_GATED_DEPTH for
+//   the two matrices of the gated kernel); the norm's inverse RMS comes from 16-byte loads over
+//   the whole block (fused_row_inv16) and x is normed as each chunk is consumed. Otherwise SIMT:
 //   a warp per feature, lanes strided over k, warp-shuffle sums.
+// PDL: the tensor-core path issues its first weight loads before kiln::wait_prior_grids() and
+// reads x, norm_w's row statistics, bias and residual and writes `out` only after it; every other
+// path (and every early return) waits first. See linear.cu and common.cuh.
 // - rows > 8: a plain shared-memory tiled kernel, 64x64 outputs per block, 256 threads, grid
 //   (ceil(out / 64), ceil(rows / 64)). Correctness first.
 // Reduction orders depend only on the shapes: deterministic, no atomics.
-#include "common.cuh"
+#include "linear.cu"  // the tensor-core GEMV main loop (gemv_mma_loop)
 
 namespace kiln {
 
@@ -36,7 +42,19 @@ namespace kiln {
 #define KILN_FUSED_GEMV_MAX_WARPS 16
 #define KILN_FUSED_TILE 64
 #define KILN_FUSED_TILE_K 32
-#define KILN_FUSED_UNROLL 2
+// Ring depth (chunks in flight per warp, see gemv_mma_loop in linear.cu) of the fused GEMV and of
+// the gated one (two matrices: half the chunks for the same bytes in flight).
+#ifndef KILN_FUSED_DEPTH
+#define KILN_FUSED_DEPTH KILN_LINEAR_GEMV_DEPTH
+#endif
+#ifndef KILN_GATED_DEPTH
+#define KILN_GATED_DEPTH (KILN_FUSED_DEPTH / 2 > 0 ? KILN_FUSED_DEPTH / 2 : 1)
+#endif
+#ifdef KILN_FUSED_MAXNREG
+#define KILN_FUSED_BOUNDS __maxnreg__(KILN_FUSED_MAXNREG)
+#else
+#define KILN_FUSED_BOUNDS __launch_bounds__(32 * KILN_FUSED_GEMV_MAX_WARPS)
+#endif
 // Shared floats: the tiled path's three 32 x 65 tiles; the GEMV's partial tiles (2 x 16 x 4 x 32)
 // fit in the same space.
 #define KILN_FUSED_SMEM (3 * KILN_FUSED_TILE_K * (KILN_FUSED_TILE + 1))
@@ -85,6 +103,73 @@ template <typename H> __device__ __forceinline__ uint4 norm16(const uint4& xv, c
                     pack_pair(xf[6], xf[7], H()));
 }
 
+// inv_s[r] = 1 / sqrt(mean(x[r]^2) + eps) for r < rows <= 8, with 16-byte loads (in % 8 == 0, x
+// aligned): the block's threads stride over the rows' 16-byte vectors, then warp sums and a sum
+// over the warps in warp order (an order fixed by the shapes). `scratch` holds 16 x 8 floats.
+// Every thread of the block calls it; it ends with a barrier.
+template <typename T>
+__device__ void fused_row_inv16(const T* __restrict__ x, unsigned int rows, unsigned int in, float eps, float* inv_s,
+                                float* scratch) {
+  const unsigned int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  float ss[KILN_FUSED_GEMV_MAX_ROWS];
+#pragma unroll
+  for (int r = 0; r < KILN_FUSED_GEMV_MAX_ROWS; ++r) ss[r] = 0.0f;
+  for (unsigned int v = threadIdx.x; v < in / 8; v += blockDim.x) {
+#pragma unroll
+    for (int r = 0; r < KILN_FUSED_GEMV_MAX_ROWS; ++r) {
+      if ((unsigned int)r < rows) {
+        float f[8];
+        unpack16<T>(__ldg(reinterpret_cast<const uint4*>(x + (size_t)r * in + 8 * v)), f);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) ss[r] = __fmaf_rn(f[i], f[i], ss[r]);
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < KILN_FUSED_GEMV_MAX_ROWS; ++r) {
+    const float s = warp_sum(ss[r]);
+    if (lane == 0) scratch[warp * KILN_FUSED_GEMV_MAX_ROWS + r] = s;
+  }
+  __syncthreads();
+  if (threadIdx.x < rows) {
+    float s = 0.0f;
+    for (unsigned int w2 = 0; w2 < warps; ++w2) s += scratch[w2 * KILN_FUSED_GEMV_MAX_ROWS + threadIdx.x];
+    inv_s[threadIdx.x] = 1.0f / sqrtf(s / (float)in + eps);
+  }
+  __syncthreads();
+}
+
+// The x operand of the fused GEMVs (see gemv_mma_loop): x row rx at element `first + off`, normed
+// when the kernel has a norm (the norm weight is read, from L1, as each chunk is consumed).
+// prepare() runs after kiln::wait_prior_grids(): it computes the rows' inverse RMS. NORM is a
+// template parameter so that the main loop has no branch on it (ptxas then keeps the ring's loads
+// where they are issued).
+template <typename T, bool NORM> struct FusedNormX {
+  const T* x;
+  const T* px;  // x + rx * in + first
+  const T* pn;  // norm_w + first
+  unsigned int rows, in, rx;
+  float eps;
+  float* inv_s;
+  float* scratch;
+  float inv;
+  __device__ __forceinline__ void prepare() {
+    inv = 1.0f;
+    if constexpr (NORM) {
+      fused_row_inv16<T>(x, rows, in, eps, inv_s, scratch);
+      inv = inv_s[rx];
+    }
+  }
+  __device__ __forceinline__ uint4 load(unsigned int off) const { return load16_cached_ordered(px + off); }
+  __device__ __forceinline__ uint4 finish(const uint4& v, unsigned int off) const {
+    if constexpr (NORM) {
+      return norm16<T>(v, __ldg(reinterpret_cast<const uint4*>(pn + off)), inv);
+    } else {
+      return v;
+    }
+  }
+};
+
 // The epilogue of one output: s (and su, gated) are the f32 sums.
 template <typename T, typename O, bool GATED>
 __device__ __forceinline__ O fused_finish(float s, float su, const T* __restrict__ bias, const O* __restrict__ residual,
@@ -99,68 +184,42 @@ __device__ __forceinline__ O fused_finish(float s, float su, const T* __restrict
   }
 }
 
-// Tensor-core GEMV (f16 / bf16, in % 8 == 0, aligned), WARPS = blockDim.x / 32.
-template <typename T, typename O, bool GATED, int WARPS>
+// Tensor-core GEMV (f16 / bf16, in % 8 == 0, aligned), WARPS = blockDim.x / 32: the main loop of
+// linear.cu (gemv_mma_loop, which also waits for the prior grids after its first weight loads).
+template <typename T, typename O, bool GATED, int WARPS, bool NORM>
 __device__ void fused_gemv_mma(const T* __restrict__ x, const T* __restrict__ nw, const T* __restrict__ w,
                                const T* __restrict__ wu, const T* __restrict__ bias, const O* __restrict__ residual,
-                               O* __restrict__ out, unsigned int rows, unsigned int in, unsigned int outf,
-                               bool has_norm, bool has_bias, bool has_res, const float* inv_s, float* partial) {
-  constexpr int U = KILN_FUSED_UNROLL;
+                               O* __restrict__ out, unsigned int rows, unsigned int in, unsigned int outf, float eps, bool has_bias, bool has_res, float* inv_s, float* smem) {
+  constexpr int U = KILN_LINEAR_GEMV_UNROLL;
   constexpr int Q = GATED ? 2 : 1;
-  const unsigned int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const unsigned int g = lane >> 2, t = lane & 3;
+  constexpr int D = GATED ? KILN_GATED_DEPTH : KILN_FUSED_DEPTH;
+  const unsigned int lane = threadIdx.x & 31;
+  const unsigned int g = lane >> 2;
   const unsigned int n0 = blockIdx.x * KILN_FUSED_GEMV_FEATURES;
   // Rows past the ends read row 0: their outputs are never stored.
   const unsigned int ra = n0 + g < outf ? n0 + g : 0, rb = n0 + g + 8 < outf ? n0 + g + 8 : 0;
   const unsigned int rx = g < rows ? g : 0;
-  const float inv = has_norm ? inv_s[rx] : 1.0f;
-  const unsigned int chunks = (in + 31) / 32;
-  const uint4 zero4 = make_uint4(0u, 0u, 0u, 0u);
+  const unsigned int first = gemv_mma_first<WARPS, U>();
+  // The norm's scratch and the partial tiles share `smem`: the scratch is last read before the
+  // barrier that ends fused_row_inv16, the partials first written after the main loop.
+  FusedNormX<T, NORM> xop{x, x + (size_t)rx * in + first, nw + first, rows, in, rx, eps, inv_s, smem, 1.0f};
   float c[Q][4];
 #pragma unroll
   for (int q = 0; q < Q; ++q)
 #pragma unroll
     for (int i = 0; i < 4; ++i) c[q][i] = 0.0f;
-  const T* wq[2] = {w, GATED ? wu : w};
-  for (unsigned int c0 = warp * U; c0 < chunks; c0 += WARPS * U) {
-    uint4 a[Q][U], b[Q][U], xv[U];
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const unsigned int k = (c0 + u) * 32 + 8 * t;
-      const bool ok = c0 + u < chunks && k < in;
-#pragma unroll
-      for (int q = 0; q < Q; ++q) {
-        a[q][u] = ok ? load16_stream(wq[q] + (size_t)ra * in + k) : zero4;
-        b[q][u] = ok ? load16_stream(wq[q] + (size_t)rb * in + k) : zero4;
-      }
-      xv[u] = ok ? __ldg(reinterpret_cast<const uint4*>(x + (size_t)rx * in + k)) : zero4;
-      if (has_norm && ok) xv[u] = norm16<T>(xv[u], __ldg(reinterpret_cast<const uint4*>(nw + k)), inv);
-    }
-#pragma unroll
-    for (int u = 0; u < U; ++u)
-#pragma unroll
-      for (int q = 0; q < Q; ++q) {
-        mma_m16n8k16<T>(c[q], a[q][u].x, b[q][u].x, a[q][u].y, b[q][u].y, xv[u].x, xv[u].y);
-        mma_m16n8k16<T>(c[q], a[q][u].z, b[q][u].z, a[q][u].w, b[q][u].w, xv[u].z, xv[u].w);
-      }
-  }
-  // c[q][i] is feature n0 + g + 8 * (i / 2), row 2t + i % 2.
-#pragma unroll
-  for (int q = 0; q < Q; ++q)
-#pragma unroll
-    for (int i = 0; i < 4; ++i) partial[((q * WARPS + warp) * 4 + i) * 32 + lane] = c[q][i];
-  __syncthreads();
+  const T* wq[Q];
+  wq[0] = w;
+  if constexpr (GATED) wq[Q - 1] = wu;
+  gemv_mma_loop<T, Q, WARPS, D, (D % U == 0 ? U : 1), KILN_LINEAR_GEMV_XPRE != 0>(wq, ra, rb, in, xop, c);
+  float s[Q];
+  gemv_mma_sum<Q, WARPS>(c, smem, s);
   if (threadIdx.x < 128) {
     const unsigned int i = threadIdx.x >> 5, l = threadIdx.x & 31;
-    float s[2] = {0.0f, 0.0f};
-#pragma unroll
-    for (int q = 0; q < Q; ++q)
-#pragma unroll
-      for (int w2 = 0; w2 < WARPS; ++w2) s[q] += partial[((q * WARPS + w2) * 4 + i) * 32 + l];
     const unsigned int n = n0 + (l >> 2) + 8 * (i >> 1), r = 2 * (l & 3) + (i & 1);
     if (r < rows && n < outf) {
       const size_t idx = (size_t)r * outf + n;
-      out[idx] = fused_finish<T, O, GATED>(s[0], s[1], bias, residual, idx, n, has_bias, has_res);
+      out[idx] = fused_finish<T, O, GATED>(s[0], s[Q - 1], bias, residual, idx, n, has_bias, has_res);
     }
   }
 }
@@ -295,6 +354,30 @@ __device__ void fused_linear(const T* x, const T* nw, const T* w, const T* wu, c
   const bool has_norm = has_norm_u != 0 && nw != nullptr;
   const bool has_bias = has_bias_u != 0 && bias != nullptr;
   const bool has_res = has_res_u != 0 && residual != nullptr;
+  if constexpr (IsHalfStorage<T>::value) {
+    const bool aligned = aligned16(x) && aligned16(w) && (!GATED || aligned16(wu)) && (!has_norm || aligned16(nw));
+    if (rows != 0 && rows <= KILN_FUSED_GEMV_MAX_ROWS && in != 0 && in % 8 == 0 && aligned) {
+      // Waits for the prior grids inside, after its first weight loads.
+#define KILN_FUSED_GEMV_CALL(WARPS, NORM)                                                                  \
+  fused_gemv_mma<T, O, GATED, WARPS, NORM>(x, nw, w, wu, bias, residual, out, rows, in, outf, eps, has_bias, has_res, \
+                                           inv_s, smem)
+      if (blockDim.x == 32 * KILN_FUSED_GEMV_MAX_WARPS) {
+        if (has_norm) {
+          KILN_FUSED_GEMV_CALL(KILN_FUSED_GEMV_MAX_WARPS, true);
+        } else {
+          KILN_FUSED_GEMV_CALL(KILN_FUSED_GEMV_MAX_WARPS, false);
+        }
+      } else if (has_norm) {
+        KILN_FUSED_GEMV_CALL(8, true);
+      } else {
+        KILN_FUSED_GEMV_CALL(8, false);
+      }
+#undef KILN_FUSED_GEMV_CALL
+      return;
+    }
+  }
+  allow_dependents();
+  wait_prior_grids();
   if (rows == 0 || in == 0) return;
   if (rows > KILN_FUSED_GEMV_MAX_ROWS) {
     const unsigned int row0 = blockIdx.y * KILN_FUSED_TILE;
@@ -305,26 +388,13 @@ __device__ void fused_linear(const T* x, const T* nw, const T* w, const T* wu, c
     return;
   }
   if (has_norm) fused_row_inv<T>(x, 0, rows, in, eps, inv_s);
-  if constexpr (IsHalfStorage<T>::value) {
-    const bool aligned = aligned16(x) && aligned16(w) && (!GATED || aligned16(wu)) && (!has_norm || aligned16(nw));
-    if (in % 8 == 0 && aligned) {
-      if (blockDim.x == 32 * KILN_FUSED_GEMV_MAX_WARPS) {
-        fused_gemv_mma<T, O, GATED, KILN_FUSED_GEMV_MAX_WARPS>(x, nw, w, wu, bias, residual, out, rows, in, outf,
-                                                               has_norm, has_bias, has_res, inv_s, smem);
-      } else {
-        fused_gemv_mma<T, O, GATED, 8>(x, nw, w, wu, bias, residual, out, rows, in, outf, has_norm, has_bias,
-                                       has_res, inv_s, smem);
-      }
-      return;
-    }
-  }
   fused_gemv_simt<T, O, GATED>(x, nw, w, wu, bias, residual, out, rows, in, outf, has_norm, has_bias, has_res, inv_s);
 }
 
 }  // namespace kiln
 
 #define KILN_FUSED_LINEAR_OUT(dt, T, outdt, O)                                                                     \
-  extern "C" __global__ void __launch_bounds__(32 * KILN_FUSED_GEMV_MAX_WARPS) kiln_fused_linear_##dt##_##outdt( \
+  extern "C" __global__ void KILN_FUSED_BOUNDS kiln_fused_linear_##dt##_##outdt( \
       const T* x, const T* norm_w, const T* weight, const T* bias, const O* residual, O* out, unsigned int rows,   \
       unsigned int in_features, unsigned int out_features, unsigned int has_norm, float eps,                      \
       unsigned int has_bias, unsigned int has_residual) {                                                         \
@@ -338,7 +408,7 @@ KILN_FUSED_LINEAR_OUT(bf16, __nv_bfloat16, bf16, __nv_bfloat16)
 KILN_FUSED_LINEAR_OUT(bf16, __nv_bfloat16, f32, float)
 
 #define KILN_GATED_LINEAR(dt, T)                                                                                  \
-  extern "C" __global__ void __launch_bounds__(32 * KILN_FUSED_GEMV_MAX_WARPS) kiln_gated_linear_##dt(            \
+  extern "C" __global__ void KILN_FUSED_BOUNDS kiln_gated_linear_##dt(            \
       const T* x, const T* norm_w, const T* gate, const T* up, T* out, unsigned int rows, unsigned int in_features, \
       unsigned int out_features, unsigned int has_norm, float eps) {                                              \
     kiln::fused_linear<T, T, true>(x, norm_w, gate, up, nullptr, nullptr, out, rows, in_features, out_features,   \

@@ -904,42 +904,82 @@ class Checker:
         a = cp.random.standard_normal(n, dtype=cp.float32) * cp.float32(0.05)
         return (a.view(cp.uint32) >> 16).astype(cp.uint16)
 
-    def bench_linear(self, bandwidth):
-        """bf16 GEMV at decode rows: the weight streamed once; several weight copies rotate so
-        that none is in the 60 MB L2 when it is read. Returns table lines."""
+    def bench_linear(self, bandwidth, gemv_variants=()):
+        """bf16 decode GEMVs: the weight streamed once; several weight copies rotate so that none
+        is in the 60 MB L2 when it is read. Plain linear at rows 1, 2, 4, 8 on the Llama shapes
+        and the logits; fused_linear (+norm +residual) and gated_linear (+norm) next to the plain
+        GEMV of the same weight bytes; each with plain launches and with PDL launches (graph with
+        programmatic edges: each kernel's first weight loads overlap the previous one's tail).
+        `gemv_variants`: (name, module) tuning variants, timed at rows 1 and 8. Returns lines."""
         cp = self.cp
-        shapes = [(2048, 8192, "bf16"), (8192, 2048, "bf16"), (4096, 14336, "bf16"), (14336, 4096, "bf16"),
-                  (128256, 2048, "f32")]  # [out, in] of the weight; logits write f32
-        lines = [f"{'kernel':<28} {'weight [out x in]':<18} {'rows':>4} {'us':>8} {'GB/s':>7} {'of 4.6TB/s':>10} {'of measured':>11}"]
-        for out_f, in_f, outdt in shapes:
-            nbytes = out_f * in_f * 2
+        try:
+            pdl = PdlLaunch(cp)
+        except Exception as e:  # noqa: BLE001 - no driver entry point: plain launches only
+            print(f"(PDL launches unavailable: {e})")
+            pdl = None
+        head = (f"{'kernel':<34} {'weight [out x in]':<18} {'rows':>4} {'us':>8} {'GB/s':>7} {'of 4.6TB/s':>10} "
+                f"{'of measured':>11}")
+        lines = [head]
+        # (kind, out, in, outdt): gated reads two [out x in] matrices; its plain reference is 2*out.
+        shapes = [("linear", 2048, 8192, "bf16"), ("fused", 2048, 8192, "bf16"), ("linear", 8192, 2048, "bf16"),
+                  ("fused", 8192, 2048, "bf16"), ("linear", 4096, 14336, "bf16"), ("fused", 4096, 14336, "bf16"),
+                  ("linear", 14336, 4096, "bf16"), ("fused", 14336, 4096, "bf16"), ("linear", 16384, 2048, "bf16"),
+                  ("gated", 8192, 2048, "bf16"), ("linear", 28672, 4096, "bf16"), ("gated", 14336, 4096, "bf16"),
+                  ("linear", 128256, 2048, "f32"), ("linear", 2048, 2048, "bf16"), ("linear", 896, 896, "bf16"),
+                  ("linear", 4864, 896, "bf16")]
+        for kind, out_f, in_f, outdt in shapes:
+            q = 2 if kind == "gated" else 1
+            nbytes = q * out_f * in_f * 2
             sets = max(1, min(8, cdiv(256 << 20, nbytes)))
-            wall = self.random_bf16(sets * out_f * in_f)
-            weights = [wall[i * out_f * in_f:(i + 1) * out_f * in_f] for i in range(sets)]
+            wall = self.random_bf16(sets * q * out_f * in_f)
+            n = out_f * in_f
+            weights = [[wall[(q * i + j) * n:(q * i + j + 1) * n] for j in range(q)] for i in range(sets)]
             grid, block = geometry("linear", rows=1, out_features=out_f)
-            # The plan's block, and for narrow layers (16 warps) the 8-warp block for comparison.
-            variants = [(f"{block[0] // 32} warps", block)]
-            if block[0] != 256:
-                variants.append(("8 warps", (256, 1, 1)))
-            for variant, block in variants:
-                for R in (1, 2, 4, 8):
-                    if variant != variants[0][0] and R not in (1, 8):
+            est = nbytes / 4.0e12
+            iters = max(sets, min(400, cdiv(int(2e-3 / est), sets) * sets))
+            runs = [("", self.module, (1, 2, 4, 8), (False, True))]
+            if kind != "linear" or out_f in (2048, 8192, 4096, 14336, 128256):
+                runs += [(name, m, (1, 8), (False,)) for name, m in gemv_variants]
+            for vname, module, rows_list, modes in runs:
+                for use_pdl in modes:
+                    if use_pdl and pdl is None:
                         continue
-                    x = self.random_bf16(R * in_f)
-                    out = cp.zeros(R * out_f, dtype=cp.float32 if outdt == "f32" else cp.uint16)
-                    f = self.fn(f"kiln_linear_bf16_{outdt}")
-                    est = nbytes / 4.0e12
-                    iters = max(sets, min(400, cdiv(int(2e-3 / est), sets) * sets))
-                    launches = [
-                        (lambda w=weights[i % sets]: f(grid, block, (x, w, np.uint64(0), out, np.uint32(R),
-                                                                      np.uint32(in_f), np.uint32(out_f), np.uint32(0))))
-                        for i in range(iters)
-                    ]
-                    sec, how = self.graph_time(launches)
-                    gbs = nbytes / sec / 1e9
-                    label = f"linear bf16->{outdt} {variant}"
-                    lines.append(f"{label:<28} {f'{out_f}x{in_f}':<18} {R:>4} {sec * 1e6:>8.1f} {gbs:>7.0f} "
-                                 f"{gbs / 4600:>10.2f} {gbs / bandwidth:>11.2f}" + ("" if how == "graph" else f"  ({how})"))
+                    for R in rows_list:
+                        x = self.random_bf16(R * in_f)
+                        nw = self.random_bf16(in_f) if kind != "linear" else None
+                        res = cp.zeros(R * out_f, dtype=cp.uint16)
+                        out = cp.zeros(R * out_f, dtype=cp.float32 if outdt == "f32" else cp.uint16)
+                        if kind == "linear":
+                            f = module.get_function(f"kiln_linear_bf16_{outdt}")
+                            argf = lambda w: (x, w[0], np.uint64(0), out, np.uint32(R), np.uint32(in_f),
+                                              np.uint32(out_f), np.uint32(0))
+                        elif kind == "fused":
+                            f = module.get_function(f"kiln_fused_linear_bf16_{outdt}")
+                            argf = lambda w: (x, nw, w[0], np.uint64(0), res, out, np.uint32(R), np.uint32(in_f),
+                                              np.uint32(out_f), np.uint32(1), np.float32(1e-5), np.uint32(0),
+                                              np.uint32(1))
+                        else:
+                            f = module.get_function("kiln_gated_linear_bf16")
+                            argf = lambda w: (x, nw, w[0], w[1], out, np.uint32(R), np.uint32(in_f), np.uint32(out_f),
+                                              np.uint32(1), np.float32(1e-5))
+                        if use_pdl:
+                            launches = [(lambda a=argf(weights[i % sets]): pdl(f, grid, block, a)) for i in range(iters)]
+                        else:
+                            launches = [(lambda a=argf(weights[i % sets]): f(grid, block, a)) for i in range(iters)]
+                        try:
+                            sec, how = self.graph_time(launches)
+                        except Exception as e:  # noqa: BLE001 - report and go on
+                            lines.append(f"{kind} {out_f}x{in_f} rows {R} {vname} pdl={use_pdl}: failed ({e})")
+                            if use_pdl:
+                                pdl = None
+                            break
+                        gbs = nbytes / sec / 1e9
+                        extra = {"linear": "", "fused": " +norm+res", "gated": " +norm"}[kind]
+                        label = (f"{kind}{extra}{' pdl' if use_pdl else ''}{' ' + vname if vname else ''}")
+                        shape = f"{q}x{out_f}x{in_f}" if q == 2 else f"{out_f}x{in_f}"
+                        lines.append(f"{label:<34} {shape:<18} {R:>4} {sec * 1e6:>8.1f} {gbs:>7.0f} "
+                                     f"{gbs / 4600:>10.2f} {gbs / bandwidth:>11.2f}" + ("" if how == "graph" else f"  ({how})"))
+                        print(lines[-1], flush=True)
             del wall, weights
             cp.get_default_memory_pool().free_all_blocks()
         return lines
@@ -1026,7 +1066,7 @@ class Checker:
         cp.get_default_memory_pool().free_all_blocks()
         return n16 * 16 / sec / 1e9
 
-    def bench(self, split_variants=()):
+    def bench(self, split_variants=(), gemv_variants=()):
         cp = self.cp
         lines = []
         try:
@@ -1036,7 +1076,7 @@ class Checker:
             bandwidth = 4605.0
             lines.append(f"read bandwidth probe failed ({e}); using the recorded 4605 GB/s")
         lines.append("")
-        lines += self.bench_linear(bandwidth)
+        lines += self.bench_linear(bandwidth, gemv_variants)
         lines.append("")
         lines += self.bench_attention(bandwidth, split_variants)
         lines.append("")
@@ -1052,6 +1092,58 @@ class Checker:
                                      reps=5)
             lines.append(f"sample {R} rows vocab {V} {label}: {sec * 1e6:.1f} us")
         return lines
+
+
+class PdlLaunch:
+    """Kernel launches through the driver's cuLaunchKernelEx with the programmatic stream
+    serialization attribute (PDL): captured into a graph, consecutive kernels get programmatic
+    edges, so a kernel may start while its predecessor finishes (kiln::wait_prior_grids orders
+    the dependent reads)."""
+
+    def __init__(self, cp):
+        import ctypes
+
+        self.cp, self.ct = cp, ctypes
+        self.lib = ctypes.CDLL("libcuda.so.1")
+
+        class Attr(ctypes.Structure):
+            _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_char * 4), ("value", ctypes.c_char * 64)]
+
+        class Config(ctypes.Structure):
+            _fields_ = [("gx", ctypes.c_uint), ("gy", ctypes.c_uint), ("gz", ctypes.c_uint), ("bx", ctypes.c_uint),
+                        ("by", ctypes.c_uint), ("bz", ctypes.c_uint), ("smem", ctypes.c_uint),
+                        ("stream", ctypes.c_void_p), ("attrs", ctypes.POINTER(Attr)), ("nattrs", ctypes.c_uint)]
+
+        self.Attr, self.Config = Attr, Config
+        self.lib.cuLaunchKernelEx.argtypes = [ctypes.POINTER(Config), ctypes.c_void_p,
+                                              ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p]
+        self.lib.cuLaunchKernelEx.restype = ctypes.c_int
+        assert ctypes.sizeof(Attr) == 72 and ctypes.sizeof(Config) == 56
+
+    def __call__(self, fn, grid, block, args):
+        ct, cp = self.ct, self.cp
+        attr = self.Attr()
+        attr.id = 6  # CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+        one = ct.c_int(1)
+        ct.memmove(ct.addressof(attr) + 8, ct.addressof(one), 4)
+        cfg = self.Config(grid[0], grid[1], grid[2], block[0], block[1], block[2], 0,
+                          cp.cuda.get_current_stream().ptr, ct.pointer(attr), 1)
+        vals = []
+        for a in args:
+            if isinstance(a, cp.ndarray):
+                vals.append(ct.c_uint64(a.data.ptr))
+            elif isinstance(a, np.uint64):
+                vals.append(ct.c_uint64(int(a)))
+            elif isinstance(a, np.uint32):
+                vals.append(ct.c_uint32(int(a)))
+            elif isinstance(a, np.float32):
+                vals.append(ct.c_float(float(a)))
+            else:
+                raise TypeError(type(a))
+        ptrs = (ct.c_void_p * len(vals))(*[ct.addressof(v) for v in vals])
+        rc = self.lib.cuLaunchKernelEx(ct.byref(cfg), ct.c_void_p(getattr(fn, "kernel", fn).ptr), ptrs, None)
+        if rc:
+            raise RuntimeError(f"cuLaunchKernelEx: CUresult {rc}")
 
 
 # ---- sampling reference: a port of src/runtime/sampling.rs -------------------------------------
@@ -1225,6 +1317,11 @@ def main():
     ap.add_argument("--dtypes", default="f32,f16,bf16")
     ap.add_argument("--seed", type=int, default=None, help="NumPy seed (default: fresh, printed)")
     ap.add_argument("--bench", action="store_true", help="also time decode-sized launches (CUDA graphs, medians)")
+    ap.add_argument("--bench-gemv-only", action="store_true", help="--bench: only the GEMV table")
+    ap.add_argument("--gemv-variant", action="append", default=[], metavar="NAME=DEF[,DEF...]",
+                    help="--bench: also time the GEMVs of linear.cu / linear_fused.cu compiled with these -D defines")
+    ap.add_argument("--gemv-cubins", metavar="DIR",
+                    help="--bench: also time the GEMVs of each DIR/NAME.cubin (tuning variants built elsewhere)")
     ap.add_argument("--compile-only", metavar="ARCH", nargs="?", const="sm_90a",
                     help="no GPU: compile kernels/ with NVRTC for ARCH (default sm_90a) and report warnings")
     args = ap.parse_args()
@@ -1283,12 +1380,33 @@ def main():
         # Tuning variant of the split kernel: registers capped for 2 blocks per SM.
         variants = []
         try:
-            m, _ = load_module(cp, report, only=["attention_split.cu"], defines=["KILN_ATTN_SPLIT_MIN_BLOCKS=2"])
-            variants.append(("min-blocks-2", m))
+            if not args.bench_gemv_only:
+                m, _ = load_module(cp, report, only=["attention_split.cu"], defines=["KILN_ATTN_SPLIT_MIN_BLOCKS=2"])
+                variants.append(("min-blocks-2", m))
         except Exception as e:  # noqa: BLE001 - a variant is optional
             print(f"(variant min-blocks-2 unavailable: {e})")
+        gemv = []
+        for spec in args.gemv_variant:
+            name, _, defs = spec.partition("=")
+            try:
+                m, _ = load_module(cp, report, only=["linear.cu", "linear_fused.cu"], defines=defs.split(","))
+                gemv.append((name, m))
+            except Exception as e:  # noqa: BLE001 - a variant is optional
+                print(f"(variant {name} unavailable: {e})")
+        if args.gemv_cubins:
+            for fname in sorted(os.listdir(args.gemv_cubins)):
+                if fname.endswith(".cubin"):
+                    gemv.append((fname[:-6], cp.RawModule(path=os.path.join(args.gemv_cubins, fname))))
         print()
-        for line in checker.bench(variants):
+        if args.bench_gemv_only:
+            bw = checker.read_bandwidth()
+            print(f"read bandwidth (kiln_bench_read, 4 GiB): {bw:.0f} GB/s")
+            lines = checker.bench_linear(bw, gemv)
+            print()
+            for line in lines:
+                print(line)
+            variants = None
+        for line in checker.bench(variants, gemv) if variants is not None else ():
             print(line)
     failed = report.failed()
     print()
