@@ -15,26 +15,6 @@
 
 namespace kiln {
 
-// Programmatic dependent launch (sm_90+). In a graph, kiln adds a kernel node whose only
-// dependency is another kernel node with a programmatic edge: it may start while its
-// predecessor's last blocks still run. Such a kernel must call wait_prior_grids() before it
-// reads anything an earlier launch wrote and before it writes anything; every kiln kernel calls
-// it first thing in every block (GEMVs after issuing their first weight loads, which depend on
-// nothing), so no grid can complete before its predecessors, and ordering stays transitive.
-// Launched without the attribute (eager mode, full edges) it returns at once.
-__device__ __forceinline__ void wait_prior_grids() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-// Lets the dependent grid start launching before this one ends (optional; without it, each
-// block's exit counts as the trigger).
-__device__ __forceinline__ void allow_dependents() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" :::);
-#endif
-}
-
 // ---- storage <-> f32 -----------------------------------------------------------------------
 
 __device__ __forceinline__ float to_f32(float x) { return x; }
@@ -205,6 +185,11 @@ template <> __device__ __forceinline__ void unpack16_as<__nv_bfloat16>(const uin
 
 namespace kiln {
 
+// In a graph, kiln gives a kernel node whose only dependency is another kernel node a
+// programmatic edge (src/runtime/cuda/graph.rs): it may start while its predecessor's last
+// blocks still run. Every kiln kernel calls wait_prior_grids() first thing in every block (the
+// GEMVs after issuing their first weight loads, which depend on nothing).
+//
 // Blocks until every grid this one depends on programmatically has completed and its memory
 // writes are visible (`griddepcontrol.wait`). Without a programmatic launch (no PDL attribute or
 // graph edge) the grid starts only after its predecessors anyway and this returns at once; before

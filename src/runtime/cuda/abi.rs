@@ -164,7 +164,8 @@ pub fn pointers(kernel: &Kernel, bufs: &[BufArg], region_base: &[u64; crate::pla
 /// kernels may be graph nodes with a programmatic (PDL) incoming edge, which lets them start
 /// while their predecessor finishes.
 pub fn waits_for_prior_grids(kernel: &Kernel) -> bool {
-    !matches!(kernel, Kernel::Gemm { .. } | Kernel::Linear { .. } | Kernel::FusedLinear { .. } | Kernel::GatedLinear { .. })
+    // Every kiln kernel does (kernels/common.cuh); a library call is not a kernel node.
+    !kernel.is_library()
 }
 
 /// All CUDA symbols a plan needs (library launches need none), sorted and deduplicated.
