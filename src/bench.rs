@@ -63,6 +63,17 @@ pub struct BenchArgs {
     /// Timed runs per number (after one warm-up); the median is reported.
     #[arg(long, default_value_t = 5)]
     pub repeats: usize,
+    /// Plan with the fusion pass (`kiln plan --fuse`): norm prologues, gated MLP and residual
+    /// epilogues in the decode programs.
+    #[arg(long)]
+    pub fuse: bool,
+    /// Which decode rows the torch competitor runs: `all`, or `first` (batch 1 at --prompt, the
+    /// row the acceptance targets name; transformers eager takes ~20 s per run of 256 tokens).
+    #[arg(long, default_value = "all")]
+    pub torch_rows: String,
+    /// Timed runs per torch number [default: --repeats].
+    #[arg(long)]
+    pub torch_repeats: Option<usize>,
     /// Decode tokens per graph launch: the plan's device loops (`loop.b{B}`) run the timed
     /// decode in bursts of this many steps (0: one graph launch per decode step).
     #[arg(long, default_value_t = 64)]
@@ -226,6 +237,7 @@ fn check_args(args: &BenchArgs) -> Result<()> {
     ensure!(args.batches.iter().all(|&b| b >= 1) && args.contexts.iter().all(|&c| c >= 1), "batches and contexts must be positive");
     ensure!(args.prefill_prompts.iter().all(|&n| n >= 1), "--prefill-prompts must be positive");
     ensure!(["cuda", "cuda-graph", "cuda-eager", "cpu"].contains(&args.device.as_str()), "--device must be cuda, cuda-eager or cpu");
+    ensure!(["all", "first"].contains(&args.torch_rows.as_str()), "--torch-rows must be all or first");
     for m in &args.torch_modes {
         ensure!(m == "eager" || m == "compile", "unknown --torch-modes `{m}`: use eager, compile");
     }
@@ -305,7 +317,7 @@ fn plan_options(args: &BenchArgs, cfg: &ModelConfig, source_dtype: Option<crate:
         cfg.max_position_embeddings
     );
     let burst = if args.prefill { 0 } else { args.burst };
-    Ok(PlanOptions { decode_buckets, prefill_buckets: sorted(&prefill), max_context, dtype, memory_budget: None, burst, fuse: false })
+    Ok(PlanOptions { decode_buckets, prefill_buckets: sorted(&prefill), max_context, dtype, memory_budget: None, burst, fuse: args.fuse })
 }
 
 fn plan_info(plan: &Plan) -> PlanInfo {
@@ -468,11 +480,12 @@ fn run_torch(args: &BenchArgs, t: &Target, plan: &Plan, out: &Path, first: bool,
         name: t.name.clone(),
         dir: std::fs::canonicalize(&t.path).unwrap_or_else(|_| t.path.clone()),
         new_tokens: args.new_tokens,
-        repeats: args.repeats,
+        repeats: args.torch_repeats.unwrap_or(args.repeats).max(1),
         modes: args.torch_modes.clone(),
         decode: m
             .decode
             .iter()
+            .filter(|r| args.torch_rows != "first" || (r.batch == 1 && r.context == args.prompt))
             .map(|r| torch::DecodeJob {
                 batch: r.batch,
                 context: r.context,
