@@ -188,7 +188,9 @@ namespace kiln {
 // In a graph, kiln gives a kernel node whose only dependency is another kernel node a
 // programmatic edge (src/runtime/cuda/graph.rs): it may start while its predecessor's last
 // blocks still run. Every kiln kernel calls wait_prior_grids() first thing in every block (the
-// GEMVs after issuing their first weight loads, which depend on nothing).
+// GEMVs after issuing their first weight loads, which depend on nothing), then
+// allow_dependents(), so that the next kernel's blocks are scheduled (and a GEMV's weight loads
+// issued) while this one runs; they still wait for this grid's completion before reading.
 //
 // Blocks until every grid this one depends on programmatically has completed and its memory
 // writes are visible (`griddepcontrol.wait`). Without a programmatic launch (no PDL attribute or

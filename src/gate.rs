@@ -23,6 +23,8 @@
 //!    a stop token and the context end stop the loop where the plan's contract says; the eager
 //!    loop equals the graph loop. Inside the bursts the counters must show at most 1/16 graph
 //!    launches and 0 blocking host syncs per decode step.
+//!
+//!    Checks 2 and 5 also run fused plans (`--fuse`), which `kiln bench --fuse` measures.
 //! 6. Prefill padding is invisible: a chunk's logits and KV rows are bit-identical in every
 //!    prefill bucket that holds it, and padding writes no KV row ([`prefill`]).
 //! 7. Chunked prefill == unchunked: same greedy continuation, logits within tolerance
@@ -588,19 +590,12 @@ pub fn per_launch_compare(
     Ok(Ok(format!("all {} launches within {tol:e}; worst {} at {:.3e}", launches.len(), worst.1, worst.0)))
 }
 
-fn check_random_vs_cpu(g: &mut Gate, kind: &str, dtype: DType, seed: u64, per_launch: bool) -> Result<()> {
+fn check_random_vs_cpu(g: &mut Gate, kind: &str, dtype: DType, seed: u64, per_launch: bool, fuse: bool) -> Result<()> {
     let cfg = random_config(kind)?;
     let tol = if dtype == DType::F32 { TOL_F32 } else { TOL_BF16 };
-    let label = format!("2 gpu==cpu [{kind} {dtype}, tolerance {tol:e}]");
-    let opts = PlanOptions {
-        decode_buckets: vec![1, 4],
-        prefill_buckets: vec![32],
-        max_context: 128,
-        dtype,
-        memory_budget: None,
-        burst: 0,
-        fuse: false,
-    };
+    let label = format!("2 gpu==cpu [{kind} {dtype}{}, tolerance {tol:e}]", if fuse { " fused" } else { "" });
+    let opts =
+        PlanOptions { decode_buckets: vec![1, 4], prefill_buckets: vec![32], max_context: 128, dtype, memory_budget: None, burst: 0, fuse };
     let plan = build_plan(&cfg, &opts)?;
     let src = if dtype == DType::F32 { SrcDType::F32 } else { SrcDType::BF16 };
     let weights = MemWeights::random(&cfg, seed, src);
@@ -923,9 +918,10 @@ fn one_loop(
     Ok((steps, ring))
 }
 
-fn check_device_loop(g: &mut Gate, kind: &str, dtype: DType, tokens: usize, seed: u64) -> Result<()> {
+fn check_device_loop(g: &mut Gate, kind: &str, dtype: DType, tokens: usize, seed: u64, fuse: bool) -> Result<()> {
     let cfg = random_config(kind)?;
-    let label = format!("5 device loop==one-step [{kind} {dtype}, {tokens} tokens, burst {LOOP_BURST}]");
+    let label =
+        format!("5 device loop==one-step [{kind} {dtype}{}, {tokens} tokens, burst {LOOP_BURST}]", if fuse { " fused" } else { "" });
     // Room for the tokens plus the context-end probe; a power of two like real plans.
     let max_context = (tokens + 8).next_power_of_two().max(64);
     let opts = PlanOptions {
@@ -935,7 +931,7 @@ fn check_device_loop(g: &mut Gate, kind: &str, dtype: DType, tokens: usize, seed
         dtype,
         memory_budget: None,
         burst: LOOP_BURST,
-        fuse: false,
+        fuse,
     };
     let plan = build_plan(&cfg, &opts)?;
     let src = if dtype == DType::F32 { SrcDType::F32 } else { SrcDType::BF16 };
@@ -1081,9 +1077,15 @@ pub fn main(args: &GateArgs) -> Result<()> {
         }
         for kind in ["llama", "qwen2", "qwen3", "llama2c"] {
             for dtype in [DType::F32, DType::BF16] {
-                if let Err(e) = check_random_vs_cpu(&mut g, kind, dtype, args.seed, args.per_launch) {
+                if let Err(e) = check_random_vs_cpu(&mut g, kind, dtype, args.seed, args.per_launch, false) {
                     g.error(&format!("2 gpu==cpu [{kind} {dtype}]"), e);
                 }
+            }
+        }
+        // The fused plans (`--fuse`: norm prologues, gated MLP, residual epilogues).
+        for (kind, dtype) in [("llama", DType::F32), ("qwen2", DType::BF16), ("qwen3", DType::BF16)] {
+            if let Err(e) = check_random_vs_cpu(&mut g, kind, dtype, args.seed, args.per_launch, true) {
+                g.error(&format!("2 gpu==cpu [{kind} {dtype} fused]"), e);
             }
         }
     }
@@ -1093,11 +1095,11 @@ pub fn main(args: &GateArgs) -> Result<()> {
         }
     }
     if want(5) {
-        for (kind, dtype) in [("llama", DType::F32), ("qwen3", DType::BF16)] {
+        for (kind, dtype, fuse) in [("llama", DType::F32, false), ("qwen3", DType::BF16, false), ("qwen2", DType::BF16, true)] {
             // The CPU stand-in only tests the check itself: one full burst and a partial one.
             let tokens = if args.cpu_stand_in { LOOP_BURST + 16 } else { LOOP_TOKENS };
-            if let Err(e) = check_device_loop(&mut g, kind, dtype, tokens, args.seed) {
-                g.error(&format!("5 device loop==one-step [{kind} {dtype}]"), e);
+            if let Err(e) = check_device_loop(&mut g, kind, dtype, tokens, args.seed, fuse) {
+                g.error(&format!("5 device loop==one-step [{kind} {dtype}{}]", if fuse { " fused" } else { "" }), e);
             }
         }
     }

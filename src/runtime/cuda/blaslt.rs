@@ -9,10 +9,14 @@
 //!
 //! Padding invisibility: split-K and stream-K reductions are excluded, so each output element
 //! is one tile's K loop, sequential over K in tensor-core k-steps, whatever the number of rows.
-//! The algorithm (tile shape) is cuBLASLt's heuristic choice for each launch's row count
-//! (`KILN_GEMM_ALGO=per-rows`, the default: small buckets get small tiles and enough blocks),
-//! or one algorithm per weight shape chosen at its largest row count and used for every row
-//! count (`KILN_GEMM_ALGO=fixed`, checked with `cublasLtMatmulAlgoCheck`). `kiln gate` check 6
+//! For f16 / bf16 the algorithm (tile shape) is cuBLASLt's heuristic choice for each launch's
+//! row count (`KILN_GEMM_ALGO=per-rows`, the default: small buckets get small tiles and enough
+//! blocks; the tensor-core kernels accumulate K in the same k-step order whatever the tile). f32
+//! GEMMs, and every GEMM under `KILN_GEMM_ALGO=fixed`, use one algorithm per weight shape,
+//! chosen at its largest row count and used for every row count (checked with
+//! `cublasLtMatmulAlgoCheck`): measured on the H200, cuBLASLt's f32 algorithms for different row
+//! counts do not sum in the same order (a 1-token prompt's logits differed between buckets 16
+//! and 64 by 3.9e-7). `kiln gate` check 6
 //! verifies bit-identical rows across prefill buckets on the models it runs, including a
 //! Llama-3.2-1B-shaped one.
 //!
@@ -321,7 +325,7 @@ pub fn prepare(blas: &Blas, plan: &Plan, region_base: &[u64; crate::plan::N_REGI
         Ok(other) => bail!("KILN_GEMM_ALGO=`{other}`: expected `per-rows` or `fixed`"),
     };
     // The row count each shape's algorithm is chosen at: its own (per-rows) or the largest.
-    let algo_key = |s: &Shape| if per_rows { *s } else { Shape { rows: 0, ..*s } };
+    let algo_key = |s: &Shape| if per_rows && s.input != DType::F32 { *s } else { Shape { rows: 0, ..*s } };
     let mut largest: BTreeMap<Shape, u32> = BTreeMap::new();
     for p in &plan.programs {
         for l in p.launches.iter().filter(|l| l.kernel.is_library()) {
