@@ -26,7 +26,6 @@ __device__ void add(const T* __restrict__ a, const T* __restrict__ b, T* __restr
   extern "C" __global__ void __launch_bounds__(256) kiln_add_##dt(const T* a, const T* b, T* out, \
                                                                     unsigned int n) {             \
     kiln::wait_prior_grids();                                                                     \
-    kiln::allow_dependents();                                                                     \
     kiln::add<T>(a, b, out, n);                                                                           \
   }
 KILN_FOR_EACH_DTYPE(KILN_ADD)

@@ -39,7 +39,6 @@ extern "C" __global__ void __launch_bounds__(1024)
                  unsigned int* control, int* ring, unsigned int rows, unsigned int burst, unsigned int n_stop,
                  unsigned long long cond_handle) {
   kiln::wait_prior_grids();
-  kiln::allow_dependents();
   // Every thread reads `produced` before thread 0 rewrites it (the barrier below orders them).
   const unsigned int produced = control[1];
   const long long max_position = (long long)control[3];

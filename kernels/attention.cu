@@ -161,7 +161,6 @@ __device__ void attention(const T* __restrict__ q, const T* __restrict__ k_cache
       T* out, unsigned int rows, unsigned int heads, unsigned int kv_heads, unsigned int head_dim,     \
       float scale, unsigned int kv_rows) {                                                             \
     kiln::wait_prior_grids();                                                                          \
-    kiln::allow_dependents();                                                                          \
     kiln::attention<T>(q, k_cache, v_cache, positions, cache_base, out, rows, heads, kv_heads, head_dim,     \
                  scale, kv_rows);                                                                      \
   }

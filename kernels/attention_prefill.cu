@@ -377,7 +377,6 @@ __device__ void attention_prefill_zero(T* __restrict__ out, unsigned int rows, u
       unsigned int rows, unsigned int heads, unsigned int kv_heads, unsigned int head_dim, float scale,          \
       unsigned int kv_rows) {                                                                                    \
     kiln::wait_prior_grids();                                                                                    \
-    kiln::allow_dependents();                                                                                    \
     if (head_dim == 128)                                                                                         \
       kiln::fa::attention_prefill<T, 128>(q, k_cache, v_cache, positions, cache_base, out, rows, heads, kv_heads, \
                                           scale, kv_rows);                                                       \

@@ -465,7 +465,6 @@ __device__ void attention_merge(const float* __restrict__ workspace, const int* 
       float* workspace, unsigned int rows, unsigned int heads, unsigned int kv_heads, unsigned int head_dim, \
       float scale, unsigned int kv_rows, unsigned int splits, unsigned int split_len) {                 \
     kiln::wait_prior_grids();                                                                           \
-    kiln::allow_dependents();                                                                           \
     kiln::attention_split<T>(q, k_cache, v_cache, positions, cache_base, workspace, rows, heads, kv_heads,  \
                              head_dim, scale, kv_rows, splits, split_len);                              \
   }                                                                                                     \
@@ -473,7 +472,6 @@ __device__ void attention_merge(const float* __restrict__ workspace, const int* 
       const float* workspace, const int* positions, T* out, unsigned int rows, unsigned int heads,      \
       unsigned int head_dim, unsigned int splits, unsigned int split_len) {                             \
     kiln::wait_prior_grids();                                                                           \
-    kiln::allow_dependents();                                                                           \
     kiln::attention_merge<T>(workspace, positions, out, rows, heads, head_dim, splits, split_len);      \
   }
 KILN_FOR_EACH_DTYPE(KILN_ATTENTION_SPLIT)

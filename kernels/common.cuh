@@ -188,9 +188,10 @@ namespace kiln {
 // In a graph, kiln gives a kernel node whose only dependency is another kernel node a
 // programmatic edge (src/runtime/cuda/graph.rs): it may start while its predecessor's last
 // blocks still run. Every kiln kernel calls wait_prior_grids() first thing in every block (the
-// GEMVs after issuing their first weight loads, which depend on nothing), then
-// allow_dependents(), so that the next kernel's blocks are scheduled (and a GEMV's weight loads
-// issued) while this one runs; they still wait for this grid's completion before reading.
+// GEMVs after issuing their first weight loads, which depend on nothing). PDL is off by default
+// (KILN_PDL=1 turns it on): with every kernel also calling allow_dependents() right after its
+// wait, bf16 decode on the H200 gave wrong logits (kiln gate, 2026-11-29), a race not yet
+// explained; without those early triggers the gate passed but PDL gained nothing measurable.
 //
 // Blocks until every grid this one depends on programmatically has completed and its memory
 // writes are visible (`griddepcontrol.wait`). Without a programmatic launch (no PDL attribute or

@@ -39,7 +39,6 @@ __device__ void gather(const T* __restrict__ table, const int* __restrict__ indi
       kiln_gather_##dt(const T* table, const int* indices, T* out, unsigned int rows, unsigned int dim, \
                        unsigned int table_rows) {                                                     \
     kiln::wait_prior_grids();                                                                         \
-    kiln::allow_dependents();                                                                         \
     kiln::gather<T>(table, indices, out, rows, dim, table_rows);                                            \
   }
 KILN_FOR_EACH_DTYPE(KILN_GATHER)

@@ -45,7 +45,6 @@ __device__ void head_rms_norm(const T* __restrict__ x, const T* __restrict__ wei
       kiln_head_rms_norm_##dt(const T* x, const T* weight, T* out, unsigned int rows,             \
                               unsigned int heads, unsigned int head_dim, float eps) {             \
     kiln::wait_prior_grids();                                                                     \
-    kiln::allow_dependents();                                                                     \
     kiln::head_rms_norm<T>(x, weight, out, rows, heads, head_dim, eps);                                  \
   }
 KILN_FOR_EACH_DTYPE(KILN_HEAD_RMS_NORM)

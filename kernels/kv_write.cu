@@ -47,7 +47,6 @@ __device__ void kv_write(const T* __restrict__ k, const T* __restrict__ v, const
                          T* k_cache, T* v_cache, unsigned int rows, unsigned int kv_dim,              \
                          unsigned int kv_rows) {                                                      \
     kiln::wait_prior_grids();                                                                         \
-    kiln::allow_dependents();                                                                         \
     kiln::kv_write<T>(k, v, positions, cache_base, k_cache, v_cache, rows, kv_dim, kv_rows);                \
   }
 KILN_FOR_EACH_DTYPE(KILN_KV_WRITE)

@@ -48,7 +48,6 @@ __device__ void rms_norm(const T* __restrict__ x, const T* __restrict__ weight, 
       kiln_rms_norm_##dt(const T* x, const T* weight, T* out, unsigned int rows, unsigned int dim, \
                          float eps) {                                                               \
     kiln::wait_prior_grids();                                                                       \
-    kiln::allow_dependents();                                                                       \
     kiln::rms_norm<T>(x, weight, out, rows, dim, eps);                                                    \
   }
 KILN_FOR_EACH_DTYPE(KILN_RMS_NORM)

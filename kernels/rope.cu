@@ -95,7 +95,6 @@ __device__ void rope(const T* __restrict__ x, const int* __restrict__ positions,
       unsigned int scaling_kind, float factor, float low_freq_factor, float high_freq_factor,        \
       unsigned int original_max_position) {                                                          \
     kiln::wait_prior_grids();                                                                        \
-    kiln::allow_dependents();                                                                        \
     kiln::rope<T>(x, positions, out, rows, heads, head_dim, rotary_dim, interleaved, theta, scaling_kind, \
             factor, low_freq_factor, high_freq_factor, original_max_position);                       \
   }

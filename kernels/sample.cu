@@ -332,7 +332,6 @@ extern "C" __global__ void __launch_bounds__(KILN_SAMPLE_THREADS)
                     const unsigned int* seed, const unsigned int* counter, int* out, unsigned int rows,
                     unsigned int vocab) {
   kiln::wait_prior_grids();
-  kiln::allow_dependents();
   __shared__ SampleShared s;
   const unsigned int r = blockIdx.x;
   if (r >= rows || vocab == 0) return;

@@ -28,7 +28,6 @@ __device__ void swiglu(const T* __restrict__ gate, const T* __restrict__ up, T* 
   extern "C" __global__ void __launch_bounds__(256)                                          \
       kiln_swiglu_##dt(const T* gate, const T* up, T* out, unsigned int n) {                 \
     kiln::wait_prior_grids();                                                                \
-    kiln::allow_dependents();                                                                \
     kiln::swiglu<T>(gate, up, out, n);                                                             \
   }
 KILN_FOR_EACH_DTYPE(KILN_SWIGLU)
