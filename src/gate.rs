@@ -26,9 +26,9 @@
 //!
 //!    Checks 2 and 5 also run fused plans (`--fuse`), which `kiln bench --fuse` measures.
 //! 6. Prefill padding is invisible: a chunk's logits and KV rows are bit-identical in every
-//!    prefill bucket that holds it, and padding writes no KV row ([`prefill`]).
+//!    prefill bucket that holds it, and padding writes no KV row (`gate/prefill.rs`).
 //! 7. Chunked prefill == unchunked: same greedy continuation, logits within tolerance
-//!    ([`prefill`]).
+//!    (`gate/prefill.rs`).
 //!
 //! Owns: the checks and their tolerances, each stated with its reason. Never: a check that
 //! passes without comparing against an independent reference.

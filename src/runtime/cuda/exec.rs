@@ -16,6 +16,10 @@
 //! seen finished blocks (counted in `loop_syncs`). In eager mode (the debug path) the host
 //! launches the body step by step and reads the done flag after each.
 //!
+//! Library launches (`Kernel::Gemm`, prefill GEMMs): cuBLASLt calls prepared at load (`blaslt`),
+//! each run once and then recorded into a child graph node of its program's graph (the only
+//! stream captures, all during `load`); eager mode calls cuBLASLt on the stream.
+//!
 //! Never, after `load`: allocates (device or pinned), uploads from pageable memory, captures a
 //! stream, or computes an address. [`Counters`] prove it.
 
