@@ -189,9 +189,11 @@ namespace kiln {
 // programmatic edge (src/runtime/cuda/graph.rs): it may start while its predecessor's last
 // blocks still run. Every kiln kernel calls wait_prior_grids() first thing in every block (the
 // GEMVs after issuing their first weight loads, which depend on nothing). PDL is off by default
-// (KILN_PDL=1 turns it on): with every kernel also calling allow_dependents() right after its
-// wait, bf16 decode on the H200 gave wrong logits (kiln gate, 2026-11-29), a race not yet
-// explained; without those early triggers the gate passed but PDL gained nothing measurable.
+// (KILN_PDL=1 turns it on) because it is not correct yet: on the H200 (kiln gate, 2026-11-29)
+// bf16 results went wrong wherever a tensor-core GEMV was launched before its predecessor had
+// done its work (GEMV after GEMV in fused plans; GEMV after a small kernel when those also
+// called allow_dependents() right after their wait), a race not yet explained
+// (bench/NOTES-decode.md). Unfused plans with only the GEMVs triggering early pass the gate.
 //
 // Blocks until every grid this one depends on programmatically has completed and its memory
 // writes are visible (`griddepcontrol.wait`). Without a programmatic launch (no PDL attribute or

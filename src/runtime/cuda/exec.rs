@@ -340,7 +340,7 @@ impl CudaExecutor {
         let t_graphs = std::time::Instant::now();
         let mut graphs = Vec::new();
         // Programmatic dependent launch on Hopper and later, only with KILN_PDL=1: off by default
-        // until the race seen with early triggers is understood (kernels/common.cuh).
+        // until the race it shows on fused bf16 plans is understood (kernels/common.cuh).
         let pdl_wanted = device.compute_capability.0 >= 9 && std::env::var("KILN_PDL").is_ok_and(|v| v == "1");
         let mut pdl_refused = Vec::new();
         if mode == Mode::Graph {
