@@ -346,3 +346,42 @@ fn inconsistent_plan_in_a_valid_envelope_is_rejected() {
     let msg = load_error(&to_bytes(&plan).unwrap());
     assert!(msg.contains("plan check"), "{msg}");
 }
+
+/// Which kernel each prefill op becomes: linears over more rows than the GEMV takes run as
+/// library GEMMs with a workspace as their last operand; attention takes the tensor-core
+/// prefill kernel only where it covers the dtype and head_dim; decode keeps its kernels.
+#[test]
+fn prefill_kernels_are_chosen_by_rows_dtype_and_head_dim() {
+    use kiln::plan::{Kernel, GEMM_WORKSPACE_BYTES};
+    let kinds = |plan: &Plan, phase: Phase, bucket: usize| -> Vec<&'static str> {
+        let p = &plan.programs[plan.program(phase, bucket).unwrap()];
+        p.launches.iter().map(|l| l.kernel.name()).collect()
+    };
+    let mut cfg = small_config();
+    cfg.head_dim = 64;
+    cfg.rope.rotary_dim = 64;
+    for (dtype, attention) in [(DType::BF16, "attention_prefill"), (DType::F16, "attention_prefill"), (DType::F32, "attention")] {
+        let opts = PlanOptions { prefill_buckets: vec![8, 16], dtype, ..small_options() };
+        let plan = build_plan(&cfg, &opts).unwrap();
+        // 8 rows: the GEMV path (linear); 16 rows: GEMMs.
+        let t8 = kinds(&plan, Phase::Prefill, 8);
+        assert!(t8.contains(&"linear") && !t8.contains(&"gemm"), "{dtype}: {t8:?}");
+        let t16 = kinds(&plan, Phase::Prefill, 16);
+        // Only the output projection (one sampled row) stays a GEMV.
+        assert_eq!(t16.iter().filter(|k| **k == "linear").count(), 1, "{dtype}: {t16:?}");
+        assert!(t16.contains(&"gemm") && t16.contains(&attention), "{dtype}: {t16:?}");
+        let decode = kinds(&plan, Phase::Decode, 4);
+        assert!(!decode.contains(&"gemm") && !decode.contains(&"attention_prefill"), "{decode:?}");
+        let p = &plan.programs[plan.program(Phase::Prefill, 16).unwrap()];
+        for l in p.launches.iter().filter(|l| l.kernel.is_library()) {
+            let ws = l.bufs.last().unwrap();
+            assert_eq!((ws.region, ws.access, ws.bytes), (RegionKind::Arena, Access::Write, GEMM_WORKSPACE_BYTES), "{}", l.name);
+            assert_eq!((l.grid, l.block), ([0; 3], [0; 3]), "{}: a library call has no geometry", l.name);
+            let Kernel::Gemm { bias, .. } = l.kernel else { unreachable!() };
+            assert_eq!(l.bufs.len(), 4 + bias as usize, "{}", l.name);
+        }
+    }
+    // A head_dim the prefill kernel does not cover keeps the general kernel.
+    let plan = build_plan(&small_config(), &PlanOptions { prefill_buckets: vec![16], dtype: DType::BF16, ..small_options() }).unwrap();
+    assert!(kinds(&plan, Phase::Prefill, 16).contains(&"attention"));
+}
