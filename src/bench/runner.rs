@@ -167,38 +167,38 @@ pub fn time_decode<E: Executor + Probe>(exec: &mut E, prompts: &[Vec<u32>], new_
         let mut tokens = first.clone();
         let mut seq0 = vec![tokens[0]];
         let t0 = Instant::now();
-        if let Some(lp) = looped {
-            let mut done = 0usize;
-            while done < steps {
-                let budget = (steps - done).min(plan.options.burst);
-                let pos = (context + done) as i32;
-                step.set_i32(&plan, names::TOKEN_IDS, &tokens.iter().map(|&t| t as i32).collect::<Vec<_>>())?;
-                step.set_i32(&plan, names::POSITIONS, &vec![pos; batch])?;
-                set_greedy(&mut step, &plan, batch, pos as u32 + 1)?;
-                let mut control = vec![budget as u32, 0, 0, plan.options.max_context as u32];
-                control.extend(std::iter::repeat_n(0u32, batch));
-                step.set_u32(&plan, names::LOOP_CONTROL, &control)?;
-                step.set_i32(&plan, names::LOOP_STOP_IDS, &[-1; crate::lower::MAX_STOP_IDS])?;
-                let mut got = 0usize;
-                stream_loop(exec, lp, &step, |t| {
-                    tokens = t.iter().map(|&x| x as u32).collect();
-                    seq0.push(tokens[0]);
-                    got += 1;
-                    true
-                })?;
-                ensure!(got == budget, "the device loop made {got} of {budget} tokens");
-                done += budget;
-            }
-        }
-        for j in (0..steps).filter(|_| looped.is_none()) {
+        // One launch per step, or one per burst of up to `burst` steps through the device loop.
+        let per_launch = if looped.is_some() { plan.options.burst } else { 1 };
+        let mut done = 0usize;
+        while done < steps {
             // Step j feeds token j + 1 of each sequence at position context + j.
-            let pos = (context + j) as i32;
+            let n = (steps - done).min(per_launch);
+            let pos = (context + done) as i32;
             step.set_i32(&plan, names::TOKEN_IDS, &tokens.iter().map(|&t| t as i32).collect::<Vec<_>>())?;
             step.set_i32(&plan, names::POSITIONS, &vec![pos; batch])?;
             set_greedy(&mut step, &plan, batch, pos as u32 + 1)?;
-            exec.run(program, &step)?;
-            tokens = read_tokens(exec, batch)?;
-            seq0.push(tokens[0]);
+            match looped {
+                Some(lp) => {
+                    let mut control = vec![n as u32, 0, 0, plan.options.max_context as u32];
+                    control.extend(std::iter::repeat_n(0u32, batch));
+                    step.set_u32(&plan, names::LOOP_CONTROL, &control)?;
+                    step.set_i32(&plan, names::LOOP_STOP_IDS, &[-1; crate::lower::MAX_STOP_IDS])?;
+                    let mut got = 0usize;
+                    stream_loop(exec, lp, &step, |t| {
+                        tokens = t.iter().map(|&x| x as u32).collect();
+                        seq0.push(tokens[0]);
+                        got += 1;
+                        true
+                    })?;
+                    ensure!(got == n, "the device loop made {got} of {n} tokens");
+                }
+                None => {
+                    exec.run(program, &step)?;
+                    tokens = read_tokens(exec, batch)?;
+                    seq0.push(tokens[0]);
+                }
+            }
+            done += n;
         }
         let secs = t0.elapsed().as_secs_f64();
         if r == 0 {
