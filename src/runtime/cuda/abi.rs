@@ -159,15 +159,6 @@ pub fn pointers(kernel: &Kernel, bufs: &[BufArg], region_base: &[u64; crate::pla
     p
 }
 
-/// Whether the kernel calls `kiln::wait_prior_grids()` (`griddepcontrol.wait`) in every block
-/// before it reads another launch's output or writes anything (kernels/common.cuh): only such
-/// kernels may be graph nodes with a programmatic (PDL) incoming edge, which lets them start
-/// while their predecessor finishes.
-pub fn waits_for_prior_grids(kernel: &Kernel) -> bool {
-    // Every kiln kernel does (kernels/common.cuh); a library call is not a kernel node.
-    !kernel.is_library()
-}
-
 /// All CUDA symbols a plan needs (library launches need none), sorted and deduplicated.
 pub fn symbols(plan: &crate::plan::Plan) -> Vec<String> {
     let mut s: Vec<String> = plan

@@ -106,8 +106,8 @@ pub struct ProgramParts<'a> {
     pub params: &'a [LaunchParams],
     pub library: &'a [Option<OwnedGraph>],
     /// Programmatic dependent launch: a kernel node whose one dependency is a kernel node gets
-    /// a programmatic edge (it may start while its predecessor's last blocks run; it waits in
-    /// the kernel, see `abi::waits_for_prior_grids`).
+    /// a programmatic edge (it may start while its predecessor's last blocks run; every kiln
+    /// kernel waits for its prior grids in every block, kernels/common.cuh).
     pub pdl: bool,
     pub io: &'a ProgramIo,
 }
@@ -237,8 +237,7 @@ unsafe fn add_kernel_nodes(
         let programmatic = *pdl
             && dep_nodes.len() == 1
             && by_after[i].len() == 1
-            && !launches[by_after[i][0] as usize].kernel.is_library()
-            && crate::runtime::cuda::abi::waits_for_prior_grids(&l.kernel);
+            && !launches[by_after[i][0] as usize].kernel.is_library();
         let mut node: sys::CUgraphNode = std::ptr::null_mut();
         let (deps_now, n_now) = if programmatic { (std::ptr::null(), 0) } else { (dep_nodes.as_ptr(), dep_nodes.len()) };
         call(counters, "cuGraphAddKernelNode", unsafe { sys::cuGraphAddKernelNode_v2(&mut node, target, deps_now, n_now, &kp) })
