@@ -341,10 +341,6 @@ __device__ void fused_tiled(const T* __restrict__ x, const T* __restrict__ nw, c
   }
 }
 
-template <typename T> struct IsHalfStorage {
-  static constexpr bool value = sizeof(T) == 2;
-};
-
 template <typename T, typename O, bool GATED>
 __device__ void fused_linear(const T* x, const T* nw, const T* w, const T* wu, const T* bias, const O* residual, O* out,
                              unsigned int rows, unsigned int in, unsigned int outf, unsigned int has_norm_u, float eps,
@@ -354,7 +350,7 @@ __device__ void fused_linear(const T* x, const T* nw, const T* w, const T* wu, c
   const bool has_norm = has_norm_u != 0 && nw != nullptr;
   const bool has_bias = has_bias_u != 0 && bias != nullptr;
   const bool has_res = has_res_u != 0 && residual != nullptr;
-  if constexpr (IsHalfStorage<T>::value) {
+  if constexpr (IsHalf16<T>::value) {
     const bool aligned = aligned16(x) && aligned16(w) && (!GATED || aligned16(wu)) && (!has_norm || aligned16(nw));
     if (rows != 0 && rows <= KILN_FUSED_GEMV_MAX_ROWS && in != 0 && in % 8 == 0 && aligned) {
       // Waits for the prior grids inside, after its first weight loads.

@@ -672,14 +672,20 @@ fn read_f32_file(path: &Path) -> Result<Vec<f32>> {
     Ok(decode_f32s(&b, DType::F32))
 }
 
+/// The `kiln synth` directory of `shape` (bf16, the gate's seed), written when missing.
+fn synth_dir(args: &GateArgs, shape: &str) -> Result<PathBuf> {
+    let dir = args.synth_dir.join(format!("{shape}-seed{}", args.seed));
+    if !dir.join("model.safetensors").is_file() || !dir.join("config.json").is_file() {
+        crate::synth::write(shape, args.seed, "bf16", &dir)?;
+    }
+    Ok(dir)
+}
+
 fn check_hf(g: &mut Gate, args: &GateArgs) -> Result<()> {
     std::fs::create_dir_all(&args.synth_dir)?;
     let mut jobs = Vec::new();
     for shape in &args.hf_shapes {
-        let dir = args.synth_dir.join(format!("{shape}-seed{}", args.seed));
-        if !dir.join("model.safetensors").is_file() || !dir.join("config.json").is_file() {
-            crate::synth::write(shape, args.seed, "bf16", &dir)?;
-        }
+        let dir = synth_dir(args, shape)?;
         let cfg = ModelConfig::preset(shape)?;
         let prompt = random_tokens(args.seed ^ 0x5eed, args.hf_prompt, cfg.vocab_size);
         let out = args.synth_dir.join(format!("{shape}-seed{}.ref", args.seed));

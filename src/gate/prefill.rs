@@ -243,15 +243,6 @@ pub(super) fn check_chunked_stories(g: &mut Gate, path: &Path) -> Result<()> {
     check_chunked(g, "stories260K", &model.config, model.weights.as_ref(), DType::F32, &prompt, (16, 128))
 }
 
-/// The `kiln synth` directory of `shape` (bf16, the gate's seed), written when missing.
-fn synth_dir(args: &GateArgs, shape: &str) -> Result<PathBuf> {
-    let dir = args.synth_dir.join(format!("{shape}-seed{}", args.seed));
-    if !dir.join("model.safetensors").is_file() || !dir.join("config.json").is_file() {
-        crate::synth::write(shape, args.seed, "bf16", &dir)?;
-    }
-    Ok(dir)
-}
-
 pub(super) fn check_chunked_synth(g: &mut Gate, args: &GateArgs, shape: &str) -> Result<()> {
     let dir = synth_dir(args, shape)?;
     let model = crate::model::open(&dir, None).with_context(|| format!("opening {}", dir.display()))?;

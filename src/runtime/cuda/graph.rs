@@ -234,10 +234,7 @@ unsafe fn add_kernel_nodes(
             kern: std::ptr::null_mut(),
             ctx: std::ptr::null_mut(),
         };
-        let programmatic = *pdl
-            && dep_nodes.len() == 1
-            && by_after[i].len() == 1
-            && !launches[by_after[i][0] as usize].kernel.is_library();
+        let programmatic = *pdl && dep_nodes.len() == 1 && by_after[i].len() == 1 && !launches[by_after[i][0] as usize].kernel.is_library();
         let mut node: sys::CUgraphNode = std::ptr::null_mut();
         let (deps_now, n_now) = if programmatic { (std::ptr::null(), 0) } else { (dep_nodes.as_ptr(), dep_nodes.len()) };
         call(counters, "cuGraphAddKernelNode", unsafe { sys::cuGraphAddKernelNode_v2(&mut node, target, deps_now, n_now, &kp) })
