@@ -84,12 +84,6 @@ impl Blas {
         check(unsafe { lt::cublasLtCreate(&mut handle) }, "handle creation")?;
         Ok(Blas { handle })
     }
-
-    /// cuBLASLt's version number (e.g. 130000 and up for CUDA 13).
-    pub fn version() -> usize {
-        // SAFETY: no arguments; only called after `new` found the library.
-        unsafe { lt::cublasLtGetVersion() }
-    }
 }
 
 /// Matrix layouts and the matmul descriptor of one GEMM, destroyed on drop.
@@ -172,8 +166,6 @@ pub struct GemmCall {
     out: u64,
     workspace: u64,
     workspace_bytes: usize,
-    /// The algorithm's workspace need (at most `workspace_bytes`), for reports.
-    pub algo_workspace: usize,
 }
 
 impl GemmCall {
@@ -385,7 +377,6 @@ pub fn prepare(blas: &Blas, plan: &Plan, region_base: &[u64; crate::plan::N_REGI
                 out: ptr(&l.bufs[l.bufs.len() - 2]),
                 workspace: ptr(ws),
                 workspace_bytes: ws.bytes as usize,
-                algo_workspace: result.workspaceSize,
             }));
         }
         out.push(calls);

@@ -438,10 +438,6 @@ impl CudaExecutor {
     pub fn graph_seconds(&self) -> f64 {
         self.graph_seconds
     }
-    /// Programmatic dependent launch: edges used, programs built without.
-    pub fn pdl(&self) -> &PdlReport {
-        &self.pdl
-    }
     /// Graphs built at load (one per program in graph mode).
     pub fn graph_count(&self) -> usize {
         self.graphs.len()
