@@ -5,7 +5,8 @@
 //! - [`cpu`]: the reference executor, byte-for-byte over host regions with the plan's layout;
 //!   the oracle the GPU executors are checked against.
 //! - [`cuda`]: eager and graph executors; graphs are built node by node from the launch records
-//!   at load (device loops as conditional WHILE nodes), never captured.
+//!   at load (device loops as conditional WHILE nodes); the only captures are the cuBLASLt
+//!   prefill GEMMs, each recorded once at load into a child graph node.
 //! - [`session`]: generation over any executor (chunked prefill, one-step or device-loop decode);
 //!   [`sampling`]: the host statement of the sampling rule; [`weights`]: tensors into the
 //!   plan's weight region.
