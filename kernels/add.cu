@@ -14,7 +14,7 @@
 namespace kiln {
 
 template <typename T>
-__device__ void add(const T* __restrict__ a, const T* __restrict__ b, T* __restrict__ out, unsigned int n) {
+__device__ void add(const T* a, const T* b, T* __restrict__ out, unsigned int n) {
   const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n) return;
   out[i] = kiln::from_f32<T>(__fadd_rn(kiln::to_f32(a[i]), kiln::to_f32(b[i])));

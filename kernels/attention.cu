@@ -38,8 +38,8 @@ namespace kiln {
 #define KILN_ATTN_KEYS_PER_WARP 4
 
 template <typename T>
-__device__ void attention(const T* __restrict__ q, const T* __restrict__ k_cache, const T* __restrict__ v_cache,
-                          const int* __restrict__ positions, const int* __restrict__ cache_base, T* __restrict__ out,
+__device__ void attention(const T* q, const T* k_cache, const T* v_cache,
+                          const int* positions, const int* cache_base, T* __restrict__ out,
                           unsigned int rows, unsigned int heads, unsigned int kv_heads, unsigned int head_dim,
                           float scale, unsigned int kv_rows) {
   __shared__ float part_m[KILN_ATTN_WARPS];

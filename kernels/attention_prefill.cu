@@ -147,8 +147,8 @@ template <int CH> __device__ __forceinline__ unsigned int swizzle(int row, int c
 }
 
 template <typename T, int HD>
-__device__ void attention_prefill(const T* __restrict__ q, const T* __restrict__ k_cache, const T* __restrict__ v_cache,
-                                  const int* __restrict__ positions, const int* __restrict__ cache_base,
+__device__ void attention_prefill(const T* q, const T* k_cache, const T* v_cache,
+                                  const int* positions, const int* cache_base,
                                   T* __restrict__ out, unsigned int rows, unsigned int heads, unsigned int kv_heads,
                                   float scale, unsigned int kv_rows) {
   constexpr int BM = KILN_FA_BM, BN = KILN_FA_BN, THREADS = KILN_FA_THREADS;

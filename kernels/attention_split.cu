@@ -82,7 +82,7 @@ template <typename T, bool VEC> __device__ __forceinline__ void load8(const T* p
   if constexpr (VEC) {
 #pragma unroll
     for (int i = 0; i < Raw8<T>::WORDS / 4; ++i) {
-      const uint4 v = load16_stream(p + i * Vec16<T>::N);
+      const uint4 v = load16_stream_act(p + i * Vec16<T>::N);
       r.w[4 * i] = v.x;
       r.w[4 * i + 1] = v.y;
       r.w[4 * i + 2] = v.z;
@@ -137,8 +137,8 @@ struct SplitShared {
 // One (row, kv head, head chunk, split) block; G >= the chunk's head count (compile time, so
 // that the per-head state stays in registers).
 template <typename T, int G, bool VEC>
-__device__ void attention_split_block(SplitShared& sh, const T* __restrict__ q, const T* __restrict__ k_cache,
-                                      const T* __restrict__ v_cache, float* __restrict__ workspace, unsigned int t,
+__device__ void attention_split_block(SplitShared& sh, const T* q, const T* k_cache,
+                                      const T* v_cache, float* __restrict__ workspace, unsigned int t,
                                       unsigned int h0, unsigned int nh, unsigned int g, unsigned int s, long long lo,
                                       long long hi, long long base, unsigned int heads, unsigned int kv_heads,
                                       unsigned int head_dim, float scale, unsigned int splits) {
@@ -388,7 +388,7 @@ __device__ void attention_split(const T* q, const T* k_cache, const T* v_cache, 
 }
 
 template <typename T>
-__device__ void attention_merge(const float* __restrict__ workspace, const int* __restrict__ positions,
+__device__ void attention_merge(const float* workspace, const int* positions,
                                 T* __restrict__ out, unsigned int rows, unsigned int heads, unsigned int head_dim,
                                 unsigned int splits, unsigned int split_len) {
   __shared__ float sh_m[KILN_ATTN_MERGE_THREADS], sh_l[KILN_ATTN_MERGE_THREADS], sh_acc[KILN_ATTN_MERGE_THREADS];

@@ -71,17 +71,29 @@ template <typename H> __device__ __forceinline__ void unpack16(const uint4& v, f
   }
 }
 
-// Loads Vec16<T>::N consecutive elements at `p` (16-byte aligned) as f32, through the
-// read-only path.
+// Coherence rule (programmatic dependent launch, see the end of this file): a kernel may be
+// resident while the grids it depends on still write its inputs, so anything an earlier kernel
+// writes (activations, the KV cache, step inputs, workspaces) is read with coherent loads only:
+// never `ld.global.nc` / `__ldg`, and no `const T* __restrict__` on such pointers (which lets the
+// compiler use the non-coherent path). PTX allows `.nc` only for data read-only for the kernel's
+// whole lifetime; weights (`load16_stream`) are. `load16_act` reads through L2 (`.cg`), the point
+// of coherence, and skips L1, whose lines may be stale from a co-resident earlier grid.
+__device__ __forceinline__ uint4 load16_act(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.cg.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  return v;
+}
+
+// Loads Vec16<T>::N consecutive activation elements at `p` (16-byte aligned) as f32 (load16_act).
 template <typename T> __device__ __forceinline__ void load16(const T* p, float (&out)[Vec16<T>::N]);
 template <> __device__ __forceinline__ void load16<float>(const float* p, float (&out)[4]) {
-  unpack16(__ldg(reinterpret_cast<const uint4*>(p)), out);
+  unpack16(load16_act(p), out);
 }
 template <> __device__ __forceinline__ void load16<__half>(const __half* p, float (&out)[8]) {
-  unpack16<__half>(__ldg(reinterpret_cast<const uint4*>(p)), out);
+  unpack16<__half>(load16_act(p), out);
 }
 template <> __device__ __forceinline__ void load16<__nv_bfloat16>(const __nv_bfloat16* p, float (&out)[8]) {
-  unpack16<__nv_bfloat16>(__ldg(reinterpret_cast<const uint4*>(p)), out);
+  unpack16<__nv_bfloat16>(load16_act(p), out);
 }
 
 __device__ __forceinline__ bool aligned16(const void* p) {
@@ -139,6 +151,14 @@ __device__ __forceinline__ uint4 load16_stream(const void* p) {
   return v;
 }
 
+// 16 bytes of an activation read exactly once (the KV cache in decode attention): coherent (L2,
+// `.cg`: kv_write wrote it in the same step) with the same 256-byte L2 prefetch.
+__device__ __forceinline__ uint4 load16_stream_act(const void* p) {
+  uint4 v;
+  asm("ld.global.cg.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  return v;
+}
+
 // The 16 bits of a 16-bit storage value, and the 32 of an f32.
 __device__ __forceinline__ unsigned int storage_bits(__half x) { return __half_as_ushort(x); }
 __device__ __forceinline__ unsigned int storage_bits(__nv_bfloat16 x) { return __bfloat16_as_ushort(x); }
@@ -188,12 +208,12 @@ namespace kiln {
 // In a graph, kiln gives a kernel node whose only dependency is another kernel node a
 // programmatic edge (src/runtime/cuda/graph.rs): it may start while its predecessor's last
 // blocks still run. Every kiln kernel calls wait_prior_grids() first thing in every block (the
-// GEMVs after issuing their first weight loads, which depend on nothing). PDL is off by default
-// (KILN_PDL=1 turns it on) because it is not correct yet: on the H200 (kiln gate, 2026-11-29)
-// bf16 results went wrong wherever a tensor-core GEMV was launched before its predecessor had
-// done its work (GEMV after GEMV in fused plans; GEMV after a small kernel when those also
-// called allow_dependents() right after their wait), a race not yet explained
-// (bench/NOTES-decode.md). Unfused plans with only the GEMVs triggering early pass the gate.
+// GEMVs after issuing their first weight loads, which depend on nothing) and then lets its own
+// dependents launch, so that a chain of kernels can be resident at once. That is why every
+// activation is read with coherent loads (the coherence rule at load16_act): on the H200 (kiln
+// gate, 2026-11-29) non-coherent loads (`ld.global.nc`, `const __restrict__` pointers) of
+// activations gave wrong bf16 results under PDL, and with coherent loads every check passes
+// (bench/NOTES-decode.md). `KILN_PDL=0` turns programmatic edges off.
 //
 // Blocks until every grid this one depends on programmatically has completed and its memory
 // writes are visible (`griddepcontrol.wait`). Without a programmatic launch (no PDL attribute or
@@ -202,9 +222,12 @@ namespace kiln {
 // activations) and writes nothing before this call, in every block, unconditionally (also on its
 // early-return paths): a grid whose blocks complete without waiting would let a later grid pass
 // an unfinished earlier one.
+//
+// Then lets this grid's dependents launch (allow_dependents below): they wait in turn.
 __device__ __forceinline__ void wait_prior_grids() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }
 

@@ -18,7 +18,7 @@
 namespace kiln {
 
 template <typename T>
-__device__ void gather(const T* __restrict__ table, const int* __restrict__ indices, T* __restrict__ out,
+__device__ void gather(const T* table, const int* indices, T* __restrict__ out,
                        unsigned int rows, unsigned int dim, unsigned int table_rows) {
   const unsigned int r = blockIdx.x;
   if (r >= rows) return;

@@ -17,7 +17,7 @@
 namespace kiln {
 
 template <typename T>
-__device__ void head_rms_norm(const T* __restrict__ x, const T* __restrict__ weight, T* __restrict__ out,
+__device__ void head_rms_norm(const T* x, const T* weight, T* __restrict__ out,
                               unsigned int rows, unsigned int heads, unsigned int head_dim, float eps) {
   __shared__ float scratch[32];
   const unsigned int r = blockIdx.x, h = blockIdx.y;

@@ -20,8 +20,8 @@
 namespace kiln {
 
 template <typename T>
-__device__ void kv_write(const T* __restrict__ k, const T* __restrict__ v, const int* __restrict__ positions,
-                         const int* __restrict__ cache_base, T* __restrict__ k_cache, T* __restrict__ v_cache,
+__device__ void kv_write(const T* k, const T* v, const int* positions,
+                         const int* cache_base, T* __restrict__ k_cache, T* __restrict__ v_cache,
                          unsigned int rows, unsigned int kv_dim, unsigned int kv_rows) {
   const unsigned int t = blockIdx.x;
   if (t >= rows) return;

@@ -28,7 +28,7 @@
 //     KILN_LINEAR_GEMV_DEPTH (4) register slots (gemv_mma_loop): a slot is consumed by two MMAs
 //     and refilled at once with the chunk DEPTH ahead, so 3-4 KB of weight per warp are always in
 //     flight (84 registers: 2 blocks of 8 warps per SM); the weight goes around the L1 (streamed
-//     once), x stays in it. The warps' partial 16x8 tiles are summed through shared memory in
+//     once), x is read coherently through L2 (common.cuh's coherence rule). The warps' partial 16x8 tiles are summed through shared memory in
 //     warp order: deterministic, no atomics. linear_fused.cu uses the same main loop.
 //   * PDL (programmatic dependent launch): each block issues its first DEPTH weight loads, calls
 //     kiln::allow_dependents() and then kiln::wait_prior_grids(), and only then reads x and
@@ -85,13 +85,9 @@ template <typename T> struct IsHalf16 {
   static constexpr bool value = sizeof(T) == 2;
 };
 
-// 16 bytes of x (reused by every block: cached in L1), issued in program order with the
-// streamed weight loads so that all of an iteration's loads are in flight before the first MMA.
-__device__ __forceinline__ uint4 load16_cached_ordered(const void* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
-  return v;
-}
+// 16 bytes of x: a coherent load (load16_act, common.cuh's coherence rule), volatile so that it
+// is issued in program order with the streamed weight loads and all of an iteration's loads are
+// in flight before the first MMA.
 __device__ __forceinline__ uint4 load16_stream_ordered(const void* p) {
   uint4 v;
   asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
@@ -104,7 +100,7 @@ __device__ __forceinline__ uint4 load16_stream_ordered(const void* p) {
 template <typename T> struct GemvPlainX {
   const T* px;  // x + rx * in + first
   __device__ __forceinline__ void prepare() {}
-  __device__ __forceinline__ uint4 load(unsigned int off) const { return load16_cached_ordered(px + off); }
+  __device__ __forceinline__ uint4 load(unsigned int off) const { return load16_act(px + off); }
   __device__ __forceinline__ uint4 finish(const uint4& v, unsigned int) const { return v; }
 };
 
@@ -250,7 +246,7 @@ __device__ __forceinline__ void gemv_mma_sum(const float (&c)[Q][4], float* part
 // Tensor-core GEMV for f16 / bf16 (see the header), WARPS = blockDim.x / 32 (8 or 16). Needs
 // in % 8 == 0, x and w 16-byte aligned.
 template <typename T, typename O, int WARPS>
-__device__ void linear_gemv_mma(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias,
+__device__ void linear_gemv_mma(const T* x, const T* w, const T* bias,
                                 O* __restrict__ out, unsigned int rows, unsigned int in, unsigned int outf,
                                 bool has_bias, float* partial) {
   constexpr int U = KILN_LINEAR_GEMV_UNROLL, D = KILN_LINEAR_GEMV_DEPTH;
@@ -278,7 +274,7 @@ __device__ void linear_gemv_mma(const T* __restrict__ x, const T* __restrict__ w
 // SIMT GEMV: with 8 warps, warp w computes features n0 + 2w and n0 + 2w + 1 for NR rows of x;
 // with 16, feature n0 + w.
 template <typename T, typename O, int NR>
-__device__ void linear_gemv_simt(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias,
+__device__ void linear_gemv_simt(const T* x, const T* w, const T* bias,
                                  O* __restrict__ out, unsigned int in, unsigned int outf, bool has_bias) {
   const unsigned int lane = threadIdx.x & 31;
   const unsigned int per_warp = KILN_LINEAR_GEMV_FEATURES / (blockDim.x >> 5);
@@ -334,7 +330,7 @@ __device__ void linear_gemv_simt(const T* __restrict__ x, const T* __restrict__ 
 }
 
 template <typename T, typename O>
-__device__ void linear_tiled(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias,
+__device__ void linear_tiled(const T* x, const T* w, const T* bias,
                              O* __restrict__ out, unsigned int rows, unsigned int in, unsigned int outf,
                              bool has_bias, float* smem) {
   constexpr int TM = KILN_LINEAR_TILE, TN = KILN_LINEAR_TILE, TK = KILN_LINEAR_TILE_K;

@@ -62,7 +62,7 @@ static_assert(2 * KILN_FUSED_GEMV_MAX_WARPS * 4 * 32 <= KILN_FUSED_SMEM, "GEMV p
 
 // inv_s[i] = 1 / sqrt(mean(x[row0 + i]^2) + eps) for i < n: a warp per row. Ends with a barrier.
 template <typename T>
-__device__ void fused_row_inv(const T* __restrict__ x, unsigned int row0, unsigned int n, unsigned int in, float eps,
+__device__ void fused_row_inv(const T* x, unsigned int row0, unsigned int n, unsigned int in, float eps,
                               float* inv_s) {
   const unsigned int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
   for (unsigned int i = warp; i < n; i += warps) {
@@ -108,7 +108,7 @@ template <typename H> __device__ __forceinline__ uint4 norm16(const uint4& xv, c
 // over the warps in warp order (an order fixed by the shapes). `scratch` holds 16 x 8 floats.
 // Every thread of the block calls it; it ends with a barrier.
 template <typename T>
-__device__ void fused_row_inv16(const T* __restrict__ x, unsigned int rows, unsigned int in, float eps, float* inv_s,
+__device__ void fused_row_inv16(const T* x, unsigned int rows, unsigned int in, float eps, float* inv_s,
                                 float* scratch) {
   const unsigned int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
   float ss[KILN_FUSED_GEMV_MAX_ROWS];
@@ -119,7 +119,7 @@ __device__ void fused_row_inv16(const T* __restrict__ x, unsigned int rows, unsi
     for (int r = 0; r < KILN_FUSED_GEMV_MAX_ROWS; ++r) {
       if ((unsigned int)r < rows) {
         float f[8];
-        unpack16<T>(__ldg(reinterpret_cast<const uint4*>(x + (size_t)r * in + 8 * v)), f);
+        unpack16<T>(load16_act(x + (size_t)r * in + 8 * v), f);
 #pragma unroll
         for (int i = 0; i < 8; ++i) ss[r] = __fmaf_rn(f[i], f[i], ss[r]);
       }
@@ -160,7 +160,7 @@ template <typename T, bool NORM> struct FusedNormX {
       inv = inv_s[rx];
     }
   }
-  __device__ __forceinline__ uint4 load(unsigned int off) const { return load16_cached_ordered(px + off); }
+  __device__ __forceinline__ uint4 load(unsigned int off) const { return load16_act(px + off); }
   __device__ __forceinline__ uint4 finish(const uint4& v, unsigned int off) const {
     if constexpr (NORM) {
       return norm16<T>(v, __ldg(reinterpret_cast<const uint4*>(pn + off)), inv);
@@ -172,7 +172,7 @@ template <typename T, bool NORM> struct FusedNormX {
 
 // The epilogue of one output: s (and su, gated) are the f32 sums.
 template <typename T, typename O, bool GATED>
-__device__ __forceinline__ O fused_finish(float s, float su, const T* __restrict__ bias, const O* __restrict__ residual,
+__device__ __forceinline__ O fused_finish(float s, float su, const T* bias, const O* residual,
                                           size_t idx, unsigned int n, bool has_bias, bool has_res) {
   if constexpr (GATED) {
     const float g = round_to<O>(s), u = round_to<O>(su);
@@ -187,8 +187,8 @@ __device__ __forceinline__ O fused_finish(float s, float su, const T* __restrict
 // Tensor-core GEMV (f16 / bf16, in % 8 == 0, aligned), WARPS = blockDim.x / 32: the main loop of
 // linear.cu (gemv_mma_loop, which also waits for the prior grids after its first weight loads).
 template <typename T, typename O, bool GATED, int WARPS, bool NORM>
-__device__ void fused_gemv_mma(const T* __restrict__ x, const T* __restrict__ nw, const T* __restrict__ w,
-                               const T* __restrict__ wu, const T* __restrict__ bias, const O* __restrict__ residual,
+__device__ void fused_gemv_mma(const T* x, const T* nw, const T* w,
+                               const T* wu, const T* bias, const O* residual,
                                O* __restrict__ out, unsigned int rows, unsigned int in, unsigned int outf, float eps, bool has_bias, bool has_res, float* inv_s, float* smem) {
   constexpr int U = KILN_LINEAR_GEMV_UNROLL;
   constexpr int Q = GATED ? 2 : 1;
@@ -226,8 +226,8 @@ __device__ void fused_gemv_mma(const T* __restrict__ x, const T* __restrict__ nw
 
 // SIMT GEMV (any dtype, alignment, in): a warp per feature, rows <= 8.
 template <typename T, typename O, bool GATED>
-__device__ void fused_gemv_simt(const T* __restrict__ x, const T* __restrict__ nw, const T* __restrict__ w,
-                                const T* __restrict__ wu, const T* __restrict__ bias, const O* __restrict__ residual,
+__device__ void fused_gemv_simt(const T* x, const T* nw, const T* w,
+                                const T* wu, const T* bias, const O* residual,
                                 O* __restrict__ out, unsigned int rows, unsigned int in, unsigned int outf,
                                 bool has_norm, bool has_bias, bool has_res, const float* inv_s) {
   constexpr int R = KILN_FUSED_GEMV_MAX_ROWS;
@@ -274,8 +274,8 @@ __device__ void fused_gemv_simt(const T* __restrict__ x, const T* __restrict__ n
 
 // Tiled (rows > 8): 64 x 64 outputs per block, each thread 4 x 4 (x 2 gated).
 template <typename T, typename O, bool GATED>
-__device__ void fused_tiled(const T* __restrict__ x, const T* __restrict__ nw, const T* __restrict__ w,
-                            const T* __restrict__ wu, const T* __restrict__ bias, const O* __restrict__ residual,
+__device__ void fused_tiled(const T* x, const T* nw, const T* w,
+                            const T* wu, const T* bias, const O* residual,
                             O* __restrict__ out, unsigned int rows, unsigned int in, unsigned int outf, bool has_norm,
                             bool has_bias, bool has_res, const float* inv_s, float* smem) {
   constexpr int TM = KILN_FUSED_TILE, TK = KILN_FUSED_TILE_K, LD = KILN_FUSED_TILE + 1;

@@ -54,7 +54,7 @@ __device__ __forceinline__ float rope_inv_freq(unsigned int i, unsigned int rota
 }
 
 template <typename T>
-__device__ void rope(const T* __restrict__ x, const int* __restrict__ positions, T* __restrict__ out,
+__device__ void rope(const T* x, const int* positions, T* __restrict__ out,
                      unsigned int rows, unsigned int heads, unsigned int head_dim, unsigned int rotary_dim,
                      unsigned int interleaved, float theta, unsigned int scaling_kind, float factor,
                      float low, float high, unsigned int orig) {

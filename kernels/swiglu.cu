@@ -14,7 +14,7 @@
 namespace kiln {
 
 template <typename T>
-__device__ void swiglu(const T* __restrict__ gate, const T* __restrict__ up, T* __restrict__ out, unsigned int n) {
+__device__ void swiglu(const T* gate, const T* up, T* __restrict__ out, unsigned int n) {
   const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n) return;
   const float g = kiln::to_f32(gate[i]);

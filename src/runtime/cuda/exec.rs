@@ -197,7 +197,7 @@ pub struct CudaExecutor {
 /// Programmatic dependent launch in this executor's graphs.
 #[derive(Clone, Debug, Default)]
 pub struct PdlReport {
-    /// Asked for: graph mode on sm_90+ with `KILN_PDL=1`.
+    /// Asked for: graph mode on sm_90+ unless `KILN_PDL=0`.
     pub wanted: bool,
     /// Programmatic edges in all graphs.
     pub programmatic_edges: usize,
@@ -314,7 +314,7 @@ impl CudaExecutor {
         let has_library = plan.programs.iter().any(|p| p.launches.iter().any(|l| l.kernel.is_library()));
         let blas = if has_library { Some(Blas::new()?) } else { None };
         let gemms = match &blas {
-            Some(b) => blaslt::prepare(b, &plan, &region_base)?,
+            Some(b) => blaslt::prepare(b, &plan, &region_base, &counters, &stream)?,
             None => plan.programs.iter().map(|p| p.launches.iter().map(|_| None).collect()).collect(),
         };
 
@@ -339,9 +339,8 @@ impl CudaExecutor {
         }
         let t_graphs = std::time::Instant::now();
         let mut graphs = Vec::new();
-        // Programmatic dependent launch on Hopper and later, only with KILN_PDL=1: off by default
-        // until the race it shows on fused bf16 plans is understood (kernels/common.cuh).
-        let pdl_wanted = device.compute_capability.0 >= 9 && std::env::var("KILN_PDL").is_ok_and(|v| v == "1");
+        // Programmatic dependent launch on Hopper and later (kernels/common.cuh), unless KILN_PDL=0.
+        let pdl_wanted = device.compute_capability.0 >= 9 && std::env::var("KILN_PDL").map_or(true, |v| v != "0");
         let mut pdl_refused = Vec::new();
         if mode == Mode::Graph {
             let capture_stream = Stream::new(&counters)?;

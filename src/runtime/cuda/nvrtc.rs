@@ -145,14 +145,16 @@ pub fn cuda_include_dir() -> Result<PathBuf, NvrtcError> {
     })
 }
 
-/// The options kiln compiles with (the include directory last).
+/// The options kiln compiles with (the include directory last). `KILN_NVRTC_DEFINES`, a
+/// comma-separated list of `NAME` or `NAME=VALUE`, adds `-D` options: a developer's knob for the
+/// kernels' tuning macros and experiments (e.g. `KILN_LINEAR_GEMV_DEPTH=8`); it is part of the cache key.
 pub fn options(arch: &str, include_dir: &Path) -> Vec<String> {
-    vec![
-        format!("--gpu-architecture={arch}"),
-        "-std=c++17".to_string(),
-        "-lineinfo".to_string(),
-        format!("--include-path={}", include_dir.display()),
-    ]
+    let mut o = vec![format!("--gpu-architecture={arch}"), "-std=c++17".to_string(), "-lineinfo".to_string()];
+    if let Ok(defs) = std::env::var("KILN_NVRTC_DEFINES") {
+        o.extend(defs.split(',').map(str::trim).filter(|d| !d.is_empty()).map(|d| format!("-D{d}")));
+    }
+    o.push(format!("--include-path={}", include_dir.display()));
+    o
 }
 
 /// The source of the translation unit: one `#include` per kernel file, in name order.
