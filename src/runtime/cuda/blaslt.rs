@@ -9,10 +9,15 @@
 //!
 //! Padding invisibility: split-K and stream-K reductions are excluded, so each output element
 //! is one tile's K loop, sequential over K in tensor-core k-steps, whatever the number of rows.
-//! For f16 / bf16 the algorithm (tile shape) is cuBLASLt's heuristic choice for each launch's
-//! row count (`KILN_GEMM_ALGO=per-rows`, the default: small buckets get small tiles and enough
-//! blocks; the tensor-core kernels accumulate K in the same k-step order whatever the tile). f32
-//! GEMMs, and every GEMM under `KILN_GEMM_ALGO=fixed`, use one algorithm per weight shape,
+//! For f16 / bf16 the algorithm (tile shape) is chosen for each launch's row count: by default
+//! (`KILN_GEMM_ALGO=tuned`) the fastest of cuBLASLt's heuristic candidates without split-K,
+//! timed at load on the launch's own planned buffers with a cold L2 (the heuristic's first unless
+//! another is more than 10% faster); `KILN_GEMM_ALGO=per-rows` takes the heuristic's first. Measured on the
+//! H200 (ncu, 2026-11-30), the heuristic's first choice for narrow weights at 128 rows (the K/V
+//! projections, 4096 -> 1024) was a 64x256 tile on 8 blocks: 98 us where a 64x64 tile takes a
+//! few. The tensor-core kernels accumulate K in the same k-step order whatever the tile, so the
+//! choice does not change a result (kiln gate check 6 compares buckets that use different
+//! algorithms). f32 GEMMs, and every GEMM under `KILN_GEMM_ALGO=fixed`, use one algorithm per weight shape,
 //! chosen at its largest row count and used for every row count (checked with
 //! `cublasLtMatmulAlgoCheck`): measured on the H200, cuBLASLt's f32 algorithms for different row
 //! counts do not sum in the same order (a 1-token prompt's logits differed between buckets 16
@@ -25,10 +30,11 @@
 //! run the same algorithm with the same workspace: bit-identical.
 //!
 //! Owns: the cuBLASLt handle, descriptors and algorithms. Never: allocates (the workspace is
-//! planned), or chooses anything after load.
+//! planned), or chooses anything after load. The load-time timing runs GEMMs on the planned
+//! buffers before the weights are uploaded: it writes only arena scratch.
 
 use super::counters::Counters;
-use super::driver::call;
+use super::driver::{call, Event, Stream};
 use crate::ir::DType;
 use crate::plan::{BufArg, Kernel, Plan, RegionKind};
 use anyhow::{bail, ensure, Context, Result};
@@ -228,15 +234,15 @@ fn gemm_shape(kernel: &Kernel, bufs: &[BufArg]) -> Result<Shape> {
     })
 }
 
-/// The algorithm for every GEMM of one weight shape: cuBLASLt's best heuristic result at
-/// `rows`, without split-K (see the module doc).
-fn choose_algo(blas: &Blas, s: &Shape, workspace: usize) -> Result<lt::cublasLtMatmulAlgo_t> {
+/// cuBLASLt's heuristic candidates for shape `s` without split-K that fit `workspace`, best
+/// first (see the module doc); at least one.
+fn candidates(blas: &Blas, s: &Shape, workspace: usize) -> Result<Vec<lt::cublasLtMatmulAlgo_t>> {
     let descs = Descs::new(s, 0)?;
     let mut pref: lt::cublasLtMatmulPreference_t = std::ptr::null_mut();
     // SAFETY: out-parameter and attribute calls with locals of the stated sizes.
     unsafe {
         check(lt::cublasLtMatmulPreferenceCreate(&mut pref), "preference")?;
-        let r = (|| -> Result<lt::cublasLtMatmulAlgo_t> {
+        let r = (|| -> Result<Vec<lt::cublasLtMatmulAlgo_t>> {
             use lt::cublasLtMatmulPreferenceAttributes_t as P;
             let ws = workspace as u64;
             check(
@@ -258,7 +264,7 @@ fn choose_algo(blas: &Blas, s: &Shape, workspace: usize) -> Result<lt::cublasLtM
                 ),
                 "reduction preference",
             )?;
-            let mut results: [lt::cublasLtMatmulHeuristicResult_t; 8] = std::mem::zeroed();
+            let mut results: [lt::cublasLtMatmulHeuristicResult_t; 12] = std::mem::zeroed();
             let mut found = 0i32;
             check(
                 lt::cublasLtMatmulAlgoGetHeuristic(
@@ -275,6 +281,7 @@ fn choose_algo(blas: &Blas, s: &Shape, workspace: usize) -> Result<lt::cublasLtM
                 ),
                 "algorithm heuristic",
             )?;
+            let mut out = Vec::new();
             for r in results.iter().take(found.max(0) as usize) {
                 if r.state != lt::cublasStatus_t::CUBLAS_STATUS_SUCCESS || r.workspaceSize > workspace {
                     continue;
@@ -289,10 +296,11 @@ fn choose_algo(blas: &Blas, s: &Shape, workspace: usize) -> Result<lt::cublasLtM
                     &mut written,
                 );
                 if st == lt::cublasStatus_t::CUBLAS_STATUS_SUCCESS && splitk <= 1 {
-                    return Ok(r.algo);
+                    out.push(r.algo);
                 }
             }
-            bail!(
+            ensure!(
+                !out.is_empty(),
                 "cuBLASLt offers no algorithm without split-K for a {}x{}x{} GEMM ({} in, {} out) within a {} MiB workspace",
                 s.rows,
                 s.n,
@@ -300,43 +308,130 @@ fn choose_algo(blas: &Blas, s: &Shape, workspace: usize) -> Result<lt::cublasLtM
                 s.input.name(),
                 s.output.name(),
                 workspace >> 20
-            )
+            );
+            Ok(out)
         })();
         lt::cublasLtMatmulPreferenceDestroy(pref);
         r
     }
 }
 
-/// Prepares every `Kernel::Gemm` launch of `plan`: `calls[program][launch]` is `Some` exactly
-/// for the GEMMs. The algorithm of each weight shape is chosen once (see the module doc) and
-/// checked against every row count that uses it.
-pub fn prepare(blas: &Blas, plan: &Plan, region_base: &[u64; crate::plan::N_REGIONS]) -> Result<Vec<Vec<Option<GemmCall>>>> {
-    let per_rows = match std::env::var("KILN_GEMM_ALGO").as_deref() {
-        Err(_) | Ok("per-rows") => true,
-        Ok("fixed") => false,
-        Ok(other) => bail!("KILN_GEMM_ALGO=`{other}`: expected `per-rows` or `fixed`"),
-    };
-    // The row count each shape's algorithm is chosen at: its own (per-rows) or the largest.
-    let algo_key = |s: &Shape| if per_rows && s.input != DType::F32 { *s } else { Shape { rows: 0, ..*s } };
-    let mut largest: BTreeMap<Shape, u32> = BTreeMap::new();
-    for p in &plan.programs {
-        for l in p.launches.iter().filter(|l| l.kernel.is_library()) {
-            let s = gemm_shape(&l.kernel, &l.bufs)?;
-            let e = largest.entry(algo_key(&s)).or_insert(0);
-            *e = (*e).max(s.rows);
+/// How the f16 / bf16 algorithms are chosen (`KILN_GEMM_ALGO`, see the module doc).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Choice {
+    Tuned,
+    PerRows,
+    Fixed,
+}
+
+/// Milliseconds one enqueue of `call` takes on `stream`: the median of 5 timed runs after one
+/// untimed run, each after overwriting `flush` (device address, bytes) so that the GEMM reads
+/// its weight from memory, not from the L2 cache of the previous run (as in a real forward).
+fn time_call(blas: &Blas, gemm: &GemmCall, counters: &Counters, stream: &Stream, flush: (u64, usize)) -> Result<f32> {
+    let (a, b) = (Event::timed(counters)?, Event::timed(counters)?);
+    gemm.enqueue(blas, counters, stream.0)?;
+    let mut ms = Vec::with_capacity(5);
+    for _ in 0..5 {
+        if flush.1 > 0 {
+            // SAFETY: a planned span of the weights region, which holds nothing yet (see `prepare`).
+            call(counters, "cuMemsetD8Async", unsafe { sys::cuMemsetD8Async(flush.0, 0, flush.1, stream.0) })?;
         }
+        a.record(counters, stream)?;
+        gemm.enqueue(blas, counters, stream.0)?;
+        b.record(counters, stream)?;
+        b.sync(counters)?;
+        ms.push(a.elapsed_ms(counters, &b)?);
     }
-    let mut algos: BTreeMap<Shape, lt::cublasLtMatmulAlgo_t> = BTreeMap::new();
-    for (key, &rows) in &largest {
-        let s = Shape { rows, ..*key };
-        let algo = choose_algo(blas, &s, crate::plan::GEMM_WORKSPACE_BYTES as usize)
-            .with_context(|| format!("choosing the GEMM algorithm for weights {}x{}", s.n, s.k))?;
-        algos.insert(*key, algo);
-    }
+    ms.sort_by(f32::total_cmp);
+    Ok(ms[2])
+}
+
+/// Prepares every `Kernel::Gemm` launch of `plan`: `calls[program][launch]` is `Some` exactly
+/// for the GEMMs. The algorithm of each (weight shape, row count) is chosen once (see the module
+/// doc; timed on `stream` under `KILN_GEMM_ALGO=tuned`) and checked against every launch that
+/// uses it. Must run before the weights are uploaded: the timing overwrites up to 128 MiB of the
+/// weights region to flush the L2 cache between runs.
+pub fn prepare(
+    blas: &Blas,
+    plan: &Plan,
+    region_base: &[u64; crate::plan::N_REGIONS],
+    counters: &Counters,
+    stream: &Stream,
+) -> Result<Vec<Vec<Option<GemmCall>>>> {
+    let choice = match std::env::var("KILN_GEMM_ALGO").as_deref() {
+        Err(_) | Ok("tuned") => Choice::Tuned,
+        Ok("per-rows") => Choice::PerRows,
+        Ok("fixed") => Choice::Fixed,
+        Ok(other) => bail!("KILN_GEMM_ALGO=`{other}`: expected `tuned`, `per-rows` or `fixed`"),
+    };
+    // The row count each shape's algorithm is chosen at: its own, or (f32, `fixed`) the largest.
+    let algo_key = |s: &Shape| if choice != Choice::Fixed && s.input != DType::F32 { *s } else { Shape { rows: 0, ..*s } };
     let ptr = |b: &BufArg| {
         debug_assert!(b.region != RegionKind::Ring);
         region_base[b.region.index()] + b.offset
     };
+    // One call of launch `l` (shape `s`) with `algo`, checked to run `s.rows` rows in the plan's
+    // workspace.
+    let make_call = |label: &str, l: &crate::plan::Launch, s: &Shape, algo: lt::cublasLtMatmulAlgo_t| -> Result<GemmCall> {
+        let bias_ptr = if s.bias.is_some() { ptr(&l.bufs[2]) } else { 0 };
+        let descs = Descs::new(s, bias_ptr)?;
+        let ws = l.bufs.last().expect("checked by gemm_shape");
+        let mut result: lt::cublasLtMatmulHeuristicResult_t = unsafe { std::mem::zeroed() };
+        // SAFETY: descriptors and algorithm are live; out-parameter.
+        check(
+            unsafe { lt::cublasLtMatmulAlgoCheck(blas.handle, descs.matmul, descs.a, descs.b, descs.d, descs.d, &algo, &mut result) },
+            "algorithm check",
+        )
+        .with_context(|| format!("{label} ({}): the algorithm chosen does not run {} rows", l.name, s.rows))?;
+        ensure!(
+            result.workspaceSize <= ws.bytes as usize,
+            "{label} ({}): cuBLASLt wants {} bytes of workspace, the plan has {}",
+            l.name,
+            result.workspaceSize,
+            ws.bytes
+        );
+        Ok(GemmCall {
+            descs,
+            algo,
+            alpha: 1.0,
+            beta: 0.0,
+            x: ptr(&l.bufs[0]),
+            w: ptr(&l.bufs[1]),
+            out: ptr(&l.bufs[l.bufs.len() - 2]),
+            workspace: ptr(ws),
+            workspace_bytes: ws.bytes as usize,
+        })
+    };
+    let flush = (region_base[RegionKind::Weights.index()], plan.region_bytes[RegionKind::Weights.index()].min(128 << 20) as usize);
+    // Each key's largest row count and first launch (where its candidates are timed).
+    let mut keys: BTreeMap<Shape, (u32, String, &crate::plan::Launch)> = BTreeMap::new();
+    for p in &plan.programs {
+        for l in p.launches.iter().filter(|l| l.kernel.is_library()) {
+            let s = gemm_shape(&l.kernel, &l.bufs)?;
+            let e = keys.entry(algo_key(&s)).or_insert((0, p.label(), l));
+            e.0 = e.0.max(s.rows);
+        }
+    }
+    let mut algos: BTreeMap<Shape, lt::cublasLtMatmulAlgo_t> = BTreeMap::new();
+    for (key, (rows, label, launch)) in &keys {
+        let s = Shape { rows: *rows, ..*key };
+        let found = candidates(blas, &s, crate::plan::GEMM_WORKSPACE_BYTES as usize)
+            .with_context(|| format!("choosing the GEMM algorithm for weights {}x{}", s.n, s.k))?;
+        let mut best = found[0];
+        if choice == Choice::Tuned && key.rows != 0 && found.len() > 1 {
+            // The heuristic's first unless another candidate is more than 10% faster.
+            let mut best_ms = f32::INFINITY;
+            for (i, algo) in found.iter().enumerate() {
+                let Ok(call) = make_call(label, launch, &s, *algo) else { continue };
+                let ms = time_call(blas, &call, counters, stream, flush)
+                    .with_context(|| format!("timing a GEMM for weights {}x{}", s.n, s.k))?;
+                if i == 0 || ms < 0.9 * best_ms {
+                    (best, best_ms) = (*algo, ms);
+                }
+            }
+        }
+        algos.insert(*key, best);
+    }
     let mut out = Vec::with_capacity(plan.programs.len());
     for p in &plan.programs {
         let mut calls = Vec::with_capacity(p.launches.len());
@@ -346,38 +441,7 @@ pub fn prepare(blas: &Blas, plan: &Plan, region_base: &[u64; crate::plan::N_REGI
                 continue;
             }
             let s = gemm_shape(&l.kernel, &l.bufs)?;
-            let algo = algos[&algo_key(&s)];
-            let bias_ptr = if s.bias.is_some() { ptr(&l.bufs[2]) } else { 0 };
-            let descs = Descs::new(&s, bias_ptr)?;
-            let ws = l.bufs.last().expect("checked by gemm_shape");
-            let mut result: lt::cublasLtMatmulHeuristicResult_t = unsafe { std::mem::zeroed() };
-            // SAFETY: descriptors and algorithm are live; out-parameter.
-            check(
-                unsafe { lt::cublasLtMatmulAlgoCheck(blas.handle, descs.matmul, descs.a, descs.b, descs.d, descs.d, &algo, &mut result) },
-                "algorithm check",
-            )
-            .with_context(|| {
-                format!("{} ({}): the algorithm chosen for {} rows does not run {} rows", p.label(), l.name, largest[&algo_key(&s)], s.rows)
-            })?;
-            ensure!(
-                result.workspaceSize <= ws.bytes as usize,
-                "{} ({}): cuBLASLt wants {} bytes of workspace, the plan has {}",
-                p.label(),
-                l.name,
-                result.workspaceSize,
-                ws.bytes
-            );
-            calls.push(Some(GemmCall {
-                descs,
-                algo,
-                alpha: 1.0,
-                beta: 0.0,
-                x: ptr(&l.bufs[0]),
-                w: ptr(&l.bufs[1]),
-                out: ptr(&l.bufs[l.bufs.len() - 2]),
-                workspace: ptr(ws),
-                workspace_bytes: ws.bytes as usize,
-            }));
+            calls.push(Some(make_call(&p.label(), l, &s, algos[&algo_key(&s)])?));
         }
         out.push(calls);
     }

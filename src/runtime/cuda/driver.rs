@@ -387,6 +387,18 @@ impl Event {
         call(counters, "cuEventCreate", unsafe { sys::cuEventCreate(&mut e, flags) })?;
         Ok(Event(e))
     }
+    /// An event that records time (for `elapsed_ms`): load-time measurements only.
+    pub fn timed(counters: &Counters) -> Result<Event> {
+        let mut e: sys::CUevent = std::ptr::null_mut();
+        call(counters, "cuEventCreate", unsafe { sys::cuEventCreate(&mut e, 0) })?;
+        Ok(Event(e))
+    }
+    /// Milliseconds between two completed timed events.
+    pub fn elapsed_ms(&self, counters: &Counters, later: &Event) -> Result<f32> {
+        let mut ms = 0f32;
+        call(counters, "cuEventElapsedTime", unsafe { sys::cuEventElapsedTime_v2(&mut ms, self.0, later.0) })?;
+        Ok(ms)
+    }
     pub fn record(&self, counters: &Counters, stream: &Stream) -> Result<()> {
         call(counters, "cuEventRecord", unsafe { sys::cuEventRecord(self.0, stream.0) })
     }
