@@ -392,7 +392,13 @@ fn bench_model(args: &BenchArgs, t: &Target, report: &Report, out: &Path, first:
                 let mode = if device == "cuda-eager" { Mode::Eager } else { Mode::Graph };
                 CudaExecutor::load(plan.clone(), model.weights.as_ref(), mode).map(|mut e| {
                     m.load_seconds = Some(e.load_seconds());
-                    m.graph_build = Some(GraphBuild { graphs: e.graph_count(), seconds: e.graph_seconds() });
+                    let pdl = e.pdl();
+                    m.graph_build = Some(GraphBuild {
+                        graphs: e.graph_count(),
+                        seconds: e.graph_seconds(),
+                        programmatic_edges: pdl.wanted.then_some(pdl.programmatic_edges),
+                        pdl_refused: pdl.refused.clone(),
+                    });
                     eprintln!(
                         "[bench]   load {:.2} s, of which {} graphs built and instantiated in {:.3} s",
                         e.load_seconds(),

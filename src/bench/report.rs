@@ -63,10 +63,17 @@ pub struct PlanInfo {
 
 /// Graph build at load: every program's graph built from its launch records (GEMMs recorded
 /// into child graphs) and instantiated.
-#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct GraphBuild {
     pub graphs: usize,
     pub seconds: f64,
+    /// Programmatic (PDL) edges in all graphs; `None` when PDL was off (`KILN_PDL=0`, eager
+    /// mode, or a GPU before sm_90).
+    #[serde(default)]
+    pub programmatic_edges: Option<usize>,
+    /// Programs whose graph the driver refused with programmatic edges (built with full edges).
+    #[serde(default)]
+    pub pdl_refused: Vec<String>,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -341,13 +348,20 @@ pub fn notes(report: &Report) -> String {
         if let Some(l) = m.load_seconds {
             facts.push(format!("load {l:.2} s"));
         }
-        if let Some(gb) = m.graph_build {
+        if let Some(gb) = &m.graph_build {
             let buckets = m
                 .plan
                 .as_ref()
                 .map(|p| format!(" (decode buckets {:?}, prefill buckets {:?})", p.decode_buckets, p.prefill_buckets))
                 .unwrap_or_default();
             facts.push(format!("{} graphs built and instantiated at load in {:.3} s{buckets}", gb.graphs, gb.seconds));
+            facts.push(match gb.programmatic_edges {
+                Some(n) if gb.pdl_refused.is_empty() => format!("programmatic dependent launch: {n} edges"),
+                Some(n) => {
+                    format!("programmatic dependent launch: {n} edges; refused (built with full edges): {}", gb.pdl_refused.join("; "))
+                }
+                None => "programmatic dependent launch: off".to_string(),
+            });
         }
         if let Some(r) = m.decode.iter().find(|r| r.batch == 1) {
             facts.push(format!("reads {} per batch-1 token at context {}", gb(r.bytes_per_token), r.context));

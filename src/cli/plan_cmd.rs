@@ -31,8 +31,9 @@ pub struct PlanArgs {
     #[arg(long, default_value_t = 64)]
     pub burst: usize,
     /// Run the fusion pass (norm prologues, gated MLP, residual epilogues): fewer launches,
-    /// the same results on the CPU reference. Off by default: the fused CUDA kernels pass
-    /// `scripts/kernel_check.py` but are not yet faster than the unfused path nor in `kiln gate`.
+    /// the same results on the CPU reference, and in `kiln gate`. Off by default: on the H200 the
+    /// fused plans decode 1-2% faster on the Llama-3.2-1B / 3.1-8B shapes but 20% slower on
+    /// Qwen2.5-0.5B (bench/NOTES-decode.md).
     #[arg(long)]
     pub fuse: bool,
 }

@@ -441,6 +441,10 @@ impl CudaExecutor {
     pub fn graph_count(&self) -> usize {
         self.graphs.len()
     }
+    /// Programmatic dependent launch in the graphs: asked for, edges, programs refused.
+    pub fn pdl(&self) -> &PdlReport {
+        &self.pdl
+    }
     pub fn counters(&self) -> Snapshot {
         self.counters.snapshot()
     }
