@@ -83,3 +83,40 @@ fn fused_plans_match_unfused_bit_for_bit() {
         }
     }
 }
+
+#[test]
+fn the_vocabulary_projection_keeps_its_own_norm() {
+    // Rewrite 1 skips linears wider than NORM_PROLOGUE_MAX_FEATURES: the final norm stays a
+    // launch of its own before the logits; the per-layer norms are still folded.
+    let cfg = Shape {
+        vocab: kiln::lower::fuse::NORM_PROLOGUE_MAX_FEATURES + 1,
+        hidden: 16,
+        ffn: 32,
+        layers: 2,
+        heads: 2,
+        kv_heads: 1,
+        head_dim: 8,
+        rotary_dim: 8,
+        style: RopeStyle::HalfSplit,
+        scaling: RopeScaling::None,
+        tied: false,
+        qkv_bias: false,
+        qk_norm: false,
+    }
+    .build();
+    let opts = |fuse| PlanOptions {
+        decode_buckets: vec![1],
+        prefill_buckets: vec![8],
+        max_context: 16,
+        dtype: DType::BF16,
+        memory_budget: None,
+        burst: 0,
+        fuse,
+    };
+    let norms = |p: &kiln::plan::Plan| {
+        p.program(Phase::Decode, 1).map(|i| p.programs[i].launches.iter().filter(|l| l.kernel.name() == "rms_norm").count()).unwrap()
+    };
+    let (plain, fused) = (build_plan(&cfg, &opts(false)).unwrap(), build_plan(&cfg, &opts(true)).unwrap());
+    assert_eq!(norms(&plain), 2 * 2 + 1, "two norms per layer and the final one");
+    assert_eq!(norms(&fused), 1, "only the final norm before the vocabulary projection is left");
+}
