@@ -93,7 +93,11 @@ pub fn launch_geometry(kernel: &Kernel, _bufs: &[BufArg]) -> Geometry {
         Kernel::RmsNorm { rows, .. } => g(rows, 1, 256),
         // One block per (row, head).
         Kernel::HeadRmsNorm { rows, heads, .. } => g(rows, heads, 128),
-        Kernel::Linear { rows, out_features, .. } => {
+        // The GEMVs of `linear.cu` and `linear_fused.cu` (which shares its main loop) and, past
+        // the rows threshold, their tiled paths.
+        Kernel::Linear { rows, out_features, .. }
+        | Kernel::FusedLinear { rows, out_features, .. }
+        | Kernel::GatedLinear { rows, out_features, .. } => {
             if rows <= LINEAR_GEMV_MAX_ROWS {
                 let blocks = out_features.div_ceil(LINEAR_GEMV_FEATURES);
                 let threads = if blocks < LINEAR_GEMV_WIDE_BELOW_BLOCKS { LINEAR_GEMV_WIDE_THREADS } else { LINEAR_GEMV_THREADS };
@@ -113,16 +117,6 @@ pub fn launch_geometry(kernel: &Kernel, _bufs: &[BufArg]) -> Geometry {
         }
         // One block per (row, head).
         Kernel::AttentionMerge { rows, heads, .. } => g(rows, heads, ATTENTION_MERGE_THREADS),
-        // Fused GEMVs (`linear_fused.cu`): the grids of `Linear`, by the same rows threshold.
-        Kernel::FusedLinear { rows, out_features, .. } | Kernel::GatedLinear { rows, out_features, .. } => {
-            if rows <= LINEAR_GEMV_MAX_ROWS {
-                let blocks = out_features.div_ceil(LINEAR_GEMV_FEATURES);
-                let threads = if blocks < LINEAR_GEMV_WIDE_BELOW_BLOCKS { LINEAR_GEMV_WIDE_THREADS } else { LINEAR_GEMV_THREADS };
-                g(blocks, 1, threads)
-            } else {
-                g(out_features.div_ceil(LINEAR_TILE), rows.div_ceil(LINEAR_TILE), 256)
-            }
-        }
         // One block; one thread per row.
         Kernel::Advance { rows, .. } => g(1, 1, rows.div_ceil(32) * 32),
         Kernel::SwiGlu { n } | Kernel::Add { n } => g(n.div_ceil(ELEMENTWISE_THREADS), 1, ELEMENTWISE_THREADS),

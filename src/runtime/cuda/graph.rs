@@ -16,7 +16,7 @@
 
 use super::counters::Counters;
 use super::driver::{call, CUfunction};
-use super::exec::{LaunchParams, ProgramIo};
+use super::exec::{LaunchParams, ProgramIo, Span};
 use anyhow::{Context, Result};
 use cudarc::driver::sys;
 use std::ffi::c_void;
@@ -128,21 +128,11 @@ pub unsafe fn build(counters: &Counters, ctx: sys::CUcontext, parts: &ProgramPar
     let mut g = ProgramGraph { graph, exec: std::ptr::null_mut(), nodes: 0, edges: 0, programmatic_edges: 0 };
 
     let step_node = match io.step {
-        Some(span) => {
-            let p = memcpy_params(
-                // SAFETY (pointer arithmetic): the span lies inside the pinned step buffer.
-                Some(unsafe { ends.step_host.add(span.offset as usize) } as *const u8),
-                0,
-                None,
-                ends.step_device + span.offset,
-                span.bytes,
-            );
-            let mut node: sys::CUgraphNode = std::ptr::null_mut();
-            call(counters, "cuGraphAddMemcpyNode", unsafe { sys::cuGraphAddMemcpyNode(&mut node, g.graph, std::ptr::null(), 0, &p, ctx) })
-                .with_context(|| format!("{label}: adding the step-block copy node"))?;
-            g.nodes += 1;
-            Some(node)
-        }
+        // SAFETY: the span lies inside the pinned step buffer (this function's contract).
+        Some(span) => Some(
+            unsafe { add_copy(counters, &mut g, ctx, &[], &step_upload(ends, span), "the step-block copy node") }
+                .with_context(|| label.clone())?,
+        ),
         None => None,
     };
 
@@ -151,20 +141,10 @@ pub unsafe fn build(counters: &Counters, ctx: sys::CUcontext, parts: &ProgramPar
     let launch_nodes = unsafe { add_kernel_nodes(counters, &mut g, target, parts, step_node, &io.step_readers, None) }?;
 
     for out in &io.outputs {
-        let p = memcpy_params(
-            None,
-            ends.output_device + out.span.offset,
-            // SAFETY (pointer arithmetic): the span lies inside the pinned output mirror.
-            Some(unsafe { ends.output_host.add(out.span.offset as usize) }),
-            0,
-            out.span.bytes,
-        );
         let dep = [launch_nodes[out.writer as usize]];
-        let mut node: sys::CUgraphNode = std::ptr::null_mut();
-        call(counters, "cuGraphAddMemcpyNode", unsafe { sys::cuGraphAddMemcpyNode(&mut node, g.graph, dep.as_ptr(), 1, &p, ctx) })
-            .with_context(|| format!("{label}: adding an output copy node"))?;
-        g.nodes += 1;
-        g.edges += 1;
+        // SAFETY: the span lies inside the pinned output mirror (this function's contract).
+        unsafe { add_copy(counters, &mut g, ctx, &dep, &output_download(ends, out.span), "an output copy node") }
+            .with_context(|| label.clone())?;
     }
 
     instantiate(counters, &mut g, label)?;
@@ -261,6 +241,26 @@ unsafe fn add_kernel_nodes(
 ///
 /// # Safety
 /// `p` describes a copy between memory that outlives the graph.
+/// The copy of the pinned step block's `span` to the device step region.
+///
+/// # Safety
+/// `span` lies inside the pinned step buffer of `ends`.
+unsafe fn step_upload(ends: &CopyEnds, span: Span) -> sys::CUDA_MEMCPY3D {
+    // SAFETY (pointer arithmetic): the caller's contract.
+    let host = unsafe { ends.step_host.add(span.offset as usize) };
+    memcpy_params(Some(host as *const u8), 0, None, ends.step_device + span.offset, span.bytes)
+}
+
+/// The copy of the output region's `span` to the pinned output mirror.
+///
+/// # Safety
+/// `span` lies inside the pinned output mirror of `ends`.
+unsafe fn output_download(ends: &CopyEnds, span: Span) -> sys::CUDA_MEMCPY3D {
+    // SAFETY (pointer arithmetic): the caller's contract.
+    let host = unsafe { ends.output_host.add(span.offset as usize) };
+    memcpy_params(None, ends.output_device + span.offset, Some(host), 0, span.bytes)
+}
+
 unsafe fn add_copy(
     counters: &Counters,
     g: &mut ProgramGraph,
@@ -290,10 +290,9 @@ pub unsafe fn build_loop(counters: &Counters, ctx: sys::CUcontext, parts: &Progr
     call(counters, "cuGraphCreate", unsafe { sys::cuGraphCreate(&mut graph, 0) })?;
     let mut g = ProgramGraph { graph, exec: std::ptr::null_mut(), nodes: 0, edges: 0, programmatic_edges: 0 };
 
-    // SAFETY (pointer arithmetic): the span lies inside the pinned step buffer.
-    let step_host = unsafe { ends.step_host.add(span.offset as usize) };
-    let up = memcpy_params(Some(step_host as *const u8), 0, None, ends.step_device + span.offset, span.bytes);
-    let step_node = unsafe { add_copy(counters, &mut g, ctx, &[], &up, "the step-block copy node") }.with_context(|| label.clone())?;
+    // SAFETY: the span lies inside the pinned step buffer (this function's contract).
+    let step_node = unsafe { add_copy(counters, &mut g, ctx, &[], &step_upload(ends, span), "the step-block copy node") }
+        .with_context(|| label.clone())?;
 
     // The loop: its condition is 1 at every launch; `advance` sets it to !done.
     let mut handle: sys::CUgraphConditionalHandle = 0;
@@ -332,16 +331,12 @@ pub unsafe fn build_loop(counters: &Counters, ctx: sys::CUcontext, parts: &Progr
     unsafe { add_kernel_nodes(counters, &mut g, body, parts, None, &[], Some(handle)) }?;
 
     for out in &io.outputs {
-        // SAFETY (pointer arithmetic): the span lies inside the pinned output mirror.
-        let p = memcpy_params(
-            None,
-            ends.output_device + out.span.offset,
-            Some(unsafe { ends.output_host.add(out.span.offset as usize) }),
-            0,
-            out.span.bytes,
-        );
-        unsafe { add_copy(counters, &mut g, ctx, &[while_node], &p, "an output copy node") }.with_context(|| label.clone())?;
+        // SAFETY: the span lies inside the pinned output mirror (this function's contract).
+        unsafe { add_copy(counters, &mut g, ctx, &[while_node], &output_download(ends, out.span), "an output copy node") }
+            .with_context(|| label.clone())?;
     }
+    // SAFETY (pointer arithmetic): the span lies inside the pinned step buffer.
+    let step_host = unsafe { ends.step_host.add(span.offset as usize) };
     let back = memcpy_params(None, ends.step_device + span.offset, Some(step_host), 0, span.bytes);
     unsafe { add_copy(counters, &mut g, ctx, &[while_node], &back, "the step write-back node") }.with_context(|| label.clone())?;
 
