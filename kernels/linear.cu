@@ -121,9 +121,11 @@ template <int WARPS, int U> __device__ __forceinline__ unsigned int gemv_mma_fir
 // PDL: the first D chunks' weight loads are issued before kiln::wait_prior_grids() (weights never
 // depend on an earlier kernel); x, and whatever xop.prepare() reads, come after it. Every thread
 // of the block must call this (xop.prepare() may hold barriers).
+// gemv_mma_loop_rows takes the start of each lane's two weight rows itself (rows_a[q], rows_b[q]):
+// the QKV GEMV's rows come from three matrices.
 template <typename T, int Q, int WARPS, int D, int U, bool XPRE, typename X>
-__device__ __forceinline__ void gemv_mma_loop(const T* const (&wq)[Q], unsigned int ra, unsigned int rb,
-                                              unsigned int in, X& xop, float (&c)[Q][4]) {
+__device__ __forceinline__ void gemv_mma_loop_rows(const T* const (&rows_a)[Q], const T* const (&rows_b)[Q],
+                                                   unsigned int in, X& xop, float (&c)[Q][4]) {
   static_assert(D % U == 0, "the ring holds whole runs");
   constexpr unsigned int RS = WARPS * U;            // chunks per round of the block's warps
   constexpr unsigned int CYCLE = D * WARPS * 32;    // elements a slot advances per ring cycle
@@ -133,8 +135,8 @@ __device__ __forceinline__ void gemv_mma_loop(const T* const (&wq)[Q], unsigned 
   const T* pb[Q];
 #pragma unroll
   for (int q = 0; q < Q; ++q) {
-    pa[q] = wq[q] + (size_t)ra * in + first;
-    pb[q] = wq[q] + (size_t)rb * in + first;
+    pa[q] = rows_a[q] + first;
+    pb[q] = rows_b[q] + first;
   }
   const unsigned int full = in / 32;
   const unsigned int rounds = full / RS;
@@ -218,6 +220,19 @@ __device__ __forceinline__ void gemv_mma_loop(const T* const (&wq)[Q], unsigned 
       mma_m16n8k16<T>(c[q], a1.z, b1.z, a1.w, b1.w, x1.z, x1.w);
     }
   }
+}
+
+template <typename T, int Q, int WARPS, int D, int U, bool XPRE, typename X>
+__device__ __forceinline__ void gemv_mma_loop(const T* const (&wq)[Q], unsigned int ra, unsigned int rb,
+                                              unsigned int in, X& xop, float (&c)[Q][4]) {
+  const T* rows_a[Q];
+  const T* rows_b[Q];
+#pragma unroll
+  for (int q = 0; q < Q; ++q) {
+    rows_a[q] = wq[q] + (size_t)ra * in;
+    rows_b[q] = wq[q] + (size_t)rb * in;
+  }
+  gemv_mma_loop_rows<T, Q, WARPS, D, U, XPRE, X>(rows_a, rows_b, in, xop, c);
 }
 
 // The block's sum of the warps' tiles c[q], in warp order, through `partial` (Q x WARPS x 4 x 32

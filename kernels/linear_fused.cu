@@ -2,6 +2,8 @@
 //   kiln_fused_linear_{dt}_{outdt}(x, norm_w, weight, bias, residual, out, rows, in_features,
 //                                  out_features, has_norm, eps, has_bias, has_residual)
 //   kiln_gated_linear_{dt}(x, norm_w, gate, up, out, rows, in_features, out_features, has_norm, eps)
+//   kiln_qkv_linear_{dt}(x, norm_w, wq, wk, wv, bq, bk, bv, out_q, out_k, out_v, rows, in_features,
+//                        nq, nk, nv, has_norm, eps, has_bias)   (Op::QkvLinear, at the end)
 //   Absent operands are null pointers (see src/runtime/cuda/abi.rs `pointers`). x, norm_w,
 //   weight / gate / up and bias are dt; out and residual are outdt (gated: dt).
 //
@@ -387,6 +389,144 @@ __device__ void fused_linear(const T* x, const T* nw, const T* w, const T* wu, c
   fused_gemv_simt<T, O, GATED>(x, nw, w, wu, bias, residual, out, rows, in, outf, has_norm, has_bias, has_res, inv_s);
 }
 
+// ---- QKV: three linears over one normed x (Op::QkvLinear) ---------------------------------------
+// The outputs of q, k and v in order form one feature range [0, nq + nk + nv); block b takes
+// features [16 b, 16 b + 16) of it, whichever matrices they fall in (each lane finds its own two
+// weight rows, so the boundaries need not be multiples of 16). Per output, exactly FusedLinear's
+// arithmetic without a residual.
+template <typename T> struct QkvOut {
+  const T* w[3];
+  const T* b[3];
+  T* o[3];
+  unsigned int n[3];
+  // Matrix (0 q, 1 k, 2 v) of feature f and f's row in it.
+  __device__ __forceinline__ unsigned int seg(unsigned int f, unsigned int& local) const {
+    if (f < n[0]) {
+      local = f;
+      return 0;
+    }
+    f -= n[0];
+    if (f < n[1]) {
+      local = f;
+      return 1;
+    }
+    local = f - n[1];
+    return 2;
+  }
+  __device__ __forceinline__ const T* row(unsigned int f, unsigned int in) const {
+    unsigned int l;
+    const unsigned int s = seg(f, l);
+    return w[s] + (size_t)l * in;
+  }
+  __device__ __forceinline__ void store(unsigned int f, unsigned int r, float acc, bool has_bias) const {
+    unsigned int l;
+    const unsigned int s = seg(f, l);
+    o[s][(size_t)r * n[s] + l] = from_f32<T>(has_bias ? acc + to_f32(b[s][l]) : acc);
+  }
+};
+
+// Tensor-core path (f16 / bf16, rows <= 8, in % 8 == 0, aligned): fused_gemv_mma's, with the
+// weight rows from QkvOut.
+template <typename T, int WARPS, bool NORM>
+__device__ void qkv_gemv_mma(const T* x, const T* nw, const QkvOut<T>& qo, unsigned int rows, unsigned int in, float eps,
+                             bool has_bias, float* inv_s, float* smem) {
+  constexpr int U = KILN_LINEAR_GEMV_UNROLL;
+  constexpr int D = KILN_FUSED_DEPTH;
+  const unsigned int total = qo.n[0] + qo.n[1] + qo.n[2];
+  const unsigned int g = (threadIdx.x & 31) >> 2;
+  const unsigned int n0 = blockIdx.x * KILN_FUSED_GEMV_FEATURES;
+  // Features past the end and rows past `rows` read feature / row 0: never stored.
+  const unsigned int fa = n0 + g < total ? n0 + g : 0, fb = n0 + g + 8 < total ? n0 + g + 8 : 0;
+  const unsigned int rx = g < rows ? g : 0;
+  const unsigned int first = gemv_mma_first<WARPS, U>();
+  FusedNormX<T, NORM> xop{x, x + (size_t)rx * in + first, nw + first, rows, in, rx, eps, inv_s, smem, 1.0f};
+  float c[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
+  const T* const rows_a[1] = {qo.row(fa, in)};
+  const T* const rows_b[1] = {qo.row(fb, in)};
+  gemv_mma_loop_rows<T, 1, WARPS, D, (D % U == 0 ? U : 1), KILN_LINEAR_GEMV_XPRE != 0>(rows_a, rows_b, in, xop, c);
+  float s[1];
+  gemv_mma_sum<1, WARPS>(c, smem, s);
+  if (threadIdx.x < 128) {
+    const unsigned int i = threadIdx.x >> 5, l = threadIdx.x & 31;
+    const unsigned int n = n0 + (l >> 2) + 8 * (i >> 1), r = 2 * (l & 3) + (i & 1);
+    if (r < rows && n < total) qo.store(n, r, s[0], has_bias);
+  }
+}
+
+// SIMT path (any dtype, alignment, rows): a warp per feature, 8 rows at a time.
+template <typename T>
+__device__ void qkv_simt(const T* x, const T* nw, const QkvOut<T>& qo, unsigned int rows, unsigned int in, float eps,
+                         bool has_norm, bool has_bias, float* inv_s) {
+  constexpr int R = KILN_FUSED_GEMV_MAX_ROWS;
+  const unsigned int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  const unsigned int total = qo.n[0] + qo.n[1] + qo.n[2];
+  for (unsigned int r0 = 0; r0 < rows; r0 += R) {
+    const unsigned int nr = min(rows - r0, (unsigned int)R);
+    if (has_norm) fused_row_inv<T>(x, r0, nr, in, eps, inv_s);
+    for (unsigned int f = warp; f < KILN_FUSED_GEMV_FEATURES; f += warps) {
+      const unsigned int n = blockIdx.x * KILN_FUSED_GEMV_FEATURES + f;
+      if (n >= total) break;
+      const T* wr = qo.row(n, in);
+      float acc[R];
+#pragma unroll
+      for (int r = 0; r < R; ++r) acc[r] = 0.0f;
+      for (unsigned int k = lane; k < in; k += 32) {
+        const float wf = to_f32(wr[k]);
+        const float nwk = has_norm ? to_f32(nw[k]) : 0.0f;
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          if ((unsigned int)r < nr) {
+            float h = to_f32(x[(size_t)(r0 + r) * in + k]);
+            if (has_norm) h = norm_h<T>(h, inv_s[r], nwk);
+            acc[r] = __fmaf_rn(h, wf, acc[r]);
+          }
+        }
+      }
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        if ((unsigned int)r < nr) {
+          const float s = warp_sum(acc[r]);
+          if (lane == 0) qo.store(n, r0 + r, s, has_bias);
+        }
+      }
+    }
+    __syncthreads();  // inv_s is rewritten for the next 8 rows
+  }
+}
+
+template <typename T>
+__device__ void qkv_linear(const T* x, const T* nw, const T* wq, const T* wk, const T* wv, const T* bq, const T* bk,
+                           const T* bv, T* oq, T* ok, T* ov, unsigned int rows, unsigned int in, unsigned int nq,
+                           unsigned int nk, unsigned int nv, unsigned int has_norm_u, float eps, unsigned int has_bias_u) {
+  __shared__ __align__(16) float smem[KILN_FUSED_SMEM];
+  __shared__ float inv_s[KILN_FUSED_TILE];
+  const bool has_norm = has_norm_u != 0 && nw != nullptr;
+  const bool has_bias = has_bias_u != 0 && bq != nullptr && bk != nullptr && bv != nullptr;
+  const QkvOut<T> qo{{wq, wk, wv}, {bq, bk, bv}, {oq, ok, ov}, {nq, nk, nv}};
+  if constexpr (IsHalf16<T>::value) {
+    const bool aligned = aligned16(x) && aligned16(wq) && aligned16(wk) && aligned16(wv) && (!has_norm || aligned16(nw));
+    if (rows != 0 && rows <= KILN_FUSED_GEMV_MAX_ROWS && in != 0 && in % 8 == 0 && aligned) {
+      // Waits for the prior grids inside, after its first weight loads.
+      if (blockDim.x == 32 * KILN_FUSED_GEMV_MAX_WARPS) {
+        if (has_norm) {
+          qkv_gemv_mma<T, KILN_FUSED_GEMV_MAX_WARPS, true>(x, nw, qo, rows, in, eps, has_bias, inv_s, smem);
+        } else {
+          qkv_gemv_mma<T, KILN_FUSED_GEMV_MAX_WARPS, false>(x, nw, qo, rows, in, eps, has_bias, inv_s, smem);
+        }
+      } else if (has_norm) {
+        qkv_gemv_mma<T, 8, true>(x, nw, qo, rows, in, eps, has_bias, inv_s, smem);
+      } else {
+        qkv_gemv_mma<T, 8, false>(x, nw, qo, rows, in, eps, has_bias, inv_s, smem);
+      }
+      return;
+    }
+  }
+  allow_dependents();
+  wait_prior_grids();
+  if (rows == 0 || in == 0) return;
+  qkv_simt<T>(x, nw, qo, rows, in, eps, has_norm, has_bias, inv_s);
+}
+
 }  // namespace kiln
 
 #define KILN_FUSED_LINEAR_OUT(dt, T, outdt, O)                                                                     \
@@ -411,3 +551,15 @@ KILN_FUSED_LINEAR_OUT(bf16, __nv_bfloat16, f32, float)
                                    has_norm, eps, 0u, 0u);                                                        \
   }
 KILN_FOR_EACH_DTYPE(KILN_GATED_LINEAR)
+
+// (x, norm_w|0, wq, wk, wv, bq|0, bk|0, bv|0, out_q, out_k, out_v, rows, in_features, nq, nk, nv,
+//  has_norm, eps, has_bias): Op::QkvLinear, grid (ceil((nq + nk + nv) / 16)).
+#define KILN_QKV_LINEAR(dt, T)                                                                                    \
+  extern "C" __global__ void KILN_FUSED_BOUNDS kiln_qkv_linear_##dt(                                            \
+      const T* x, const T* norm_w, const T* wq, const T* wk, const T* wv, const T* bq, const T* bk, const T* bv,  \
+      T* out_q, T* out_k, T* out_v, unsigned int rows, unsigned int in_features, unsigned int nq, unsigned int nk, \
+      unsigned int nv, unsigned int has_norm, float eps, unsigned int has_bias) {                                  \
+    kiln::qkv_linear<T>(x, norm_w, wq, wk, wv, bq, bk, bv, out_q, out_k, out_v, rows, in_features, nq, nk, nv,    \
+                        has_norm, eps, has_bias);                                                                 \
+  }
+KILN_FOR_EACH_DTYPE(KILN_QKV_LINEAR)

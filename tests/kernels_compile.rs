@@ -31,6 +31,7 @@ fn expected_symbols() -> BTreeSet<String> {
     }
     for dt in ["f32", "f16", "bf16"] {
         s.insert(format!("kiln_gated_linear_{dt}"));
+        s.insert(format!("kiln_qkv_linear_{dt}"));
     }
     // Flash-attention prefill: f16 and bf16 only (the planner picks it for head_dim 64 / 128).
     for dt in ["f16", "bf16"] {
@@ -41,16 +42,9 @@ fn expected_symbols() -> BTreeSet<String> {
     s
 }
 
-fn plan(cfg: &ModelConfig, dtype: DType) -> Plan {
-    let opts = PlanOptions {
-        decode_buckets: vec![1, 4],
-        prefill_buckets: vec![16],
-        max_context: 64,
-        dtype,
-        memory_budget: None,
-        burst: 0,
-        fuse: false,
-    };
+fn plan(cfg: &ModelConfig, dtype: DType, fuse: bool) -> Plan {
+    let opts =
+        PlanOptions { decode_buckets: vec![1, 4], prefill_buckets: vec![16], max_context: 64, dtype, memory_budget: None, burst: 0, fuse };
     build_plan(cfg, &opts).unwrap_or_else(|e| panic!("plan for {dtype}: {e:#}"))
 }
 
@@ -68,9 +62,11 @@ fn plans() -> Vec<(String, Plan)> {
     tiny.rope.rotary_dim = 16;
     tiny.validate().unwrap();
     vec![
-        ("qwen3-0.6b bf16".to_string(), plan(&qwen3, DType::BF16)),
-        ("qwen3-0.6b f32".to_string(), plan(&qwen3, DType::F32)),
-        ("tiny qwen2 f16".to_string(), plan(&tiny, DType::F16)),
+        ("qwen3-0.6b bf16".to_string(), plan(&qwen3, DType::BF16, false)),
+        ("qwen3-0.6b f32".to_string(), plan(&qwen3, DType::F32, false)),
+        ("tiny qwen2 f16".to_string(), plan(&tiny, DType::F16, false)),
+        ("qwen3-0.6b bf16 fused".to_string(), plan(&qwen3, DType::BF16, true)),
+        ("tiny qwen2 f16 fused".to_string(), plan(&tiny, DType::F16, true)),
     ]
 }
 

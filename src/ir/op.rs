@@ -106,6 +106,10 @@ pub enum Op {
         residual: Option<ValueId>,
         out: ValueId,
     },
+    /// The attention's three input projections in one pass over `x` (made by `lower::fuse`,
+    /// never by lowering): `outs[i] = h · weights[i]ᵀ (+ biases[i])` with `h` as in
+    /// `FusedLinear`; equal, bit for bit, to three `FusedLinear`s without residuals.
+    QkvLinear { x: ValueId, norm: Option<(ValueId, f32)>, weights: [ValueId; 3], biases: Option<[ValueId; 3]>, outs: [ValueId; 3] },
     /// `out = silu(g) * u` with `g = h · gateᵀ`, `u = h · upᵀ` (each rounded to `out`'s dtype)
     /// and `h` as in `FusedLinear`: a gated MLP's up projection in one pass over `x`.
     GatedLinear { x: ValueId, norm: Option<(ValueId, f32)>, gate: ValueId, up: ValueId, out: ValueId },
@@ -164,6 +168,7 @@ impl Op {
             Op::HeadRmsNorm { .. } => "head_rms_norm",
             Op::Linear { .. } => "linear",
             Op::FusedLinear { .. } => "fused_linear",
+            Op::QkvLinear { .. } => "qkv_linear",
             Op::GatedLinear { .. } => "gated_linear",
             Op::Rope { .. } => "rope",
             Op::KvWrite { .. } => "kv_write",
@@ -191,6 +196,13 @@ impl Op {
                 v.push(weight);
                 v.extend(bias);
                 v.extend(residual);
+                v
+            }
+            Op::QkvLinear { x, norm, weights, biases, .. } => {
+                let mut v = vec![x];
+                v.extend(norm.map(|n| n.0));
+                v.extend(weights);
+                v.extend(biases.into_iter().flatten());
                 v
             }
             Op::GatedLinear { x, norm, gate, up, .. } => {
@@ -228,6 +240,7 @@ impl Op {
             | Op::Add { out, .. }
             | Op::Sample { out, .. } => vec![out],
             Op::KvWrite { k_cache, v_cache, .. } => vec![k_cache, v_cache],
+            Op::QkvLinear { outs, .. } => outs.to_vec(),
             Op::Advance { token_ids, positions, counter, control, ring, .. } => vec![token_ids, positions, counter, control, ring],
         }
     }
@@ -246,7 +259,9 @@ impl Op {
                 }
                 a
             }
-            Op::GatedLinear { norm, .. } => norm.map(|(_, eps)| vec![("norm_eps", format!("{eps:e}"))]).unwrap_or_default(),
+            Op::GatedLinear { norm, .. } | Op::QkvLinear { norm, .. } => {
+                norm.map(|(_, eps)| vec![("norm_eps", format!("{eps:e}"))]).unwrap_or_default()
+            }
             Op::HeadRmsNorm { head_dim, eps, .. } => {
                 vec![("head_dim", head_dim.to_string()), ("eps", format!("{eps:e}"))]
             }

@@ -187,6 +187,26 @@ fn check_op(p: &Program, name: &str, op: &Op) -> Result<()> {
             want_float(weight)?;
             want_float(out)?;
         }
+        Op::QkvLinear { x, norm, weights, biases, outs } => {
+            let (r, k) = want_2d(x)?;
+            if let Some((nw, eps)) = norm {
+                want_vec(nw, k)?;
+                ensure!(eps > 0.0, ctx(format!("eps must be positive, is {eps}")));
+            }
+            want_float(x)?;
+            for i in 0..3 {
+                let (nf, kw) = want_2d(weights[i])?;
+                ensure!(k == kw, ctx(format!("x has {k} features but weight `{}` expects {kw}", v(weights[i]).name)));
+                if let Some(b) = biases {
+                    want_vec(b[i], nf)?;
+                }
+                let (ro, no) = want_2d(outs[i])?;
+                ensure!(ro == r && no == nf, ctx(format!("out {i} is {} but should be [{r},{nf}]", v(outs[i]).shape)));
+                ensure!(v(outs[i]).dtype == v(outs[0]).dtype, ctx("the three outputs must share a dtype".to_string()));
+                want_float(weights[i])?;
+                want_float(outs[i])?;
+            }
+        }
         Op::GatedLinear { x, norm, gate, up, out } => {
             let (r, k) = want_2d(x)?;
             let (nf, kw) = want_2d(gate)?;

@@ -12,6 +12,10 @@
 //! 2. `swiglu(linear(h, gate), linear(h, up))` with the same input and norm, no bias ->
 //!    one `GatedLinear`.
 //! 3. `add(r, linear(..))` -> the linear adds the residual in its epilogue.
+//! 4. exactly three linears (the attention's Q, K, V) reading the same input with the same norm,
+//!    none with a residual, all or none with a bias and one output dtype -> one `QkvLinear`, at
+//!    the first one's place: one launch over all their outputs instead of three, two of them
+//!    narrow (the K / V projections left most of the GPU idle, see bench/NOTES-decode.md).
 //!
 //! Values are renumbered densely in order of first use afterwards, so dumps stay canonical.
 //!
@@ -21,6 +25,9 @@
 
 use crate::ir::{verify::verify, Op, OpNode, Program, ValueClass, ValueId};
 use anyhow::Result;
+
+/// A linear's (x, norm, weight, bias, out).
+type LinearParts = (ValueId, Option<(ValueId, f32)>, ValueId, Option<ValueId>, ValueId);
 
 /// Most output features of a linear that takes a norm prologue (rewrite 1).
 pub const NORM_PROLOGUE_MAX_FEATURES: usize = 16384;
@@ -109,6 +116,53 @@ pub fn fuse(p: &Program) -> Result<Program> {
         }
     }
 
+    // 4. Q/K/V projections.
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    for (j, o) in ops.iter().enumerate() {
+        let key = match o.as_ref().map(|o| &o.op) {
+            Some(&Op::Linear { x, .. }) => (x, None),
+            Some(&Op::FusedLinear { x, norm, residual: None, .. }) => (x, norm.map(|n| (n.0, n.1.to_bits()))),
+            _ => continue,
+        };
+        let same = |i: &usize| match ops[*i].as_ref().map(|o| &o.op) {
+            Some(&Op::Linear { x, .. }) => (x, None) == key,
+            Some(&Op::FusedLinear { x, norm, .. }) => (x, norm.map(|n| (n.0, n.1.to_bits()))) == key,
+            _ => false,
+        };
+        match groups.iter_mut().find(|g| same(&g[0])) {
+            Some(g) => g.push(j),
+            None => groups.push(vec![j]),
+        }
+    }
+    for g in groups.into_iter().filter(|g| g.len() == 3) {
+        let parts: Vec<LinearParts> = g
+            .iter()
+            .filter_map(|&j| match ops[j].as_ref().map(|o| &o.op) {
+                Some(&Op::Linear { x, weight, bias, out }) => Some((x, None, weight, bias, out)),
+                Some(&Op::FusedLinear { x, norm, weight, bias, out, .. }) => Some((x, norm, weight, bias, out)),
+                _ => None,
+            })
+            .collect();
+        let with_bias = parts.iter().filter(|p| p.3.is_some()).count();
+        let dtype = |v: ValueId| p.value(v).dtype;
+        if parts.len() != 3 || (with_bias != 0 && with_bias != 3) || parts.iter().any(|q| dtype(q.4) != dtype(parts[0].4)) {
+            continue;
+        }
+        let name = ops[g[0]].as_ref().expect("grouped").name.clone();
+        let fused_name = name.strip_suffix("attn_q").map(|s| format!("{s}attn_qkv")).unwrap_or_else(|| format!("{name}.qkv"));
+        let biases = (with_bias == 3).then(|| [0, 1, 2].map(|i| parts[i].3.expect("all have a bias")));
+        let op = Op::QkvLinear {
+            x: parts[0].0,
+            norm: parts[0].1,
+            weights: [0, 1, 2].map(|i| parts[i].2),
+            biases,
+            outs: [0, 1, 2].map(|i| parts[i].4),
+        };
+        ops[g[0]] = Some(OpNode { name: fused_name, op });
+        ops[g[1]] = None;
+        ops[g[2]] = None;
+    }
+
     let fused = compact(p, ops.into_iter().flatten().collect());
     verify(&fused)?;
     Ok(fused)
@@ -162,6 +216,14 @@ fn op_values_mut(op: &mut Op) -> Vec<&mut ValueId> {
             let mut v = vec![x];
             v.extend(norm.as_mut().map(|n| &mut n.0));
             v.extend([gate, up, out]);
+            v
+        }
+        Op::QkvLinear { x, norm, weights, biases, outs } => {
+            let mut v = vec![x];
+            v.extend(norm.as_mut().map(|n| &mut n.0));
+            v.extend(weights.iter_mut());
+            v.extend(biases.iter_mut().flatten());
+            v.extend(outs.iter_mut());
             v
         }
         Op::Rope { x, positions, out, .. } => vec![x, positions, out],

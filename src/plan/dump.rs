@@ -108,6 +108,9 @@ fn kernel_params(k: &Kernel) -> String {
             format!("rows={rows} in={in_features} out={out_features} norm={norm} eps={eps:e} bias={bias} residual={residual}")
         }
         Kernel::Gemm { rows, in_features, out_features, bias } => format!("rows={rows} in={in_features} out={out_features} bias={bias}"),
+        Kernel::QkvLinear { rows, in_features, out_features: [q, k, v], norm, eps, bias } => {
+            format!("rows={rows} in={in_features} out={q}+{k}+{v} norm={norm} eps={eps:e} bias={bias}")
+        }
         Kernel::GatedLinear { rows, in_features, out_features, norm, eps } => {
             format!("rows={rows} in={in_features} out={out_features} norm={norm} eps={eps:e}")
         }

@@ -117,6 +117,13 @@ pub fn launch_geometry(kernel: &Kernel, _bufs: &[BufArg]) -> Geometry {
         }
         // One block per (row, head).
         Kernel::AttentionMerge { rows, heads, .. } => g(rows, heads, ATTENTION_MERGE_THREADS),
+        // `qkv_linear` (linear_fused.cu): the GEMV grid over all three outputs, whatever the rows
+        // (more than 8 rows take its SIMT path, 8 rows at a time).
+        Kernel::QkvLinear { out_features: [q, k, v], .. } => {
+            let blocks = (q + k + v).div_ceil(LINEAR_GEMV_FEATURES);
+            let threads = if blocks < LINEAR_GEMV_WIDE_BELOW_BLOCKS { LINEAR_GEMV_WIDE_THREADS } else { LINEAR_GEMV_THREADS };
+            g(blocks, 1, threads)
+        }
         // One block; one thread per row.
         Kernel::Advance { rows, .. } => g(1, 1, rows.div_ceil(32) * 32),
         Kernel::SwiGlu { n } | Kernel::Add { n } => g(n.div_ceil(ELEMENTWISE_THREADS), 1, ELEMENTWISE_THREADS),

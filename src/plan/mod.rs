@@ -163,6 +163,9 @@ pub enum Kernel {
     /// On a GPU the kernel also takes the device loop's conditional handle, which the runtime
     /// appends (0 outside a graph loop).
     Advance { rows: u32, burst: u32, stop_ids: u32 },
+    /// bufs: x, `[norm weight]`, wq, wk, wv, `[bq, bk, bv]`, out_q, out_k, out_v (see `Op::QkvLinear`);
+    /// `out_features` of each of the three. Last, so that adding it kept the plan format.
+    QkvLinear { rows: u32, in_features: u32, out_features: [u32; 3], norm: bool, eps: f32, bias: bool },
 }
 
 impl Kernel {
@@ -190,6 +193,7 @@ impl Kernel {
             Kernel::HeadRmsNorm { .. } => "head_rms_norm",
             Kernel::Linear { .. } => "linear",
             Kernel::FusedLinear { .. } => "fused_linear",
+            Kernel::QkvLinear { .. } => "qkv_linear",
             Kernel::Gemm { .. } => "gemm",
             Kernel::GatedLinear { .. } => "gated_linear",
             Kernel::Rope { .. } => "rope",

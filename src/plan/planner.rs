@@ -472,6 +472,17 @@ fn kernel_of(p: &Program, op: &Op) -> Kernel {
                 residual: residual.is_some(),
             }
         }
+        Op::QkvLinear { x, norm, weights, biases, .. } => {
+            let dx = dims(x);
+            Kernel::QkvLinear {
+                rows: u(dx[0]),
+                in_features: u(dx[1]),
+                out_features: weights.map(|w| u(dims(w)[0])),
+                norm: norm.is_some(),
+                eps: norm.map(|n| n.1).unwrap_or(0.0),
+                bias: biases.is_some(),
+            }
+        }
         Op::GatedLinear { x, norm, gate, .. } => {
             let (dx, dw) = (dims(x), dims(gate));
             Kernel::GatedLinear {

@@ -465,6 +465,48 @@ fn execute(regions: &mut [Vec<u8>; N_REGIONS], s: &mut Scratch, launch: &Launch)
             });
             store(regions, out, &s.out)
         }
+        // Three `FusedLinear`s (no residual) over one normed x.
+        Kernel::QkvLinear { rows, in_features, out_features, norm, eps, bias } => {
+            let (rows, k) = (rows as usize, in_features as usize);
+            let bufs = arity(launch, 4 + norm as usize + 3 * bias as usize, 3)?;
+            let x = &bufs[0];
+            float_operand(x, "x", rows * k)?;
+            load_all(operand(regions, x)?, x.dtype, &mut s.a);
+            if norm {
+                let nw = &bufs[1];
+                float_operand(nw, "norm weight", k)?;
+                load_all(operand(regions, nw)?, nw.dtype, &mut s.b);
+                let mut h = vec![0.0f32; rows * k];
+                rms_norm_rows(&s.a, &s.b, &mut h, k, eps, x.dtype);
+                s.a.clear();
+                s.a.extend(h.iter().map(|&v| round_to(x.dtype, v)));
+            }
+            let w0 = 1 + norm as usize;
+            for i in 0..3 {
+                let n = out_features[i] as usize;
+                let (weight, out) = (&bufs[w0 + i], &bufs[bufs.len() - 3 + i]);
+                float_operand(weight, "weight", n * k)?;
+                float_operand(out, "out", rows * n)?;
+                let bias_v = if bias {
+                    let b = &bufs[w0 + 3 + i];
+                    float_operand(b, "bias", n)?;
+                    let mut v = Vec::new();
+                    load_all(operand(regions, b)?, b.dtype, &mut v);
+                    v
+                } else {
+                    Vec::new()
+                };
+                let wb = operand(regions, weight)?;
+                s.out.clear();
+                s.out.resize(rows * n, 0.0);
+                let out_v = &mut s.out;
+                gemv_each(&s.a, wb, weight.dtype, k, n, rows, &mut s.row, |r, col, acc| {
+                    out_v[r * n + col] = if bias { acc + bias_v[col] } else { acc };
+                });
+                store(regions, out, &s.out)?;
+            }
+            Ok(())
+        }
         Kernel::GatedLinear { rows, in_features, out_features, norm, eps } => {
             let (rows, k, n) = (rows as usize, in_features as usize, out_features as usize);
             let bufs = arity(launch, 3 + norm as usize, 1)?;

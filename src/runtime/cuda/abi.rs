@@ -107,6 +107,11 @@ pub fn scalars(kernel: &Kernel) -> Vec<Scalar> {
         Kernel::FusedLinear { rows, in_features, out_features, norm, eps, bias, residual } => {
             vec![U32(rows), U32(in_features), U32(out_features), U32(norm as u32), F32(eps), U32(bias as u32), U32(residual as u32)]
         }
+        // (x, norm_w|0, wq, wk, wv, bq|0, bk|0, bv|0, out_q, out_k, out_v, rows, in_features,
+        //  nq, nk, nv, has_norm, eps, has_bias)
+        Kernel::QkvLinear { rows, in_features, out_features: [q, k, v], norm, eps, bias } => {
+            vec![U32(rows), U32(in_features), U32(q), U32(k), U32(v), U32(norm as u32), F32(eps), U32(bias as u32)]
+        }
         // (x, norm_w|0, gate, up, out, rows, in_features, out_features, has_norm, eps)
         Kernel::GatedLinear { rows, in_features, out_features, norm, eps } => {
             vec![U32(rows), U32(in_features), U32(out_features), U32(norm as u32), F32(eps)]
@@ -136,6 +141,7 @@ pub fn pointer_slots(kernel: &Kernel, bufs: &[BufArg]) -> usize {
     match kernel {
         Kernel::Linear { bias: false, .. } => bufs.len() + 1,
         Kernel::FusedLinear { .. } => 6,
+        Kernel::QkvLinear { .. } => 11,
         Kernel::GatedLinear { .. } => 5,
         _ => bufs.len(),
     }
@@ -154,6 +160,16 @@ pub fn pointers(kernel: &Kernel, bufs: &[BufArg], region_base: &[u64; crate::pla
             return vec![next(true), next(norm), next(true), next(bias), next(residual), next(true)];
         }
         Kernel::GatedLinear { norm: false, .. } => p.insert(1, 0),
+        // Fixed slots x, norm_w, wq, wk, wv, bq, bk, bv, out_q, out_k, out_v; absent ones are null.
+        Kernel::QkvLinear { norm, bias, .. } => {
+            let mut it = p.into_iter();
+            let mut next = |present: bool| if present { it.next().unwrap_or(0) } else { 0 };
+            let (x, nw) = (next(true), next(norm));
+            let w = [next(true), next(true), next(true)];
+            let b = [next(bias), next(bias), next(bias)];
+            let o = [next(true), next(true), next(true)];
+            return [vec![x, nw], w.to_vec(), b.to_vec(), o.to_vec()].concat();
+        }
         _ => {}
     }
     p
