@@ -30,6 +30,9 @@
 // in nearly all cases.
 //
 // Geometry: grid (rows, heads), block 128; one block per (row, head), threads over pairs.
+//
+// kiln_rope_kv_write_{dt} (Op::RopeKvWrite, made by the fusion pass): the Rope of q and of k and
+// the KvWrite of the rotated k in one launch; see rope_kv_write below.
 #include "common.cuh"
 
 namespace kiln {
@@ -53,17 +56,11 @@ __device__ __forceinline__ float rope_inv_freq(unsigned int i, unsigned int rota
   return __fadd_rn(__fdiv_rn(__fmul_rn(__fsub_rn(1.0f, smooth), base), factor), __fmul_rn(smooth, base));
 }
 
+// One head: oh = rope(xh) at position p (a copy when p < 0); the block's threads over pairs.
 template <typename T>
-__device__ void rope(const T* x, const int* positions, T* __restrict__ out,
-                     unsigned int rows, unsigned int heads, unsigned int head_dim, unsigned int rotary_dim,
-                     unsigned int interleaved, float theta, unsigned int scaling_kind, float factor,
-                     float low, float high, unsigned int orig) {
-  const unsigned int r = blockIdx.x, h = blockIdx.y;
-  if (r >= rows || h >= heads) return;
-  const size_t base = ((size_t)r * heads + h) * head_dim;
-  const T* xh = x + base;
-  T* oh = out + base;
-  const int p = positions[r];
+__device__ void rope_head(const T* xh, T* oh, int p, unsigned int head_dim, unsigned int rotary_dim,
+                          unsigned int interleaved, float theta, unsigned int scaling_kind, float factor,
+                          float low, float high, unsigned int orig) {
   if (rotary_dim > head_dim) rotary_dim = head_dim;
   if (p < 0) {
     for (unsigned int c = threadIdx.x; c < head_dim; c += blockDim.x) oh[c] = xh[c];
@@ -86,6 +83,45 @@ __device__ void rope(const T* x, const int* positions, T* __restrict__ out,
   for (unsigned int c = rotary_dim + threadIdx.x; c < head_dim; c += blockDim.x) oh[c] = xh[c];
 }
 
+template <typename T>
+__device__ void rope(const T* x, const int* positions, T* __restrict__ out,
+                     unsigned int rows, unsigned int heads, unsigned int head_dim, unsigned int rotary_dim,
+                     unsigned int interleaved, float theta, unsigned int scaling_kind, float factor,
+                     float low, float high, unsigned int orig) {
+  const unsigned int r = blockIdx.x, h = blockIdx.y;
+  if (r >= rows || h >= heads) return;
+  const size_t base = ((size_t)r * heads + h) * head_dim;
+  rope_head<T>(x + base, out + base, positions[r], head_dim, rotary_dim, interleaved, theta, scaling_kind, factor, low,
+               high, orig);
+}
+
+// Op::RopeKvWrite: block (r, h) with h < heads rotates q head h into q_out (as rope); block
+// (r, heads + j) writes the rotated k head j and v head j to cache row cache_base[r] + p, p =
+// positions[r] (nothing when p < 0 or the row is outside the cache, as kv_write). The rotated k
+// is rounded to storage once, as Rope stores it before KvWrite copies it.
+template <typename T>
+__device__ void rope_kv_write(const T* q, const T* k, const T* v, const int* positions, const int* cache_base,
+                              T* __restrict__ q_out, T* __restrict__ k_cache, T* __restrict__ v_cache, unsigned int rows,
+                              unsigned int heads, unsigned int kv_heads, unsigned int head_dim, unsigned int kv_rows,
+                              unsigned int rotary_dim, unsigned int interleaved, float theta, unsigned int scaling_kind,
+                              float factor, float low, float high, unsigned int orig) {
+  const unsigned int r = blockIdx.x, h = blockIdx.y;
+  if (r >= rows || h >= heads + kv_heads) return;
+  const int p = positions[r];
+  if (h < heads) {
+    const size_t base = ((size_t)r * heads + h) * head_dim;
+    rope_head<T>(q + base, q_out + base, p, head_dim, rotary_dim, interleaved, theta, scaling_kind, factor, low, high, orig);
+    return;
+  }
+  if (p < 0) return;
+  const long long row = (long long)cache_base[r] + p;
+  if (row < 0 || row >= (long long)kv_rows) return;
+  const unsigned int j = h - heads, kv_dim = kv_heads * head_dim;
+  const size_t src = (size_t)r * kv_dim + (size_t)j * head_dim, dst = (size_t)row * kv_dim + (size_t)j * head_dim;
+  rope_head<T>(k + src, k_cache + dst, p, head_dim, rotary_dim, interleaved, theta, scaling_kind, factor, low, high, orig);
+  for (unsigned int c = threadIdx.x; c < head_dim; c += blockDim.x) v_cache[dst + c] = v[src + c];
+}
+
 }  // namespace kiln
 
 #define KILN_ROPE(dt, T)                                                                             \
@@ -99,3 +135,20 @@ __device__ void rope(const T* x, const int* positions, T* __restrict__ out,
             factor, low_freq_factor, high_freq_factor, original_max_position);                       \
   }
 KILN_FOR_EACH_DTYPE(KILN_ROPE)
+
+// (q, k, v, positions, cache_base, q_out, k_cache, v_cache, rows, heads, kv_heads, head_dim, kv_rows,
+//  rotary_dim, interleaved, theta, scaling_kind, factor, low_freq_factor, high_freq_factor,
+//  original_max_position); grid (rows, heads + kv_heads), block 128.
+#define KILN_ROPE_KV_WRITE(dt, T)                                                                       \
+  extern "C" __global__ void __launch_bounds__(128) kiln_rope_kv_write_##dt(                            \
+      const T* q, const T* k, const T* v, const int* positions, const int* cache_base, T* q_out,          \
+      T* k_cache, T* v_cache, unsigned int rows, unsigned int heads, unsigned int kv_heads,                \
+      unsigned int head_dim, unsigned int kv_rows, unsigned int rotary_dim, unsigned int interleaved,     \
+      float theta, unsigned int scaling_kind, float factor, float low_freq_factor, float high_freq_factor, \
+      unsigned int original_max_position) {                                                               \
+    kiln::wait_prior_grids();                                                                             \
+    kiln::rope_kv_write<T>(q, k, v, positions, cache_base, q_out, k_cache, v_cache, rows, heads, kv_heads, \
+                           head_dim, kv_rows, rotary_dim, interleaved, theta, scaling_kind, factor,       \
+                           low_freq_factor, high_freq_factor, original_max_position);                     \
+  }
+KILN_FOR_EACH_DTYPE(KILN_ROPE_KV_WRITE)

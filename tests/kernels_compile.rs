@@ -18,9 +18,19 @@ use std::sync::OnceLock;
 /// linear's and fused_linear's 5 (dt, out) pairs each, gated_linear x 3 dtypes, sample, advance.
 fn expected_symbols() -> BTreeSet<String> {
     let mut s = BTreeSet::new();
-    for kernel in
-        ["gather", "rms_norm", "head_rms_norm", "rope", "kv_write", "attention", "attention_split", "attention_merge", "swiglu", "add"]
-    {
+    for kernel in [
+        "gather",
+        "rms_norm",
+        "head_rms_norm",
+        "rope",
+        "rope_kv_write",
+        "kv_write",
+        "attention",
+        "attention_split",
+        "attention_merge",
+        "swiglu",
+        "add",
+    ] {
         for dt in ["f32", "f16", "bf16"] {
             s.insert(format!("kiln_{kernel}_{dt}"));
         }

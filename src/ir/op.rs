@@ -110,6 +110,21 @@ pub enum Op {
     /// never by lowering): `outs[i] = h · weights[i]ᵀ (+ biases[i])` with `h` as in
     /// `FusedLinear`; equal, bit for bit, to three `FusedLinear`s without residuals.
     QkvLinear { x: ValueId, norm: Option<(ValueId, f32)>, weights: [ValueId; 3], biases: Option<[ValueId; 3]>, outs: [ValueId; 3] },
+    /// `q_out = rope(q)`, and for every token `t` with `positions[t] >= 0`, `rope(k)[t]` and `v[t]`
+    /// to cache row `cache_base[t] + positions[t]` (made by `lower::fuse`, never by lowering):
+    /// `Rope` of q and of k and the `KvWrite` of the rotated k, in one launch, bit for bit.
+    RopeKvWrite {
+        q: ValueId,
+        k: ValueId,
+        v: ValueId,
+        positions: ValueId,
+        cache_base: ValueId,
+        q_out: ValueId,
+        k_cache: ValueId,
+        v_cache: ValueId,
+        head_dim: u32,
+        rope: RopeSpec,
+    },
     /// `out = silu(g) * u` with `g = h · gateᵀ`, `u = h · upᵀ` (each rounded to `out`'s dtype)
     /// and `h` as in `FusedLinear`: a gated MLP's up projection in one pass over `x`.
     GatedLinear { x: ValueId, norm: Option<(ValueId, f32)>, gate: ValueId, up: ValueId, out: ValueId },
@@ -172,6 +187,7 @@ impl Op {
             Op::GatedLinear { .. } => "gated_linear",
             Op::Rope { .. } => "rope",
             Op::KvWrite { .. } => "kv_write",
+            Op::RopeKvWrite { .. } => "rope_kv_write",
             Op::Attention { .. } => "attention",
             Op::SwiGlu { .. } => "swiglu",
             Op::Add { .. } => "add",
@@ -213,6 +229,7 @@ impl Op {
             }
             Op::Rope { x, positions, .. } => vec![x, positions],
             Op::KvWrite { k, v, positions, cache_base, .. } => vec![k, v, positions, cache_base],
+            Op::RopeKvWrite { q, k, v, positions, cache_base, .. } => vec![q, k, v, positions, cache_base],
             Op::Attention { q, k_cache, v_cache, positions, cache_base, .. } => {
                 vec![q, k_cache, v_cache, positions, cache_base]
             }
@@ -240,6 +257,7 @@ impl Op {
             | Op::Add { out, .. }
             | Op::Sample { out, .. } => vec![out],
             Op::KvWrite { k_cache, v_cache, .. } => vec![k_cache, v_cache],
+            Op::RopeKvWrite { q_out, k_cache, v_cache, .. } => vec![q_out, k_cache, v_cache],
             Op::QkvLinear { outs, .. } => outs.to_vec(),
             Op::Advance { token_ids, positions, counter, control, ring, .. } => vec![token_ids, positions, counter, control, ring],
         }
@@ -265,7 +283,7 @@ impl Op {
             Op::HeadRmsNorm { head_dim, eps, .. } => {
                 vec![("head_dim", head_dim.to_string()), ("eps", format!("{eps:e}"))]
             }
-            Op::Rope { head_dim, rope, .. } => {
+            Op::Rope { head_dim, rope, .. } | Op::RopeKvWrite { head_dim, rope, .. } => {
                 let mut a = vec![
                     ("head_dim", head_dim.to_string()),
                     ("style", format!("{:?}", rope.style).to_lowercase()),

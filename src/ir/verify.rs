@@ -59,8 +59,8 @@ fn verify_inner(p: &Program) -> Result<()> {
                     v.name
                 ),
                 ValueClass::State => ensure!(
-                    matches!(node.op, Op::KvWrite { .. }),
-                    "op `{}` ({}) writes state `{}`; only kv_write may",
+                    matches!(node.op, Op::KvWrite { .. } | Op::RopeKvWrite { .. }),
+                    "op `{}` ({}) writes state `{}`; only kv_write and rope_kv_write may",
                     node.name,
                     node.op.mnemonic(),
                     v.name
@@ -232,6 +232,34 @@ fn check_op(p: &Program, name: &str, op: &Op) -> Result<()> {
                 ctx(format!("rotary_dim {} must be even and at most head_dim {head_dim}", rope.rotary_dim))
             );
             ensure!(rope.theta > 0.0, ctx("rope theta must be positive".into()));
+        }
+        Op::RopeKvWrite { q, k, v: vv, positions, cache_base, q_out, k_cache, v_cache, head_dim, rope } => {
+            let (r, qd) = want_2d(q)?;
+            let (rk, kd) = want_2d(k)?;
+            ensure!(rk == r, ctx(format!("q has {r} rows, k {rk}")));
+            same_shape(k, vv)?;
+            same_shape(q, q_out)?;
+            want_dtype(positions, DType::I32)?;
+            want_dtype(cache_base, DType::I32)?;
+            want_vec(positions, r)?;
+            want_vec(cache_base, r)?;
+            ensure!(
+                head_dim > 0 && qd % head_dim as usize == 0 && kd % head_dim as usize == 0,
+                ctx(format!("row lengths {qd} / {kd} are not multiples of head_dim {head_dim}"))
+            );
+            ensure!(
+                rope.rotary_dim > 0 && rope.rotary_dim % 2 == 0 && rope.rotary_dim <= head_dim,
+                ctx(format!("rotary_dim {} must be even and at most head_dim {head_dim}", rope.rotary_dim))
+            );
+            ensure!(rope.theta > 0.0, ctx("rope theta must be positive".into()));
+            let (_, cd) = want_2d(k_cache)?;
+            same_shape(k_cache, v_cache)?;
+            ensure!(cd == kd, ctx(format!("cache row length {cd} != k row length {kd}")));
+            for c in [k_cache, v_cache] {
+                ensure!(v(c).class == ValueClass::State, ctx(format!("`{}` must be state", v(c).name)));
+            }
+            want_float(q)?;
+            want_float(k)?;
         }
         Op::KvWrite { k, v: vv, positions, cache_base, k_cache, v_cache } => {
             let (r, kd) = want_2d(k)?;

@@ -16,6 +16,9 @@
 //!    none with a residual, all or none with a bias and one output dtype -> one `QkvLinear`, at
 //!    the first one's place: one launch over all their outputs instead of three, two of them
 //!    narrow (the K / V projections left most of the GPU idle, see bench/NOTES-decode.md).
+//! 5. `rope(k)` read only by `kv_write`, and the `rope(q)` read only by the attention over that
+//!    cache (same positions and rotary spec) -> one `RopeKvWrite` at the `kv_write`'s place: one
+//!    launch instead of three, and no rotated-k temp.
 //!
 //! Values are renumbered densely in order of first use afterwards, so dumps stay canonical.
 //!
@@ -163,6 +166,40 @@ pub fn fuse(p: &Program) -> Result<Program> {
         ops[g[2]] = None;
     }
 
+    // 5. RoPE of q and k with the KV write.
+    for m in 0..ops.len() {
+        let Some(OpNode { name, op: Op::KvWrite { k: kr, v, positions, cache_base, k_cache, v_cache } }) = ops[m].clone() else { continue };
+        if !is_temp(kr) || readers(&ops, kr) != [m] {
+            continue;
+        }
+        let Some(jk) = producer(&ops, kr) else { continue };
+        let Some(Op::Rope { x: k, positions: pk, head_dim, rope, .. }) = ops[jk].as_ref().map(|o| o.op.clone()) else { continue };
+        if pk != positions {
+            continue;
+        }
+        // The attention over this cache, and the rope that makes its q.
+        let attention = ops.iter().enumerate().find_map(|(i, o)| match o.as_ref().map(|o| &o.op) {
+            Some(&Op::Attention { q, k_cache: kc, .. }) if kc == k_cache => Some((i, q)),
+            _ => None,
+        });
+        let Some((ia, qr)) = attention else { continue };
+        if !is_temp(qr) || readers(&ops, qr) != [ia] || ia <= m {
+            continue;
+        }
+        let Some(jq) = producer(&ops, qr) else { continue };
+        let Some(Op::Rope { x: q, positions: pq, head_dim: hq, rope: rq, .. }) = ops[jq].as_ref().map(|o| o.op.clone()) else { continue };
+        if pq != positions || hq != head_dim || rq != rope {
+            continue;
+        }
+        let fused_name = name.strip_suffix("kv_write").map(|s| format!("{s}rope_kv_write")).unwrap_or_else(|| format!("{name}.rope"));
+        ops[m] = Some(OpNode {
+            name: fused_name,
+            op: Op::RopeKvWrite { q, k, v, positions, cache_base, q_out: qr, k_cache, v_cache, head_dim, rope },
+        });
+        ops[jq] = None;
+        ops[jk] = None;
+    }
+
     let fused = compact(p, ops.into_iter().flatten().collect());
     verify(&fused)?;
     Ok(fused)
@@ -228,6 +265,9 @@ fn op_values_mut(op: &mut Op) -> Vec<&mut ValueId> {
         }
         Op::Rope { x, positions, out, .. } => vec![x, positions, out],
         Op::KvWrite { k, v, positions, cache_base, k_cache, v_cache } => vec![k, v, positions, cache_base, k_cache, v_cache],
+        Op::RopeKvWrite { q, k, v, positions, cache_base, q_out, k_cache, v_cache, .. } => {
+            vec![q, k, v, positions, cache_base, q_out, k_cache, v_cache]
+        }
         Op::Attention { q, k_cache, v_cache, positions, cache_base, out, .. } => vec![q, k_cache, v_cache, positions, cache_base, out],
         Op::SwiGlu { gate, up, out } => vec![gate, up, out],
         Op::Add { a, b, out } => vec![a, b, out],

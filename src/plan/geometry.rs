@@ -107,6 +107,8 @@ pub fn launch_geometry(kernel: &Kernel, _bufs: &[BufArg]) -> Geometry {
             }
         }
         Kernel::Rope { rows, heads, .. } => g(rows, heads, 128),
+        // One block per (row, q head) and (row, kv head).
+        Kernel::RopeKvWrite { rows, heads, kv_heads, .. } => g(rows, heads + kv_heads, 128),
         // One block per token.
         Kernel::KvWrite { rows, .. } => g(rows, 1, 256),
         Kernel::Attention { rows, heads, .. } => g(rows, heads, ATTENTION_THREADS),

@@ -166,6 +166,8 @@ pub enum Kernel {
     /// bufs: x, `[norm weight]`, wq, wk, wv, `[bq, bk, bv]`, out_q, out_k, out_v (see `Op::QkvLinear`);
     /// `out_features` of each of the three. Last, so that adding it kept the plan format.
     QkvLinear { rows: u32, in_features: u32, out_features: [u32; 3], norm: bool, eps: f32, bias: bool },
+    /// bufs: q, k, v, positions, cache_base, q_out, k_cache, v_cache (see `Op::RopeKvWrite`).
+    RopeKvWrite { rows: u32, heads: u32, kv_heads: u32, head_dim: u32, kv_rows: u32, rope: crate::ir::RopeSpec },
 }
 
 impl Kernel {
@@ -194,6 +196,7 @@ impl Kernel {
             Kernel::Linear { .. } => "linear",
             Kernel::FusedLinear { .. } => "fused_linear",
             Kernel::QkvLinear { .. } => "qkv_linear",
+            Kernel::RopeKvWrite { .. } => "rope_kv_write",
             Kernel::Gemm { .. } => "gemm",
             Kernel::GatedLinear { .. } => "gated_linear",
             Kernel::Rope { .. } => "rope",

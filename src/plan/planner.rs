@@ -497,6 +497,17 @@ fn kernel_of(p: &Program, op: &Op) -> Kernel {
             let d = dims(x);
             Kernel::Rope { rows: u(d[0]), heads: u(d[1]) / head_dim, head_dim, rope }
         }
+        Op::RopeKvWrite { q, k, k_cache, head_dim, rope, .. } => {
+            let (dq, dk) = (dims(q), dims(k));
+            Kernel::RopeKvWrite {
+                rows: u(dq[0]),
+                heads: u(dq[1]) / head_dim,
+                kv_heads: u(dk[1]) / head_dim,
+                head_dim,
+                kv_rows: u(dims(k_cache)[0]),
+                rope,
+            }
+        }
         Op::KvWrite { k, k_cache, .. } => {
             let (dk, dc) = (dims(k), dims(k_cache));
             Kernel::KvWrite { rows: u(dk[0]), kv_dim: u(dk[1]), kv_rows: u(dc[0]) }

@@ -605,6 +605,62 @@ fn execute(regions: &mut [Vec<u8>; N_REGIONS], s: &mut Scratch, launch: &Launch)
             }
             Ok(())
         }
+        // `Rope` of q and of k, then `KvWrite` of the rotated k (rounded to storage, as `Rope` stores it).
+        Kernel::RopeKvWrite { rows, heads, kv_heads, head_dim, kv_rows, rope } => {
+            let (rows, hd) = (rows as usize, head_dim as usize);
+            let (qw, kvw) = (heads as usize * hd, kv_heads as usize * hd);
+            let [q, k, v, positions, cache_base, q_out, k_cache, v_cache] = arity(launch, 5, 3)? else { unreachable!() };
+            float_operand(q, "q", rows * qw)?;
+            float_operand(k, "k", rows * kvw)?;
+            float_operand(v, "v", rows * kvw)?;
+            typed_operand(positions, "positions", DType::I32, rows)?;
+            typed_operand(cache_base, "cache_base", DType::I32, rows)?;
+            float_operand(q_out, "q_out", rows * qw)?;
+            float_operand(k_cache, "k_cache", kv_rows as usize * kvw)?;
+            float_operand(v_cache, "v_cache", kv_rows as usize * kvw)?;
+            let rotary = rope.rotary_dim as usize;
+            ensure!(rotary.is_multiple_of(2) && rotary <= hd, "rotary_dim {rotary} must be even and at most head_dim {hd}");
+            load_ints(operand(regions, positions)?, &mut s.ints_a);
+            load_ints(operand(regions, cache_base)?, &mut s.ints_b);
+            for t in 0..rows {
+                if s.ints_a[t] >= 0 {
+                    kv_span(t, s.ints_a[t], s.ints_b[t], kv_rows)?;
+                }
+            }
+            s.b.clear();
+            s.b.extend((0..rotary / 2).map(|i| rope.inv_freq(i)));
+            // Rotates every head of every non-padding row of `vals` (rows of `width`).
+            let rotate = |vals: &mut [f32], width: usize, inv: &[f32], pos: &[i32]| {
+                for (r, &p) in pos.iter().enumerate().take(rows) {
+                    if p >= 0 {
+                        for h in 0..width / hd {
+                            let head = r * width + h * hd;
+                            rotate_head(&mut vals[head..head + hd], inv, &rope, p);
+                        }
+                    }
+                }
+            };
+            load_all(operand(regions, q)?, q.dtype, &mut s.a);
+            rotate(&mut s.a, qw, &s.b, &s.ints_a);
+            store(regions, q_out, &s.a)?;
+            load_all(operand(regions, k)?, k.dtype, &mut s.a);
+            rotate(&mut s.a, kvw, &s.b, &s.ints_a);
+            for x in s.a.iter_mut() {
+                *x = round_to(k.dtype, *x);
+            }
+            load_all(operand(regions, v)?, v.dtype, &mut s.out);
+            for (cache, src) in [(k_cache, &s.a), (v_cache, &s.out)] {
+                let dst = operand_mut(regions, cache)?;
+                for t in 0..rows {
+                    let pos = s.ints_a[t];
+                    if pos >= 0 {
+                        let row = s.ints_b[t] as usize + pos as usize;
+                        store_into(dst, cache.dtype, row * kvw, &src[t * kvw..(t + 1) * kvw]);
+                    }
+                }
+            }
+            Ok(())
+        }
         // The tensor-core prefill kernel has the semantics of `Attention`.
         Kernel::Attention { rows, heads, kv_heads, head_dim, scale, kv_rows }
         | Kernel::AttentionPrefill { rows, heads, kv_heads, head_dim, scale, kv_rows } => {

@@ -73,27 +73,11 @@ pub fn scalars(kernel: &Kernel) -> Vec<Scalar> {
         // (x, positions, out, rows, heads, head_dim, rotary_dim, interleaved, theta,
         //  scaling_kind (0 none, 1 llama3, 2 linear), factor, low_freq_factor, high_freq_factor,
         //  original_max_position)
-        Kernel::Rope { rows, heads, head_dim, rope } => {
-            let (kind, factor, low, high, orig) = match rope.scaling {
-                RopeScaling::None => (0, 1.0, 0.0, 0.0, 0),
-                RopeScaling::Llama3 { factor, low_freq_factor, high_freq_factor, original_max_position } => {
-                    (1, factor, low_freq_factor, high_freq_factor, original_max_position)
-                }
-                RopeScaling::Linear { factor } => (2, factor, 0.0, 0.0, 0),
-            };
-            vec![
-                U32(rows),
-                U32(heads),
-                U32(head_dim),
-                U32(rope.rotary_dim),
-                U32((rope.style == RopeStyle::Interleaved) as u32),
-                F32(rope.theta),
-                U32(kind),
-                F32(factor),
-                F32(low),
-                F32(high),
-                U32(orig),
-            ]
+        Kernel::Rope { rows, heads, head_dim, rope } => [vec![U32(rows), U32(heads), U32(head_dim)], rope_scalars(&rope)].concat(),
+        // (q, k, v, positions, cache_base, q_out, k_cache, v_cache, rows, heads, kv_heads,
+        //  head_dim, kv_rows, then Rope's rotary_dim .. original_max_position)
+        Kernel::RopeKvWrite { rows, heads, kv_heads, head_dim, kv_rows, rope } => {
+            [vec![U32(rows), U32(heads), U32(kv_heads), U32(head_dim), U32(kv_rows)], rope_scalars(&rope)].concat()
         }
         // (k, v, positions, cache_base, k_cache, v_cache, rows, kv_dim, kv_rows)
         Kernel::KvWrite { rows, kv_dim, kv_rows } => vec![U32(rows), U32(kv_dim), U32(kv_rows)],
@@ -134,6 +118,30 @@ pub fn scalars(kernel: &Kernel) -> Vec<Scalar> {
         // (logits, temperature, top_k, top_p, seed, counter, out, rows, vocab)
         Kernel::Sample { rows, vocab } => vec![U32(rows), U32(vocab)],
     }
+}
+
+/// The rotary scalars of `rope.cu` and `rope_kv_write`: rotary_dim, interleaved, theta,
+/// scaling_kind (0 none, 1 llama3, 2 linear), factor, low_freq_factor, high_freq_factor,
+/// original_max_position.
+fn rope_scalars(rope: &crate::ir::RopeSpec) -> Vec<Scalar> {
+    use Scalar::*;
+    let (kind, factor, low, high, orig) = match rope.scaling {
+        RopeScaling::None => (0, 1.0, 0.0, 0.0, 0),
+        RopeScaling::Llama3 { factor, low_freq_factor, high_freq_factor, original_max_position } => {
+            (1, factor, low_freq_factor, high_freq_factor, original_max_position)
+        }
+        RopeScaling::Linear { factor } => (2, factor, 0.0, 0.0, 0),
+    };
+    vec![
+        U32(rope.rotary_dim),
+        U32((rope.style == RopeStyle::Interleaved) as u32),
+        F32(rope.theta),
+        U32(kind),
+        F32(factor),
+        F32(low),
+        F32(high),
+        U32(orig),
+    ]
 }
 
 /// Number of pointer parameters the CUDA kernel takes (Linear always takes a bias slot).
