@@ -22,9 +22,9 @@
 //!
 //! Values are renumbered densely in order of first use afterwards, so dumps stay canonical.
 //!
-//! Prefill programs are left as they are: their linears run as library GEMMs (`Kernel::Gemm`),
-//! which take no norm prologue, and the elementwise ops they would save are small next to the
-//! GEMMs. Fusion is a decode optimization (launch count and bytes per token).
+//! Prefill programs take only rewrite 5 (RoPE and the KV write are a pass over the activations
+//! each, whatever the row count); rewrites 1-4 stay out: prefill linears run as library GEMMs
+//! (`Kernel::Gemm`), which take no norm prologue, residual or three outputs.
 
 use crate::ir::{verify::verify, Op, OpNode, Program, ValueClass, ValueId};
 use anyhow::Result;
@@ -36,9 +36,8 @@ type LinearParts = (ValueId, Option<(ValueId, f32)>, ValueId, Option<ValueId>, V
 pub const NORM_PROLOGUE_MAX_FEATURES: usize = 16384;
 
 pub fn fuse(p: &Program) -> Result<Program> {
-    if p.phase == crate::ir::Phase::Prefill {
-        return Ok(p.clone());
-    }
+    // Prefill programs take rewrite 5 only (see the module doc).
+    let decode = p.phase != crate::ir::Phase::Prefill;
     let mut ops: Vec<Option<OpNode>> = p.ops.iter().cloned().map(Some).collect();
     let readers = |ops: &[Option<OpNode>], v: ValueId| -> Vec<usize> {
         ops.iter().enumerate().filter(|(_, o)| o.as_ref().is_some_and(|o| o.op.reads().contains(&v))).map(|(i, _)| i).collect()
@@ -48,122 +47,126 @@ pub fn fuse(p: &Program) -> Result<Program> {
     };
     let is_temp = |v: ValueId| p.value(v).class == ValueClass::Temp;
 
-    // 1. Norm prologues.
-    for i in 0..ops.len() {
-        let Some(OpNode { op: Op::RmsNorm { x, weight, out: h, eps }, .. }) = ops[i].clone() else { continue };
-        if !is_temp(h) {
-            continue;
-        }
-        let rs = readers(&ops, h);
-        let all_linear = !rs.is_empty()
-            && rs.iter().all(|&j| {
-                matches!(ops[j].as_ref().map(|o| &o.op), Some(Op::Linear { x: lx, weight: w, .. })
-                    if *lx == h && *w != h && p.value(*w).shape.0.first().is_some_and(|&n| n <= NORM_PROLOGUE_MAX_FEATURES))
-            });
-        if !all_linear {
-            continue;
-        }
-        for j in rs {
-            let node = ops[j].as_mut().expect("reader exists");
-            if let Op::Linear { weight: w, bias, out, .. } = node.op {
-                node.op = Op::FusedLinear { x, norm: Some((weight, eps)), weight: w, bias, residual: None, out };
-            }
-        }
-        ops[i] = None;
-    }
-
-    // 2. Gated MLP up projections.
-    for k in 0..ops.len() {
-        let Some(OpNode { name, op: Op::SwiGlu { gate: g, up: u, out: a } }) = ops[k].clone() else { continue };
-        if !is_temp(g) || !is_temp(u) || readers(&ops, g) != [k] || readers(&ops, u) != [k] {
-            continue;
-        }
-        let (Some(pg), Some(pu)) = (producer(&ops, g), producer(&ops, u)) else { continue };
-        let linear_parts = |i: usize| match ops[i].as_ref().map(|o| &o.op) {
-            Some(&Op::Linear { x, weight, bias: None, .. }) => Some((x, None, weight)),
-            Some(&Op::FusedLinear { x, norm, weight, bias: None, residual: None, .. }) => Some((x, norm, weight)),
-            _ => None,
-        };
-        let (Some((xg, ng, wg)), Some((xu, nu, wu))) = (linear_parts(pg), linear_parts(pu)) else { continue };
-        if xg != xu || ng != nu {
-            continue;
-        }
-        let fused_name = name.strip_suffix("ffn_act").map(|s| format!("{s}ffn_gate_up")).unwrap_or_else(|| format!("{name}.gated"));
-        ops[k] = Some(OpNode { name: fused_name, op: Op::GatedLinear { x: xg, norm: ng, gate: wg, up: wu, out: a } });
-        ops[pg] = None;
-        ops[pu] = None;
-    }
-
-    // 3. Residual epilogues.
-    for k in 0..ops.len() {
-        let Some(OpNode { op: Op::Add { a, b, out }, .. }) = ops[k].clone() else { continue };
-        for (lin_out, residual) in [(b, a), (a, b)] {
-            if !is_temp(lin_out) || readers(&ops, lin_out) != [k] {
+    if decode {
+        // 1. Norm prologues.
+        for i in 0..ops.len() {
+            let Some(OpNode { op: Op::RmsNorm { x, weight, out: h, eps }, .. }) = ops[i].clone() else { continue };
+            if !is_temp(h) {
                 continue;
             }
-            let Some(j) = producer(&ops, lin_out) else { continue };
-            // The residual must exist before the linear runs.
-            if producer(&ops, residual).is_some_and(|r| r >= j) {
+            let rs = readers(&ops, h);
+            let all_linear = !rs.is_empty()
+                && rs.iter().all(|&j| {
+                    matches!(ops[j].as_ref().map(|o| &o.op), Some(Op::Linear { x: lx, weight: w, .. })
+                        if *lx == h && *w != h && p.value(*w).shape.0.first().is_some_and(|&n| n <= NORM_PROLOGUE_MAX_FEATURES))
+                });
+            if !all_linear {
                 continue;
             }
-            let fused = match ops[j].as_ref().map(|o| o.op.clone()) {
-                Some(Op::Linear { x, weight, bias, .. }) => Op::FusedLinear { x, norm: None, weight, bias, residual: Some(residual), out },
-                Some(Op::FusedLinear { x, norm, weight, bias, residual: None, .. }) => {
-                    Op::FusedLinear { x, norm, weight, bias, residual: Some(residual), out }
+            for j in rs {
+                let node = ops[j].as_mut().expect("reader exists");
+                if let Op::Linear { weight: w, bias, out, .. } = node.op {
+                    node.op = Op::FusedLinear { x, norm: Some((weight, eps)), weight: w, bias, residual: None, out };
                 }
+            }
+            ops[i] = None;
+        }
+
+        // 2. Gated MLP up projections.
+        for k in 0..ops.len() {
+            let Some(OpNode { name, op: Op::SwiGlu { gate: g, up: u, out: a } }) = ops[k].clone() else { continue };
+            if !is_temp(g) || !is_temp(u) || readers(&ops, g) != [k] || readers(&ops, u) != [k] {
+                continue;
+            }
+            let (Some(pg), Some(pu)) = (producer(&ops, g), producer(&ops, u)) else { continue };
+            let linear_parts = |i: usize| match ops[i].as_ref().map(|o| &o.op) {
+                Some(&Op::Linear { x, weight, bias: None, .. }) => Some((x, None, weight)),
+                Some(&Op::FusedLinear { x, norm, weight, bias: None, residual: None, .. }) => Some((x, norm, weight)),
+                _ => None,
+            };
+            let (Some((xg, ng, wg)), Some((xu, nu, wu))) = (linear_parts(pg), linear_parts(pu)) else { continue };
+            if xg != xu || ng != nu {
+                continue;
+            }
+            let fused_name = name.strip_suffix("ffn_act").map(|s| format!("{s}ffn_gate_up")).unwrap_or_else(|| format!("{name}.gated"));
+            ops[k] = Some(OpNode { name: fused_name, op: Op::GatedLinear { x: xg, norm: ng, gate: wg, up: wu, out: a } });
+            ops[pg] = None;
+            ops[pu] = None;
+        }
+
+        // 3. Residual epilogues.
+        for k in 0..ops.len() {
+            let Some(OpNode { op: Op::Add { a, b, out }, .. }) = ops[k].clone() else { continue };
+            for (lin_out, residual) in [(b, a), (a, b)] {
+                if !is_temp(lin_out) || readers(&ops, lin_out) != [k] {
+                    continue;
+                }
+                let Some(j) = producer(&ops, lin_out) else { continue };
+                // The residual must exist before the linear runs.
+                if producer(&ops, residual).is_some_and(|r| r >= j) {
+                    continue;
+                }
+                let fused = match ops[j].as_ref().map(|o| o.op.clone()) {
+                    Some(Op::Linear { x, weight, bias, .. }) => {
+                        Op::FusedLinear { x, norm: None, weight, bias, residual: Some(residual), out }
+                    }
+                    Some(Op::FusedLinear { x, norm, weight, bias, residual: None, .. }) => {
+                        Op::FusedLinear { x, norm, weight, bias, residual: Some(residual), out }
+                    }
+                    _ => continue,
+                };
+                ops[j].as_mut().expect("producer exists").op = fused;
+                ops[k] = None;
+                break;
+            }
+        }
+
+        // 4. Q/K/V projections.
+        let mut groups: Vec<Vec<usize>> = Vec::new();
+        for (j, o) in ops.iter().enumerate() {
+            let key = match o.as_ref().map(|o| &o.op) {
+                Some(&Op::Linear { x, .. }) => (x, None),
+                Some(&Op::FusedLinear { x, norm, residual: None, .. }) => (x, norm.map(|n| (n.0, n.1.to_bits()))),
                 _ => continue,
             };
-            ops[j].as_mut().expect("producer exists").op = fused;
-            ops[k] = None;
-            break;
+            let same = |i: &usize| match ops[*i].as_ref().map(|o| &o.op) {
+                Some(&Op::Linear { x, .. }) => (x, None) == key,
+                Some(&Op::FusedLinear { x, norm, .. }) => (x, norm.map(|n| (n.0, n.1.to_bits()))) == key,
+                _ => false,
+            };
+            match groups.iter_mut().find(|g| same(&g[0])) {
+                Some(g) => g.push(j),
+                None => groups.push(vec![j]),
+            }
         }
-    }
-
-    // 4. Q/K/V projections.
-    let mut groups: Vec<Vec<usize>> = Vec::new();
-    for (j, o) in ops.iter().enumerate() {
-        let key = match o.as_ref().map(|o| &o.op) {
-            Some(&Op::Linear { x, .. }) => (x, None),
-            Some(&Op::FusedLinear { x, norm, residual: None, .. }) => (x, norm.map(|n| (n.0, n.1.to_bits()))),
-            _ => continue,
-        };
-        let same = |i: &usize| match ops[*i].as_ref().map(|o| &o.op) {
-            Some(&Op::Linear { x, .. }) => (x, None) == key,
-            Some(&Op::FusedLinear { x, norm, .. }) => (x, norm.map(|n| (n.0, n.1.to_bits()))) == key,
-            _ => false,
-        };
-        match groups.iter_mut().find(|g| same(&g[0])) {
-            Some(g) => g.push(j),
-            None => groups.push(vec![j]),
+        for g in groups.into_iter().filter(|g| g.len() == 3) {
+            let parts: Vec<LinearParts> = g
+                .iter()
+                .filter_map(|&j| match ops[j].as_ref().map(|o| &o.op) {
+                    Some(&Op::Linear { x, weight, bias, out }) => Some((x, None, weight, bias, out)),
+                    Some(&Op::FusedLinear { x, norm, weight, bias, out, .. }) => Some((x, norm, weight, bias, out)),
+                    _ => None,
+                })
+                .collect();
+            let with_bias = parts.iter().filter(|p| p.3.is_some()).count();
+            let dtype = |v: ValueId| p.value(v).dtype;
+            if parts.len() != 3 || (with_bias != 0 && with_bias != 3) || parts.iter().any(|q| dtype(q.4) != dtype(parts[0].4)) {
+                continue;
+            }
+            let name = ops[g[0]].as_ref().expect("grouped").name.clone();
+            let fused_name = name.strip_suffix("attn_q").map(|s| format!("{s}attn_qkv")).unwrap_or_else(|| format!("{name}.qkv"));
+            let biases = (with_bias == 3).then(|| [0, 1, 2].map(|i| parts[i].3.expect("all have a bias")));
+            let op = Op::QkvLinear {
+                x: parts[0].0,
+                norm: parts[0].1,
+                weights: [0, 1, 2].map(|i| parts[i].2),
+                biases,
+                outs: [0, 1, 2].map(|i| parts[i].4),
+            };
+            ops[g[0]] = Some(OpNode { name: fused_name, op });
+            ops[g[1]] = None;
+            ops[g[2]] = None;
         }
-    }
-    for g in groups.into_iter().filter(|g| g.len() == 3) {
-        let parts: Vec<LinearParts> = g
-            .iter()
-            .filter_map(|&j| match ops[j].as_ref().map(|o| &o.op) {
-                Some(&Op::Linear { x, weight, bias, out }) => Some((x, None, weight, bias, out)),
-                Some(&Op::FusedLinear { x, norm, weight, bias, out, .. }) => Some((x, norm, weight, bias, out)),
-                _ => None,
-            })
-            .collect();
-        let with_bias = parts.iter().filter(|p| p.3.is_some()).count();
-        let dtype = |v: ValueId| p.value(v).dtype;
-        if parts.len() != 3 || (with_bias != 0 && with_bias != 3) || parts.iter().any(|q| dtype(q.4) != dtype(parts[0].4)) {
-            continue;
-        }
-        let name = ops[g[0]].as_ref().expect("grouped").name.clone();
-        let fused_name = name.strip_suffix("attn_q").map(|s| format!("{s}attn_qkv")).unwrap_or_else(|| format!("{name}.qkv"));
-        let biases = (with_bias == 3).then(|| [0, 1, 2].map(|i| parts[i].3.expect("all have a bias")));
-        let op = Op::QkvLinear {
-            x: parts[0].0,
-            norm: parts[0].1,
-            weights: [0, 1, 2].map(|i| parts[i].2),
-            biases,
-            outs: [0, 1, 2].map(|i| parts[i].4),
-        };
-        ops[g[0]] = Some(OpNode { name: fused_name, op });
-        ops[g[1]] = None;
-        ops[g[2]] = None;
     }
 
     // 5. RoPE of q and k with the KV write.
