@@ -104,6 +104,11 @@ def geometry(kernel, **p):
         return (p["rows"], 1, 1), (256, 1, 1)
     if kernel in ("head_rms_norm", "rope"):
         return (p["rows"], p["heads"], 1), (128, 1, 1)
+    if kernel == "rope_kv_write":
+        return (p["rows"], p["heads"] + p["kv_heads"], 1), (128, 1, 1)
+    if kernel == "qkv_linear":
+        blocks = cdiv(p["out_features"], 16)
+        return (blocks, 1, 1), (512 if blocks < 132 else 256, 1, 1)
     if kernel == "linear":
         if p["rows"] <= 8:
             blocks = cdiv(p["out_features"], 16)
@@ -420,22 +425,83 @@ class Checker:
                         (self.dev(x), self.dev(positions), out, np.uint32(R), np.uint32(H), np.uint32(HD),
                          np.uint32(rot), np.uint32(inter), np.float32(theta), np.uint32(kind), np.float32(factor),
                          np.float32(low), np.float32(high), np.uint32(orig)), rows=R, heads=H)
-            xs = dt.load(x).reshape(R, H, HD)
-            ref = xs.copy()
-            inv = [self.inv_freq(i, rot, theta, kind, factor, low, high, orig) for i in range(rot // 2)]
-            for r, p in enumerate(positions):
-                if p < 0:
-                    continue
-                pos = np.float32(p) / np.float32(factor) if kind == 2 else np.float32(p)
-                for i in range(rot // 2):
-                    ang = float(np.float32(pos * inv[i]))
-                    c, s = math.cos(ang), math.sin(ang)
-                    ia, ib = (2 * i, 2 * i + 1) if inter else (i, i + rot // 2)
-                    a, b = xs[r, :, ia], xs[r, :, ib]
-                    ref[r, :, ia] = a * c - b * s
-                    ref[r, :, ib] = a * s + b * c
+            ref = self.rope_ref(dt.load(x).reshape(R, H, HD), positions, inter, theta, rot, kind, factor, low, high,
+                                orig)
             self.report.compare(f"rope {name}", dt.name, dt.load(out.get()), ref.reshape(R, H * HD),
                                 1.5 * dt.unit + 1e-6, 2e-6)
+
+    def rope_ref(self, xs, positions, inter, theta, rot, kind, factor, low, high, orig):
+        """Op::Rope on xs [rows, heads, head_dim] in f64 from f32 angles (padding rows copied)."""
+        ref = xs.copy()
+        inv = [self.inv_freq(i, rot, theta, kind, factor, low, high, orig) for i in range(rot // 2)]
+        for r, p in enumerate(positions):
+            if p < 0:
+                continue
+            pos = np.float32(p) / np.float32(factor) if kind == 2 else np.float32(p)
+            for i in range(rot // 2):
+                ang = float(np.float32(pos * inv[i]))
+                c, s = math.cos(ang), math.sin(ang)
+                ia, ib = (2 * i, 2 * i + 1) if inter else (i, i + rot // 2)
+                a, b = xs[r, :, ia], xs[r, :, ib]
+                ref[r, :, ia] = a * c - b * s
+                ref[r, :, ib] = a * s + b * c
+        return ref
+
+    def rope_kv_write(self, dt):
+        """Op::RopeKvWrite: rope(q) -> q_out; rope(k) rounded to dt and v -> cache rows."""
+        positions = np.array([0, 5, -1, 3000, 7], dtype=np.int32)
+        base = np.array([0, 8, 0, 0, 60], dtype=np.int32)  # the last targets row 67: skipped
+        R, H, KVH, HD, KVR = len(positions), 4, 2, 64, 64
+        for name, inter, theta, rot, kind, factor, low, high, orig in [
+                ("halfsplit", 0, 1e6, 64, 0, 1.0, 0.0, 0.0, 0), ("interleaved llama3", 1, 5e5, 64, 1, 32.0, 1.0, 4.0, 8192)]:
+            q, k, v = dt.store(self.rand(R, H * HD)), dt.store(self.rand(R, KVH * HD)), dt.store(self.rand(R, KVH * HD))
+            kc0, vc0 = dt.store(self.rand(KVR, KVH * HD)), dt.store(self.rand(KVR, KVH * HD))
+            qo, kc, vc = self.dev(dt.poison((R, H * HD))), self.dev(kc0), self.dev(vc0)
+            self.launch(f"kiln_rope_kv_write_{dt.name}", "rope_kv_write",
+                        (self.dev(q), self.dev(k), self.dev(v), self.dev(positions), self.dev(base), qo, kc, vc,
+                         np.uint32(R), np.uint32(H), np.uint32(KVH), np.uint32(HD), np.uint32(KVR), np.uint32(rot),
+                         np.uint32(inter), np.float32(theta), np.uint32(kind), np.float32(factor), np.float32(low),
+                         np.float32(high), np.uint32(orig)), rows=R, heads=H, kv_heads=KVH)
+            spec = (inter, theta, rot, kind, factor, low, high, orig)
+            rq = self.rope_ref(dt.load(q).reshape(R, H, HD), positions, *spec).reshape(R, H * HD)
+            rkr = dt.round(self.rope_ref(dt.load(k).reshape(R, KVH, HD), positions, *spec).reshape(R, KVH * HD))
+            rk, rv = dt.load(kc0), dt.load(vc0)
+            for t in range(R):
+                row = base[t] + positions[t]
+                if positions[t] >= 0 and 0 <= row < KVR:
+                    rk[row], rv[row] = rkr[t], dt.load(v[t])
+            tol = 1.5 * dt.unit + 1e-6
+            self.report.compare(f"rope_kv_write {name} q", dt.name, dt.load(qo.get()), rq, tol, 2e-6)
+            self.report.compare(f"rope_kv_write {name} k_cache (padding, out of range)", dt.name, dt.load(kc.get()), rk,
+                                tol + dt.unit, 2e-6)
+            self.report.compare(f"rope_kv_write {name} v_cache", dt.name, dt.load(vc.get()), rv, 0.0, 0.0)
+
+    def qkv(self, dt):
+        """Op::QkvLinear: three FusedLinears (no residual) over one normed x."""
+        eps = 1e-5
+        cases = [  # rows, in, (nq, nk, nv), norm, bias
+            (1, 2048, (256, 64, 64), True, False), (4, 896, (896, 128, 128), True, True),
+            (8, 72, (24, 12, 12), True, True), (3, 70, (20, 10, 10), False, True), (12, 256, (64, 32, 32), True, False),
+        ]
+        for R, K, ns, has_norm, has_bias in cases:
+            x = dt.store(self.rand(R, K, scale=2.0))
+            nw = dt.store(self.rand(K) * 0.5 + 1.0)
+            xf = dt.load(x)
+            h = dt.round(self.rms_ref(dt, xf, dt.load(nw), eps)) if has_norm else xf
+            ws = [dt.store(self.rand(n, K, scale=1.0 / math.sqrt(K))) for n in ns]
+            bs = [dt.store(self.rand(n)) for n in ns]
+            outs = [self.dev(dt.poison((R, n))) for n in ns]
+            self.launch(f"kiln_qkv_linear_{dt.name}", "qkv_linear",
+                        (self.dev(x), self.dev(nw) if has_norm else np.uint64(0), *[self.dev(w) for w in ws],
+                         *[self.dev(b) if has_bias else np.uint64(0) for b in bs], *outs, np.uint32(R), np.uint32(K),
+                         *[np.uint32(n) for n in ns], np.uint32(int(has_norm)), np.float32(eps),
+                         np.uint32(int(has_bias))), rows=R, out_features=sum(ns))
+            path = "simt" if R > 8 or dt is F32 or K % 8 else "mma"
+            for i, part in enumerate("qkv"):
+                acc = h @ dt.load(ws[i]).T + (dt.load(bs[i]) if has_bias else 0.0)
+                tol = 1.5 * dt.unit + (2 * dt.unit if has_norm and dt is not F32 else 0)
+                self.report.compare(f"qkv_linear {path} {R}x{K}->{ns} {part}", dt.name, dt.load(outs[i].get()), acc, tol,
+                                    2e-5 + (4 * dt.unit if has_norm and dt is not F32 else 0))
 
     # kv_write -------------------------------------------------------------------------------
     def kv_write(self, dt):
@@ -1346,7 +1412,8 @@ def main():
     print(f"compiled the kernels ({how}) in {time.time() - t0:.1f} s")
 
     checker = Checker(cp, module, np.random.default_rng(seed), report)
-    per_dtype = ["gather", "rms_norm", "head_rms_norm", "linear", "fused", "rope", "kv_write", "attention", "attention_prefill",
+    per_dtype = ["gather", "rms_norm", "head_rms_norm", "linear", "fused", "qkv", "rope", "rope_kv_write", "kv_write", "attention",
+                 "attention_prefill",
                  "attention_split",
                  "swiglu", "add"]
     only = set(args.only.split(",")) if args.only else None
