@@ -100,6 +100,39 @@ __device__ __forceinline__ bool aligned16(const void* p) {
   return (reinterpret_cast<unsigned long long>(p) & 15ull) == 0;
 }
 
+// Elements per thread of the elementwise kernels (swiglu.cu, add.cu; src/plan/geometry.rs
+// ELEMENTWISE_VEC): one 16-byte load of a 16-bit dtype, two of f32.
+#define KILN_ELEMENTWISE_VEC 8
+
+// KILN_ELEMENTWISE_VEC consecutive activation elements at `p` (16-byte aligned) as f32.
+template <typename T> __device__ __forceinline__ void load_vec(const T* p, float (&out)[KILN_ELEMENTWISE_VEC]) {
+  static_assert(KILN_ELEMENTWISE_VEC == 8, "one 16-byte load of 16-bit elements");
+  if constexpr (sizeof(T) == 4) {
+    float a[4], b[4];
+    load16<float>(reinterpret_cast<const float*>(p), a);
+    load16<float>(reinterpret_cast<const float*>(p) + 4, b);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      out[i] = a[i];
+      out[4 + i] = b[i];
+    }
+  } else {
+    load16<T>(p, out);
+  }
+}
+
+// Stores KILN_ELEMENTWISE_VEC values at `p` (16-byte aligned), each rounded once to T.
+template <typename T> __device__ __forceinline__ void store_vec(T* p, const float (&v)[KILN_ELEMENTWISE_VEC]) {
+  union {
+    uint4 u[sizeof(T) * KILN_ELEMENTWISE_VEC / 16];
+    T t[KILN_ELEMENTWISE_VEC];
+  } w;
+#pragma unroll
+  for (int i = 0; i < KILN_ELEMENTWISE_VEC; ++i) w.t[i] = from_f32<T>(v[i]);
+#pragma unroll
+  for (int i = 0; i < (int)(sizeof(T) * KILN_ELEMENTWISE_VEC / 16); ++i) reinterpret_cast<uint4*>(p)[i] = w.u[i];
+}
+
 // ---- reductions -----------------------------------------------------------------------------
 
 __device__ __forceinline__ float warp_sum(float v) {

@@ -102,10 +102,12 @@ def attention_splits(rows, heads, max_context, target_blocks=264):
 def geometry(kernel, **p):
     if kernel in ("gather", "rms_norm", "kv_write"):
         return (p["rows"], 1, 1), (256, 1, 1)
-    if kernel in ("head_rms_norm", "rope"):
+    if kernel == "head_rms_norm":
         return (p["rows"], p["heads"], 1), (128, 1, 1)
+    if kernel == "rope":  # ROPE_HEADS = 8 heads per block
+        return (p["rows"], cdiv(p["heads"], 8), 1), (128, 1, 1)
     if kernel == "rope_kv_write":
-        return (p["rows"], p["heads"] + p["kv_heads"], 1), (128, 1, 1)
+        return (p["rows"], cdiv(p["heads"] + p["kv_heads"], 8), 1), (128, 1, 1)
     if kernel == "qkv_linear":
         blocks = cdiv(p["out_features"], 16)
         return (blocks, 1, 1), (512 if blocks < 132 else 256, 1, 1)
@@ -125,8 +127,8 @@ def geometry(kernel, **p):
         return (p["rows"] * p["kv_heads"] * chunks, p["splits"], 1), (256, 1, 1)
     if kernel == "attention_merge":
         return (p["rows"], p["heads"], 1), (256, 1, 1)
-    if kernel in ("swiglu", "add"):
-        return (cdiv(p["n"], 256), 1, 1), (256, 1, 1)
+    if kernel in ("swiglu", "add"):  # ELEMENTWISE_VEC = 8 elements per thread
+        return (cdiv(p["n"], 256 * 8), 1, 1), (256, 1, 1)
     if kernel == "sample":
         return (p["rows"], 1, 1), (1024, 1, 1)
     raise ValueError(kernel)

@@ -24,7 +24,8 @@
 //!    loop equals the graph loop. Inside the bursts the counters must show at most 1/16 graph
 //!    launches and 0 blocking host syncs per decode step.
 //!
-//!    Checks 2 and 5 also run fused plans (`--fuse`), which `kiln bench --fuse` measures.
+//!    Checks 2 and 5 also run fused plans (`--fuse`), which `kiln bench --fuse` measures; so do
+//!    checks 6 and 7 on the `kiln synth` shape.
 //! 6. Prefill padding is invisible: a chunk's logits and KV rows are bit-identical in every
 //!    prefill bucket that holds it, and padding writes no KV row (`gate/prefill.rs`).
 //! 7. Chunked prefill == unchunked: same greedy continuation, logits within tolerance
@@ -1116,8 +1117,10 @@ pub fn main(args: &GateArgs) -> Result<()> {
             }
         }
         if !args.cpu_stand_in {
-            if let Err(e) = prefill::check_padding_synth(&mut g, args, "llama3.2-1b") {
-                g.error("6 padding invisible [llama3.2-1b]", e);
+            for fuse in [false, true] {
+                if let Err(e) = prefill::check_padding_synth(&mut g, args, "llama3.2-1b", fuse) {
+                    g.error(&format!("6 padding invisible [llama3.2-1b{}]", if fuse { " fused" } else { "" }), e);
+                }
             }
         }
     }
@@ -1126,8 +1129,10 @@ pub fn main(args: &GateArgs) -> Result<()> {
             g.error("7 chunked==unchunked [stories260K f32]", e);
         }
         if !args.cpu_stand_in {
-            if let Err(e) = prefill::check_chunked_synth(&mut g, args, "llama3.2-1b") {
-                g.error("7 chunked==unchunked [llama3.2-1b bf16]", e);
+            for fuse in [false, true] {
+                if let Err(e) = prefill::check_chunked_synth(&mut g, args, "llama3.2-1b", fuse) {
+                    g.error(&format!("7 chunked==unchunked [llama3.2-1b bf16{}]", if fuse { " fused" } else { "" }), e);
+                }
             }
         }
     }

@@ -57,16 +57,18 @@ pub(super) fn check_padding(g: &mut Gate, kind: &str, seed: u64) -> Result<()> {
     let (cfg, dtype) = pad_config(kind)?;
     let src = if dtype == DType::F32 { SrcDType::F32 } else { SrcDType::BF16 };
     let weights = MemWeights::random(&cfg, seed, src);
-    padding_cases(g, kind, &cfg, &weights, dtype, &PAD_BUCKETS, &PAD_CASES, 512, seed)
+    padding_cases(g, kind, &cfg, &weights, dtype, &PAD_BUCKETS, &PAD_CASES, 512, seed, false)
 }
 
 /// Check 6 on a `kiln synth` directory of a real model shape, with the prefill buckets of a
 /// serving plan up to 2048 (the library GEMMs pick their algorithms per row count there).
-pub(super) fn check_padding_synth(g: &mut Gate, args: &GateArgs, shape: &str) -> Result<()> {
+/// `fuse`: plans with the fusion pass (prefill programs take its `rope_kv_write`).
+pub(super) fn check_padding_synth(g: &mut Gate, args: &GateArgs, shape: &str, fuse: bool) -> Result<()> {
     let dir = synth_dir(args, shape)?;
     let model = crate::model::open(&dir, None).with_context(|| format!("opening {}", dir.display()))?;
     let cases = [(0, 1), (0, 100), (0, 500), (0, 1500), (300, 200)];
-    padding_cases(g, shape, &model.config, model.weights.as_ref(), DType::BF16, &[16, 128, 512, 2048], &cases, 2048, args.seed)
+    let what = if fuse { format!("{shape} fused") } else { shape.to_string() };
+    padding_cases(g, &what, &model.config, model.weights.as_ref(), DType::BF16, &[16, 128, 512, 2048], &cases, 2048, args.seed, fuse)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -80,6 +82,7 @@ fn padding_cases(
     cases: &[(usize, usize)],
     max_context: usize,
     seed: u64,
+    fuse: bool,
 ) -> Result<()> {
     let cfg = cfg.clone();
     let label = format!("6 padding invisible [{kind} {dtype}, prefill buckets {buckets:?}]");
@@ -91,7 +94,7 @@ fn padding_cases(
         dtype,
         memory_budget: None,
         burst: 0,
-        fuse: false,
+        fuse,
     };
     let plan = build_plan(&cfg, &opts)?;
     let mut gpu = g.load(&plan, weights, Mode::Graph)?;
@@ -176,6 +179,7 @@ fn prefill_then_decode(e: &mut dyn Executor, prompt: &[u32], steps: usize) -> Re
     Ok((tokens, logits, chunks))
 }
 
+#[allow(clippy::too_many_arguments)]
 pub(super) fn check_chunked(
     g: &mut Gate,
     what: &str,
@@ -184,15 +188,13 @@ pub(super) fn check_chunked(
     dtype: DType,
     prompt: &[u32],
     buckets: (usize, usize),
+    fuse: bool,
 ) -> Result<()> {
     let tol = if dtype == DType::F32 { TOL_F32 } else { TOL_BF16 };
-    let label = format!("7 chunked==unchunked [{what} {dtype}, tolerance {tol:e}]");
+    let label = format!("7 chunked==unchunked [{what} {dtype}{}, tolerance {tol:e}]", if fuse { " fused" } else { "" });
     let max_context = (prompt.len() + CHUNK_CONTINUE + 16).next_power_of_two().min(cfg.max_position_embeddings);
     let plan_for = |prefill_buckets: Vec<usize>| {
-        build_plan(
-            cfg,
-            &PlanOptions { decode_buckets: vec![1], prefill_buckets, max_context, dtype, memory_budget: None, burst: 0, fuse: false },
-        )
+        build_plan(cfg, &PlanOptions { decode_buckets: vec![1], prefill_buckets, max_context, dtype, memory_budget: None, burst: 0, fuse })
     };
     let (small, big) = buckets;
     let whole_plan = plan_for(vec![big])?;
@@ -240,12 +242,12 @@ pub(super) fn check_chunked_stories(g: &mut Gate, path: &Path) -> Result<()> {
     let tok = model.tokenizer.as_ref().context("stories260K has no tokenizer")?;
     // The known story as the prompt: about 80 tokens, so 16-token buckets take 6 chunks.
     let prompt = tok.encode(STORIES_KNOWN_TEXT, true)?;
-    check_chunked(g, "stories260K", &model.config, model.weights.as_ref(), DType::F32, &prompt, (16, 128))
+    check_chunked(g, "stories260K", &model.config, model.weights.as_ref(), DType::F32, &prompt, (16, 128), false)
 }
 
-pub(super) fn check_chunked_synth(g: &mut Gate, args: &GateArgs, shape: &str) -> Result<()> {
+pub(super) fn check_chunked_synth(g: &mut Gate, args: &GateArgs, shape: &str, fuse: bool) -> Result<()> {
     let dir = synth_dir(args, shape)?;
     let model = crate::model::open(&dir, None).with_context(|| format!("opening {}", dir.display()))?;
     let prompt = random_tokens(args.seed ^ 0xc4u64, 300, model.config.vocab_size);
-    check_chunked(g, shape, &model.config, model.weights.as_ref(), DType::BF16, &prompt, (64, 512))
+    check_chunked(g, shape, &model.config, model.weights.as_ref(), DType::BF16, &prompt, (64, 512), fuse)
 }

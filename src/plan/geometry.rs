@@ -35,6 +35,11 @@ pub const LINEAR_GEMV_THREADS: u32 = 256;
 pub const LINEAR_GEMV_WIDE_THREADS: u32 = 512;
 /// Multiprocessors of the GPUs kiln plans for (H100 / H200 SXM: 132).
 pub const LINEAR_GEMV_WIDE_BELOW_BLOCKS: u32 = 132;
+/// `rope.cu`: heads per block of `rope` and `rope_kv_write` (`KILN_ROPE_HEADS`).
+pub const ROPE_HEADS: u32 = 8;
+/// `swiglu.cu`, `add.cu`: elements per thread (`KILN_ELEMENTWISE_VEC`, one 16-byte load of a
+/// 16-bit dtype).
+pub const ELEMENTWISE_VEC: u32 = 8;
 /// `linear.cu`: outputs per tiled block along rows and features (`KILN_LINEAR_TILE`).
 pub const LINEAR_TILE: u32 = 64;
 /// `sample.cu`: threads of the one block per row (`KILN_SAMPLE_THREADS`).
@@ -106,9 +111,10 @@ pub fn launch_geometry(kernel: &Kernel, _bufs: &[BufArg]) -> Geometry {
                 g(out_features.div_ceil(LINEAR_TILE), rows.div_ceil(LINEAR_TILE), 256)
             }
         }
-        Kernel::Rope { rows, heads, .. } => g(rows, heads, 128),
-        // One block per (row, q head) and (row, kv head).
-        Kernel::RopeKvWrite { rows, heads, kv_heads, .. } => g(rows, heads + kv_heads, 128),
+        // One block per (row, ROPE_HEADS heads): sin and cos once per (row, pair) and thread.
+        Kernel::Rope { rows, heads, .. } => g(rows, heads.div_ceil(ROPE_HEADS), 128),
+        // The same over the q heads, then the kv heads.
+        Kernel::RopeKvWrite { rows, heads, kv_heads, .. } => g(rows, (heads + kv_heads).div_ceil(ROPE_HEADS), 128),
         // One block per token.
         Kernel::KvWrite { rows, .. } => g(rows, 1, 256),
         Kernel::Attention { rows, heads, .. } => g(rows, heads, ATTENTION_THREADS),
@@ -128,7 +134,8 @@ pub fn launch_geometry(kernel: &Kernel, _bufs: &[BufArg]) -> Geometry {
         }
         // One block; one thread per row.
         Kernel::Advance { rows, .. } => g(1, 1, rows.div_ceil(32) * 32),
-        Kernel::SwiGlu { n } | Kernel::Add { n } => g(n.div_ceil(ELEMENTWISE_THREADS), 1, ELEMENTWISE_THREADS),
+        // ELEMENTWISE_VEC elements per thread.
+        Kernel::SwiGlu { n } | Kernel::Add { n } => g(n.div_ceil(ELEMENTWISE_THREADS * ELEMENTWISE_VEC), 1, ELEMENTWISE_THREADS),
         Kernel::Sample { rows, .. } => g(rows, 1, SAMPLE_THREADS),
     }
 }
@@ -202,10 +209,20 @@ mod tests {
 
     #[test]
     fn every_covered_element_has_a_thread() {
-        // Elementwise: grid * block covers n.
-        for n in [1u32, 255, 256, 257, 1 << 20] {
-            let g = launch_geometry(&Kernel::Add { n }, &[]);
-            assert!(g.grid[0] * g.block[0] >= n);
+        // Elementwise: grid * block threads of ELEMENTWISE_VEC elements cover n.
+        for n in [1u32, 255, 256, 257, 2047, 2048, 2049, 1 << 20] {
+            for k in [Kernel::Add { n }, Kernel::SwiGlu { n }] {
+                let g = launch_geometry(&k, &[]);
+                assert!(g.grid[0] * g.block[0] * ELEMENTWISE_VEC >= n);
+                assert!((g.grid[0] - 1) * g.block[0] * ELEMENTWISE_VEC < n, "{k:?}: a block with no element");
+            }
+        }
+        // RoPE: rows x ceil(heads / ROPE_HEADS) blocks; rope_kv_write counts q and kv heads.
+        let rope = RopeSpec { style: RopeStyle::HalfSplit, theta: 1e4, rotary_dim: 64, scaling: RopeScaling::None };
+        for heads in [1u32, 8, 9, 32] {
+            let g = launch_geometry(&Kernel::Rope { rows: 3, heads, head_dim: 64, rope }, &[]);
+            assert_eq!(g.grid, [3, heads.div_ceil(ROPE_HEADS), 1]);
+            assert!((g.grid[1] - 1) * ROPE_HEADS < heads && g.grid[1] * ROPE_HEADS >= heads);
         }
         // Attention: one block per (row, head).
         let g = launch_geometry(&Kernel::Attention { rows: 5, heads: 3, kv_heads: 1, head_dim: 64, scale: 1.0, kv_rows: 9 }, &[]);
