@@ -100,6 +100,17 @@ __device__ __forceinline__ bool aligned16(const void* p) {
   return (reinterpret_cast<unsigned long long>(p) & 15ull) == 0;
 }
 
+// Stores Vec16<T>::N values at `p` (16-byte aligned), each rounded once to T.
+template <typename T> __device__ __forceinline__ void store16(T* p, const float (&v)[Vec16<T>::N]) {
+  union {
+    uint4 u;
+    T t[Vec16<T>::N];
+  } w;
+#pragma unroll
+  for (int i = 0; i < Vec16<T>::N; ++i) w.t[i] = from_f32<T>(v[i]);
+  *reinterpret_cast<uint4*>(p) = w.u;
+}
+
 // Elements per thread of the elementwise kernels (swiglu.cu, add.cu; src/plan/geometry.rs
 // ELEMENTWISE_VEC): one 16-byte load of a 16-bit dtype, two of f32.
 #define KILN_ELEMENTWISE_VEC 8
