@@ -6,6 +6,8 @@ Run on a machine with an NVIDIA GPU and CuPy (cupy-cuda13x), from anywhere:
     python3 scripts/kernel_check.py                 # every kernel, f32 / f16 / bf16
     python3 scripts/kernel_check.py --only linear,attention_split --seed 7 --bench
     python3 scripts/kernel_check.py --compile-only  # no GPU, no CuPy: NVRTC build, warnings fail
+    python3 scripts/kernel_check.py --compile-only --gemv-cubins DIR --gemv-variant r80=KILN_LINEAR_MAXNREG=80
+                                                    # no GPU: GEMV tuning variants as DIR/NAME.cubin
 
 It compiles the kernels the way kiln does (one translation unit including every *.cu;
 -std=c++17; the CUDA include directory from KILN_CUDA_INCLUDE, CUDA_HOME or
@@ -1389,10 +1391,33 @@ def main():
     ap.add_argument("--gemv-variant", action="append", default=[], metavar="NAME=DEF[,DEF...]",
                     help="--bench: also time the GEMVs of linear.cu / linear_fused.cu compiled with these -D defines")
     ap.add_argument("--gemv-cubins", metavar="DIR",
-                    help="--bench: also time the GEMVs of each DIR/NAME.cubin (tuning variants built elsewhere)")
+                    help="--bench: also time the GEMVs of each DIR/NAME.cubin (tuning variants built elsewhere); "
+                         "with --compile-only: write each --gemv-variant there")
     ap.add_argument("--compile-only", metavar="ARCH", nargs="?", const="sm_90a",
                     help="no GPU: compile kernels/ with NVRTC for ARCH (default sm_90a) and report warnings")
     args = ap.parse_args()
+
+    if args.compile_only and args.gemv_cubins:
+        # Off the GPU: build each --gemv-variant's linear.cu + linear_fused.cu as
+        # DIR/NAME.cubin, for a later `--bench --gemv-cubins DIR` on the GPU (NVRTC takes ~30 s
+        # per variant there, device time that a 2-core build machine can spend instead).
+        os.makedirs(args.gemv_cubins, exist_ok=True)
+        failed = False
+        for spec in args.gemv_variant:
+            name, _, defs = spec.partition("=")
+            t0 = time.time()
+            cubin, log = nvrtc_cubin(None, args.compile_only, only=["linear.cu", "linear_fused.cu"],
+                                     defines=[d for d in defs.split(",") if d])
+            path = os.path.join(args.gemv_cubins, f"{name}.cubin")
+            with open(path, "wb") as f:
+                f.write(cubin)
+            warned = "warning" in log.lower()
+            failed |= warned
+            if log:
+                print(log)
+            print(f"{path}: {defs} ({args.compile_only}, {len(cubin)} bytes, {time.time() - t0:.1f} s"
+                  f"{', WARNINGS' if warned else ''})")
+        sys.exit(1 if failed else 0)
 
     if args.compile_only:
         t0 = time.time()
