@@ -30,6 +30,10 @@ enum Command {
 
 fn main() {
     let cli = Cli::parse();
+    // Diagnostics on stderr: warnings by default; `KILN_LOG=info` adds what load does (kernel
+    // compiles, the GEMM algorithm chosen per shape), `KILN_LOG=debug` more.
+    let filter = tracing_subscriber::EnvFilter::try_from_env("KILN_LOG").unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).init();
     let result = match &cli.command {
         Command::Run(c) => cli::run::run_main(c),
         Command::Plan(c) => cli::plan_cmd::plan_main(c),

@@ -420,15 +420,27 @@ pub fn prepare(
         let mut best = found[0];
         if choice == Choice::Tuned && key.rows != 0 && found.len() > 1 {
             // The heuristic's first unless another candidate is more than 10% faster.
-            let mut best_ms = f32::INFINITY;
+            let (mut best_ms, mut best_i, mut first_ms) = (f32::INFINITY, 0, f32::NAN);
             for (i, algo) in found.iter().enumerate() {
                 let Ok(call) = make_call(label, launch, &s, *algo) else { continue };
                 let ms = time_call(blas, &call, counters, stream, flush)
                     .with_context(|| format!("timing a GEMM for weights {}x{}", s.n, s.k))?;
+                if i == 0 {
+                    first_ms = ms;
+                }
                 if i == 0 || ms < 0.9 * best_ms {
-                    (best, best_ms) = (*algo, ms);
+                    (best, best_ms, best_i) = (*algo, ms, i);
                 }
             }
+            tracing::info!(
+                "GEMM {} rows x {} out x {} in: candidate {best_i} of {} chosen, {:.1} us (the heuristic's first: {:.1} us)",
+                s.rows,
+                s.n,
+                s.k,
+                found.len(),
+                best_ms * 1e3,
+                first_ms * 1e3
+            );
         }
         algos.insert(*key, best);
     }
