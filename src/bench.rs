@@ -216,7 +216,8 @@ pub fn main(args: &BenchArgs) -> Result<()> {
         report.models.push(m);
         finish_prefill_fractions(&mut report);
         report.seconds = started.elapsed().as_secs_f64();
-        // After every model, so that a run cut short keeps what it measured.
+        // After every model (and, with --torch, before its competitor runs: see bench_model), so
+        // that a run cut short keeps what it measured.
         write_outputs(&report, &out, None)?;
     }
     write_outputs(&report, &out, Some((&args.python, &args.chart_script)))?;
@@ -415,6 +416,16 @@ fn bench_model(args: &BenchArgs, t: &Target, report: &Report, out: &Path, first:
     }
     drop(model);
 
+    if args.torch {
+        // Before the competitor (minutes for torch.compile on a large shape): a run cut short
+        // there still leaves kiln's numbers for this model in the files.
+        let mut partial = report.clone();
+        partial.models.push(m.clone());
+        finish_prefill_fractions(&mut partial);
+        if let Err(e) = write_outputs(&partial, out, None) {
+            eprintln!("[bench]   could not write the partial results: {e:#}");
+        }
+    }
     let torch = if args.torch { run_torch(args, t, &plan, out, first, &mut m) } else { None };
     if let Some(tr) = &torch {
         fill_torch(&mut m, tr, &kiln_tokens, &kiln_first);
