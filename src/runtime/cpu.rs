@@ -562,16 +562,7 @@ fn execute(regions: &mut [Vec<u8>; N_REGIONS], s: &mut Scratch, launch: &Launch)
             s.b.extend((0..rotary / 2).map(|i| rope.inv_freq(i)));
             s.out.clear();
             s.out.extend_from_slice(&s.a);
-            for (r, &pos) in s.ints_a.iter().enumerate() {
-                // Padding rows (pos < 0) and elements past rotary_dim are copied unchanged.
-                if pos < 0 {
-                    continue;
-                }
-                for h in 0..heads {
-                    let head = r * width + h * head_dim;
-                    rotate_head(&mut s.out[head..head + head_dim], &s.b, &rope, pos);
-                }
-            }
+            rotate_rows(&mut s.out, width, head_dim, &s.b, &rope, &s.ints_a);
             store(regions, out, &s.out)
         }
         Kernel::KvWrite { rows, kv_dim, kv_rows } => {
@@ -588,22 +579,8 @@ fn execute(regions: &mut [Vec<u8>; N_REGIONS], s: &mut Scratch, launch: &Launch)
             load_ints(operand(regions, positions)?, &mut s.ints_a);
             load_ints(operand(regions, cache_base)?, &mut s.ints_b);
             // Check every row first, so a bad step writes nothing.
-            for t in 0..rows {
-                if s.ints_a[t] >= 0 {
-                    kv_span(t, s.ints_a[t], s.ints_b[t], kv_rows)?;
-                }
-            }
-            for (cache, src) in [(k_cache, &s.a), (v_cache, &s.b)] {
-                let dst = operand_mut(regions, cache)?;
-                for t in 0..rows {
-                    let pos = s.ints_a[t];
-                    if pos >= 0 {
-                        let row = s.ints_b[t] as usize + pos as usize;
-                        store_into(dst, cache.dtype, row * kv_dim, &src[t * kv_dim..(t + 1) * kv_dim]);
-                    }
-                }
-            }
-            Ok(())
+            check_kv_rows(&s.ints_a[..rows], &s.ints_b, kv_rows)?;
+            write_kv_rows(regions, [(k_cache, &s.a), (v_cache, &s.b)], &s.ints_a[..rows], &s.ints_b, kv_dim)
         }
         // `Rope` of q and of k, then `KvWrite` of the rotated k (rounded to storage, as `Rope` stores it).
         Kernel::RopeKvWrite { rows, heads, kv_heads, head_dim, kv_rows, rope } => {
@@ -622,44 +599,20 @@ fn execute(regions: &mut [Vec<u8>; N_REGIONS], s: &mut Scratch, launch: &Launch)
             ensure!(rotary.is_multiple_of(2) && rotary <= hd, "rotary_dim {rotary} must be even and at most head_dim {hd}");
             load_ints(operand(regions, positions)?, &mut s.ints_a);
             load_ints(operand(regions, cache_base)?, &mut s.ints_b);
-            for t in 0..rows {
-                if s.ints_a[t] >= 0 {
-                    kv_span(t, s.ints_a[t], s.ints_b[t], kv_rows)?;
-                }
-            }
+            check_kv_rows(&s.ints_a[..rows], &s.ints_b, kv_rows)?;
             s.b.clear();
             s.b.extend((0..rotary / 2).map(|i| rope.inv_freq(i)));
-            // Rotates every head of every non-padding row of `vals` (rows of `width`).
-            let rotate = |vals: &mut [f32], width: usize, inv: &[f32], pos: &[i32]| {
-                for (r, &p) in pos.iter().enumerate().take(rows) {
-                    if p >= 0 {
-                        for h in 0..width / hd {
-                            let head = r * width + h * hd;
-                            rotate_head(&mut vals[head..head + hd], inv, &rope, p);
-                        }
-                    }
-                }
-            };
+            let pos = &s.ints_a[..rows];
             load_all(operand(regions, q)?, q.dtype, &mut s.a);
-            rotate(&mut s.a, qw, &s.b, &s.ints_a);
+            rotate_rows(&mut s.a, qw, hd, &s.b, &rope, pos);
             store(regions, q_out, &s.a)?;
             load_all(operand(regions, k)?, k.dtype, &mut s.a);
-            rotate(&mut s.a, kvw, &s.b, &s.ints_a);
+            rotate_rows(&mut s.a, kvw, hd, &s.b, &rope, pos);
             for x in s.a.iter_mut() {
                 *x = round_to(k.dtype, *x);
             }
             load_all(operand(regions, v)?, v.dtype, &mut s.out);
-            for (cache, src) in [(k_cache, &s.a), (v_cache, &s.out)] {
-                let dst = operand_mut(regions, cache)?;
-                for t in 0..rows {
-                    let pos = s.ints_a[t];
-                    if pos >= 0 {
-                        let row = s.ints_b[t] as usize + pos as usize;
-                        store_into(dst, cache.dtype, row * kvw, &src[t * kvw..(t + 1) * kvw]);
-                    }
-                }
-            }
-            Ok(())
+            write_kv_rows(regions, [(k_cache, &s.a), (v_cache, &s.out)], pos, &s.ints_b, kvw)
         }
         // The tensor-core prefill kernel has the semantics of `Attention`.
         Kernel::Attention { rows, heads, kv_heads, head_dim, scale, kv_rows }
@@ -992,6 +945,53 @@ fn rms_norm_rows(x: &[f32], w: &[f32], out: &mut [f32], dim: usize, eps: f32, x_
             *o = round_to(x_dtype, v * inv) * wv;
         }
     }
+}
+
+/// Rotates every head (`head_dim` wide) of every non-padding row (`positions[r] >= 0`) of
+/// `vals`, rows of `width`; padding rows and elements past rotary_dim stay unchanged.
+fn rotate_rows(vals: &mut [f32], width: usize, head_dim: usize, inv_freq: &[f32], rope: &RopeSpec, positions: &[i32]) {
+    for (r, &pos) in positions.iter().enumerate() {
+        if pos < 0 {
+            continue;
+        }
+        for h in 0..width / head_dim {
+            let head = r * width + h * head_dim;
+            rotate_head(&mut vals[head..head + head_dim], inv_freq, rope, pos);
+        }
+    }
+}
+
+/// Checks the cache row of every non-padding token before anything is written, so a bad step
+/// writes nothing.
+fn check_kv_rows(positions: &[i32], cache_base: &[i32], kv_rows: u32) -> Result<()> {
+    for (t, &pos) in positions.iter().enumerate() {
+        if pos >= 0 {
+            kv_span(t, pos, cache_base[t], kv_rows)?;
+        }
+    }
+    Ok(())
+}
+
+/// Writes token `t`'s row of each `(cache, rows)` pair to cache row `cache_base[t] +
+/// positions[t]` (padding tokens write nothing); rows are `kv_dim` wide. Rows checked by
+/// [`check_kv_rows`].
+fn write_kv_rows(
+    regions: &mut [Vec<u8>; N_REGIONS],
+    caches: [(&BufArg, &Vec<f32>); 2],
+    positions: &[i32],
+    cache_base: &[i32],
+    kv_dim: usize,
+) -> Result<()> {
+    for (cache, src) in caches {
+        let dst = operand_mut(regions, cache)?;
+        for (t, &pos) in positions.iter().enumerate() {
+            if pos >= 0 {
+                let row = cache_base[t] as usize + pos as usize;
+                store_into(dst, cache.dtype, row * kv_dim, &src[t * kv_dim..(t + 1) * kv_dim]);
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Rotates one head in place at position `pos`; `inv_freq[i]` is the frequency of pair `i`.
