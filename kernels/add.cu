@@ -15,21 +15,8 @@
 namespace kiln {
 
 template <typename T>
-__device__ void add(const T* a, const T* b, T* __restrict__ out, unsigned int n) {
-  constexpr unsigned int V = KILN_ELEMENTWISE_VEC;
-  const size_t i0 = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * V;
-  if (i0 >= n) return;
-  if (i0 + V <= n && aligned16(a + i0) && aligned16(b + i0) && aligned16(out + i0)) {
-    float x[V], y[V], o[V];
-    load_vec<T>(a + i0, x);
-    load_vec<T>(b + i0, y);
-#pragma unroll
-    for (unsigned int j = 0; j < V; ++j) o[j] = __fadd_rn(x[j], y[j]);
-    store_vec<T>(out + i0, o);
-    return;
-  }
-  for (size_t i = i0; i < n && i < i0 + V; ++i)
-    out[i] = kiln::from_f32<T>(__fadd_rn(kiln::to_f32(a[i]), kiln::to_f32(b[i])));
+__device__ void add(const T* a, const T* b, T* out, unsigned int n) {
+  kiln::elementwise2<T>(a, b, out, n, [](float x, float y) { return __fadd_rn(x, y); });
 }
 
 }  // namespace kiln

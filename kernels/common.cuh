@@ -115,33 +115,50 @@ template <typename T> __device__ __forceinline__ void store16(T* p, const float 
 // ELEMENTWISE_VEC): one 16-byte load of a 16-bit dtype, two of f32.
 #define KILN_ELEMENTWISE_VEC 8
 
-// KILN_ELEMENTWISE_VEC consecutive activation elements at `p` (16-byte aligned) as f32.
+// KILN_ELEMENTWISE_VEC consecutive activation elements at `p` (16-byte aligned) as f32: one
+// 16-byte load of a 16-bit dtype, two of f32.
 template <typename T> __device__ __forceinline__ void load_vec(const T* p, float (&out)[KILN_ELEMENTWISE_VEC]) {
-  static_assert(KILN_ELEMENTWISE_VEC == 8, "one 16-byte load of 16-bit elements");
-  if constexpr (sizeof(T) == 4) {
-    float a[4], b[4];
-    load16<float>(reinterpret_cast<const float*>(p), a);
-    load16<float>(reinterpret_cast<const float*>(p) + 4, b);
+  constexpr int N = Vec16<T>::N;
+  static_assert(KILN_ELEMENTWISE_VEC % N == 0, "whole 16-byte vectors");
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      out[i] = a[i];
-      out[4 + i] = b[i];
-    }
-  } else {
-    load16<T>(p, out);
+  for (int v = 0; v < KILN_ELEMENTWISE_VEC / N; ++v) {
+    float part[N];
+    load16<T>(p + v * N, part);
+#pragma unroll
+    for (int i = 0; i < N; ++i) out[v * N + i] = part[i];
   }
 }
 
 // Stores KILN_ELEMENTWISE_VEC values at `p` (16-byte aligned), each rounded once to T.
 template <typename T> __device__ __forceinline__ void store_vec(T* p, const float (&v)[KILN_ELEMENTWISE_VEC]) {
-  union {
-    uint4 u[sizeof(T) * KILN_ELEMENTWISE_VEC / 16];
-    T t[KILN_ELEMENTWISE_VEC];
-  } w;
+  constexpr int N = Vec16<T>::N;
 #pragma unroll
-  for (int i = 0; i < KILN_ELEMENTWISE_VEC; ++i) w.t[i] = from_f32<T>(v[i]);
+  for (int u = 0; u < KILN_ELEMENTWISE_VEC / N; ++u) {
+    float part[N];
 #pragma unroll
-  for (int i = 0; i < (int)(sizeof(T) * KILN_ELEMENTWISE_VEC / 16); ++i) reinterpret_cast<uint4*>(p)[i] = w.u[i];
+    for (int i = 0; i < N; ++i) part[i] = v[u * N + i];
+    store16<T>(p + u * N, part);
+  }
+}
+
+// The elementwise kernels' body (swiglu.cu, add.cu): out[i] = T(f(a[i], b[i])) in f32 for this
+// thread's KILN_ELEMENTWISE_VEC consecutive elements, with 16-byte loads and stores when all three
+// buffers are aligned and the run is whole; grid (ceil(n / (blockDim * VEC))).
+template <typename T, typename F>
+__device__ __forceinline__ void elementwise2(const T* a, const T* b, T* out, unsigned int n, F f) {
+  constexpr unsigned int V = KILN_ELEMENTWISE_VEC;
+  const size_t i0 = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * V;
+  if (i0 >= n) return;
+  if (i0 + V <= n && aligned16(a + i0) && aligned16(b + i0) && aligned16(out + i0)) {
+    float x[V], y[V], o[V];
+    load_vec<T>(a + i0, x);
+    load_vec<T>(b + i0, y);
+#pragma unroll
+    for (unsigned int j = 0; j < V; ++j) o[j] = f(x[j], y[j]);
+    store_vec<T>(out + i0, o);
+    return;
+  }
+  for (size_t i = i0; i < n && i < i0 + V; ++i) out[i] = from_f32<T>(f(to_f32(a[i]), to_f32(b[i])));
 }
 
 // ---- reductions -----------------------------------------------------------------------------

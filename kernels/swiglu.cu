@@ -20,21 +20,8 @@ __device__ __forceinline__ float swiglu1(float g, float u) {
 }
 
 template <typename T>
-__device__ void swiglu(const T* gate, const T* up, T* __restrict__ out, unsigned int n) {
-  constexpr unsigned int V = KILN_ELEMENTWISE_VEC;
-  const size_t i0 = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * V;
-  if (i0 >= n) return;
-  if (i0 + V <= n && aligned16(gate + i0) && aligned16(up + i0) && aligned16(out + i0)) {
-    float g[V], u[V], o[V];
-    load_vec<T>(gate + i0, g);
-    load_vec<T>(up + i0, u);
-#pragma unroll
-    for (unsigned int j = 0; j < V; ++j) o[j] = swiglu1(g[j], u[j]);
-    store_vec<T>(out + i0, o);
-    return;
-  }
-  for (size_t i = i0; i < n && i < i0 + V; ++i)
-    out[i] = kiln::from_f32<T>(swiglu1(kiln::to_f32(gate[i]), kiln::to_f32(up[i])));
+__device__ void swiglu(const T* gate, const T* up, T* out, unsigned int n) {
+  kiln::elementwise2<T>(gate, up, out, n, [](float g, float u) { return swiglu1(g, u); });
 }
 
 }  // namespace kiln
