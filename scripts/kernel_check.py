@@ -234,7 +234,8 @@ class Checker:
         return t * w
 
     def rms_norm(self, dt):
-        for R, D in [(5, 1000), (2, 4096)]:
+        # 16-byte register path (dim whole vectors, up to 4 per thread) and the scalar loop.
+        for R, D in [(5, 1000), (2, 4096), (3, 1001), (2, 12288)]:
             eps = 1e-6
             x = dt.store(self.rand(R, D, scale=2.0))
             w = dt.store(self.rand(D) * 0.5 + 1.0)
@@ -243,6 +244,24 @@ class Checker:
                         (self.dev(x), self.dev(w), out, np.uint32(R), np.uint32(D), np.float32(eps)), rows=R)
             ref = self.rms_ref(dt, dt.load(x), dt.load(w), eps)
             self.report.compare(f"rms_norm rows={R} dim={D}", dt.name, dt.load(out.get()), ref,
+                                2.5 * dt.unit + 1e-6, 1e-6)
+
+    def add_rms_norm(self, dt):
+        """kiln_add_rms_norm: sum = T(a + b) (as kiln_add), out = rms_norm(sum)."""
+        for R, D in [(5, 1000), (2, 4096), (3, 1001)]:
+            eps = 1e-6
+            a = dt.store(self.rand(R, D, scale=2.0))
+            b = dt.store(self.rand(R, D, scale=2.0))
+            w = dt.store(self.rand(D) * 0.5 + 1.0)
+            sm = self.dev(dt.poison((R, D)))
+            out = self.dev(dt.poison((R, D)))
+            self.launch(f"kiln_add_rms_norm_{dt.name}", "rms_norm",
+                        (self.dev(a), self.dev(b), self.dev(w), sm, out, np.uint32(R), np.uint32(D), np.float32(eps)),
+                        rows=R)
+            ref_sum = dt.load(dt.store((dt.load(a).astype(np.float32) + dt.load(b).astype(np.float32)).astype(np.float32)))
+            self.report.compare(f"add_rms_norm sum rows={R} dim={D}", dt.name, dt.load(sm.get()), ref_sum, 0.0, 0.0)
+            ref = self.rms_ref(dt, ref_sum, dt.load(w), eps)
+            self.report.compare(f"add_rms_norm rows={R} dim={D}", dt.name, dt.load(out.get()), ref,
                                 2.5 * dt.unit + 1e-6, 1e-6)
 
     def head_rms_norm(self, dt):
@@ -1439,7 +1458,7 @@ def main():
     print(f"compiled the kernels ({how}) in {time.time() - t0:.1f} s")
 
     checker = Checker(cp, module, np.random.default_rng(seed), report)
-    per_dtype = ["gather", "rms_norm", "head_rms_norm", "linear", "fused", "qkv", "rope", "rope_kv_write", "kv_write", "attention",
+    per_dtype = ["gather", "rms_norm", "add_rms_norm", "head_rms_norm", "linear", "fused", "qkv", "rope", "rope_kv_write", "kv_write", "attention",
                  "attention_prefill",
                  "attention_split",
                  "swiglu", "add"]

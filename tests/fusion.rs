@@ -64,6 +64,12 @@ fn fused_plans_match_unfused_bit_for_bit() {
             step.set_i32(&plain, names::LOGIT_ROWS, &[5]).unwrap();
             let prefill = plain.program(Phase::Prefill, 8).unwrap();
             assert_eq!(fused.program(Phase::Prefill, 8), Some(prefill));
+            // Prefill takes rewrites 5 (rope_kv_write) and 6 (add_rms_norm).
+            assert!(count(&fused, prefill) < count(&plain, prefill), "prefill fusion should cut launches");
+            let adds_normed = fused.programs[prefill].launches.iter().filter(|l| l.kernel.name() == "add_rms_norm").count();
+            // Every residual add feeds the next norm but the last, whose sum is gathered to the
+            // logit rows before the final norm.
+            assert_eq!(adds_normed, 2 * cfg.n_layers - 1, "residual adds fused with the norm after them");
             a.run(prefill, &step).unwrap();
             let mut step_b = StepBlock::new(&fused);
             step_b.bytes.copy_from_slice(&step.bytes);

@@ -14,13 +14,14 @@ use kiln::runtime::cuda::{abi, nvrtc};
 use std::collections::BTreeSet;
 use std::sync::OnceLock;
 
-/// Every symbol kernels/ must define: 10 kernels x 3 dtypes, attention_prefill x 2 (f16, bf16),
+/// Every symbol kernels/ must define: 12 kernels x 3 dtypes, attention_prefill x 2 (f16, bf16),
 /// linear's and fused_linear's 5 (dt, out) pairs each, gated_linear x 3 dtypes, sample, advance.
 fn expected_symbols() -> BTreeSet<String> {
     let mut s = BTreeSet::new();
     for kernel in [
         "gather",
         "rms_norm",
+        "add_rms_norm",
         "head_rms_norm",
         "rope",
         "rope_kv_write",

@@ -172,6 +172,10 @@ pub enum Op {
     /// (0 = all), then the smallest prefix whose mass reaches `top_p`, and draw with a
     /// counter-based generator keyed by `(seed[r], counter[r])`.
     Sample { logits: ValueId, temperature: ValueId, top_k: ValueId, top_p: ValueId, seed: ValueId, counter: ValueId, out: ValueId },
+    /// `sum = a + b` (as `Add`, rounded to `sum`'s dtype), then `out = rms_norm(sum)` (as
+    /// `RmsNorm` over the rounded sum): a residual add and the norm that reads it in one pass
+    /// (made by `lower::fuse`, never by lowering); equal, bit for bit, to the two ops.
+    AddRmsNorm { a: ValueId, b: ValueId, weight: ValueId, sum: ValueId, out: ValueId, eps: f32 },
 }
 
 impl Op {
@@ -193,6 +197,7 @@ impl Op {
             Op::Add { .. } => "add",
             Op::Sample { .. } => "sample",
             Op::Advance { .. } => "advance",
+            Op::AddRmsNorm { .. } => "add_rms_norm",
         }
     }
 
@@ -239,6 +244,7 @@ impl Op {
                 vec![logits, temperature, top_k, top_p, seed, counter]
             }
             Op::Advance { tokens, stop_ids, .. } => vec![tokens, stop_ids],
+            Op::AddRmsNorm { a, b, weight, .. } => vec![a, b, weight],
         }
     }
 
@@ -260,13 +266,14 @@ impl Op {
             Op::RopeKvWrite { q_out, k_cache, v_cache, .. } => vec![q_out, k_cache, v_cache],
             Op::QkvLinear { outs, .. } => outs.to_vec(),
             Op::Advance { token_ids, positions, counter, control, ring, .. } => vec![token_ids, positions, counter, control, ring],
+            Op::AddRmsNorm { sum, out, .. } => vec![sum, out],
         }
     }
 
     /// Scalar attributes as `key=value` pairs for the text form, in a fixed order.
     pub fn attrs(&self) -> Vec<(&'static str, String)> {
         match self {
-            Op::RmsNorm { eps, .. } => vec![("eps", format!("{eps:e}"))],
+            Op::RmsNorm { eps, .. } | Op::AddRmsNorm { eps, .. } => vec![("eps", format!("{eps:e}"))],
             Op::FusedLinear { norm, residual, .. } => {
                 let mut a = Vec::new();
                 if let Some((_, eps)) = norm {

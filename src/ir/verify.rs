@@ -302,6 +302,17 @@ fn check_op(p: &Program, name: &str, op: &Op) -> Result<()> {
             same_shape(a, out)?;
             want_float(a)?;
         }
+        Op::AddRmsNorm { a, b, weight, sum, out, eps } => {
+            let (_, d) = want_2d(a)?;
+            same_shape(a, b)?;
+            same_shape(a, sum)?;
+            same_shape(a, out)?;
+            want_vec(weight, d)?;
+            want_float(a)?;
+            want_float(sum)?;
+            want_float(out)?;
+            ensure!(eps > 0.0, ctx(format!("eps must be positive, is {eps}")));
+        }
         Op::Advance { tokens, stop_ids, token_ids, positions, counter, control, ring } => {
             let rows = v(tokens).shape.numel();
             want_dtype(tokens, DType::I32)?;

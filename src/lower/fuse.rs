@@ -19,12 +19,16 @@
 //! 5. `rope(k)` read only by `kv_write`, and the `rope(q)` read only by the attention over that
 //!    cache (same positions and rotary spec) -> one `RopeKvWrite` at the `kv_write`'s place: one
 //!    launch instead of three, and no rotated-k temp.
+//! 6. `rms_norm(s)` where `s = add(a, b)` -> one `AddRmsNorm` at the add's place, writing `s`
+//!    (which keeps its other readers) and the norm: one launch and one pass over the row
+//!    instead of two. Only where the residual adds and norms are still separate ops: prefill
+//!    programs (decode's adds and norms were folded into the linears by rewrites 1 and 3).
 //!
 //! Values are renumbered densely in order of first use afterwards, so dumps stay canonical.
 //!
-//! Prefill programs take only rewrite 5 (RoPE and the KV write are a pass over the activations
-//! each, whatever the row count); rewrites 1-4 stay out: prefill linears run as library GEMMs
-//! (`Kernel::Gemm`), which take no norm prologue, residual or three outputs.
+//! Prefill programs take only rewrites 5 and 6 (RoPE, the KV write, adds and norms are a pass
+//! over the activations each, whatever the row count); rewrites 1-4 stay out: prefill linears
+//! run as library GEMMs (`Kernel::Gemm`), which take no norm prologue, residual or three outputs.
 
 use crate::ir::{verify::verify, Op, OpNode, Program, ValueClass, ValueId};
 use anyhow::Result;
@@ -203,6 +207,20 @@ pub fn fuse(p: &Program) -> Result<Program> {
         ops[jk] = None;
     }
 
+    // 6. Residual adds with the norm of their sum.
+    for i in 0..ops.len() {
+        let Some(OpNode { name: norm_name, op: Op::RmsNorm { x: s, weight, out, eps } }) = ops[i].clone() else { continue };
+        let Some(j) = producer(&ops, s) else { continue };
+        let Some(OpNode { name: add_name, op: Op::Add { a, b, .. } }) = ops[j].clone() else { continue };
+        // The norm's weight must exist when the add runs (it is a weight: it always does).
+        if producer(&ops, weight).is_some_and(|w| w >= j) {
+            continue;
+        }
+        let short = norm_name.rsplit('.').next().unwrap_or(&norm_name).to_string();
+        ops[j] = Some(OpNode { name: format!("{add_name}.{short}"), op: Op::AddRmsNorm { a, b, weight, sum: s, out, eps } });
+        ops[i] = None;
+    }
+
     let fused = compact(p, ops.into_iter().flatten().collect());
     verify(&fused)?;
     Ok(fused)
@@ -274,6 +292,7 @@ fn op_values_mut(op: &mut Op) -> Vec<&mut ValueId> {
         Op::Attention { q, k_cache, v_cache, positions, cache_base, out, .. } => vec![q, k_cache, v_cache, positions, cache_base, out],
         Op::SwiGlu { gate, up, out } => vec![gate, up, out],
         Op::Add { a, b, out } => vec![a, b, out],
+        Op::AddRmsNorm { a, b, weight, sum, out, .. } => vec![a, b, weight, sum, out],
         Op::Sample { logits, temperature, top_k, top_p, seed, counter, out } => vec![logits, temperature, top_k, top_p, seed, counter, out],
         Op::Advance { tokens, stop_ids, token_ids, positions, counter, control, ring } => {
             vec![tokens, stop_ids, token_ids, positions, counter, control, ring]

@@ -95,7 +95,7 @@ pub fn launch_geometry(kernel: &Kernel, _bufs: &[BufArg]) -> Geometry {
         }
         // One block per row.
         Kernel::Gather { rows, .. } => g(rows, 1, 256),
-        Kernel::RmsNorm { rows, .. } => g(rows, 1, 256),
+        Kernel::RmsNorm { rows, .. } | Kernel::AddRmsNorm { rows, .. } => g(rows, 1, 256),
         // One block per (row, head).
         Kernel::HeadRmsNorm { rows, heads, .. } => g(rows, heads, 128),
         // The GEMVs of `linear.cu` and `linear_fused.cu` (which shares its main loop) and, past

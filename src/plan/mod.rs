@@ -168,6 +168,8 @@ pub enum Kernel {
     QkvLinear { rows: u32, in_features: u32, out_features: [u32; 3], norm: bool, eps: f32, bias: bool },
     /// bufs: q, k, v, positions, cache_base, q_out, k_cache, v_cache (see `Op::RopeKvWrite`).
     RopeKvWrite { rows: u32, heads: u32, kv_heads: u32, head_dim: u32, kv_rows: u32, rope: crate::ir::RopeSpec },
+    /// bufs: a, b, weight, sum, out (see `Op::AddRmsNorm`).
+    AddRmsNorm { rows: u32, dim: u32, eps: f32 },
 }
 
 impl Kernel {
@@ -192,6 +194,7 @@ impl Kernel {
         match self {
             Kernel::Gather { .. } => "gather",
             Kernel::RmsNorm { .. } => "rms_norm",
+            Kernel::AddRmsNorm { .. } => "add_rms_norm",
             Kernel::HeadRmsNorm { .. } => "head_rms_norm",
             Kernel::Linear { .. } => "linear",
             Kernel::FusedLinear { .. } => "fused_linear",

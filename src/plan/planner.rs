@@ -452,6 +452,10 @@ fn kernel_of(p: &Program, op: &Op) -> Kernel {
             let d = dims(x);
             Kernel::RmsNorm { rows: u(d[0]), dim: u(d[1]), eps }
         }
+        Op::AddRmsNorm { a, eps, .. } => {
+            let d = dims(a);
+            Kernel::AddRmsNorm { rows: u(d[0]), dim: u(d[1]), eps }
+        }
         Op::HeadRmsNorm { x, head_dim, eps, .. } => {
             let d = dims(x);
             Kernel::HeadRmsNorm { rows: u(d[0]), heads: u(d[1]) / head_dim, head_dim, eps }

@@ -376,6 +376,27 @@ fn execute(regions: &mut [Vec<u8>; N_REGIONS], s: &mut Scratch, launch: &Launch)
             rms_norm_rows(&s.a, &s.b, &mut s.out, dim, eps, x.dtype);
             store(regions, out, &s.out)
         }
+        Kernel::AddRmsNorm { rows, dim, eps } => {
+            let (rows, dim) = (rows as usize, dim as usize);
+            let [a, b, weight, sum, out] = arity(launch, 3, 2)? else { unreachable!() };
+            float_operand(a, "a", rows * dim)?;
+            float_operand(b, "b", rows * dim)?;
+            float_operand(weight, "weight", dim)?;
+            float_operand(sum, "sum", rows * dim)?;
+            float_operand(out, "out", rows * dim)?;
+            load_all(operand(regions, a)?, a.dtype, &mut s.a);
+            load_all(operand(regions, b)?, b.dtype, &mut s.b);
+            // The sum as `Add` stores it; the norm reads it back rounded, as `RmsNorm` would.
+            for (x, y) in s.a.iter_mut().zip(&s.b) {
+                *x = round_to(sum.dtype, *x + y);
+            }
+            store(regions, sum, &s.a)?;
+            load_all(operand(regions, weight)?, weight.dtype, &mut s.b);
+            s.out.clear();
+            s.out.resize(rows * dim, 0.0);
+            rms_norm_rows(&s.a, &s.b, &mut s.out, dim, eps, sum.dtype);
+            store(regions, out, &s.out)
+        }
         Kernel::HeadRmsNorm { rows, heads, head_dim, eps } => {
             let (rows, heads, head_dim) = (rows as usize, heads as usize, head_dim as usize);
             let [x, weight, out] = arity(launch, 2, 1)? else { unreachable!() };

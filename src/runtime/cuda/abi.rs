@@ -60,6 +60,8 @@ pub fn scalars(kernel: &Kernel) -> Vec<Scalar> {
         Kernel::Gather { rows, dim, table_rows } => vec![U32(rows), U32(dim), U32(table_rows)],
         // (x, weight, out, rows, dim, eps)
         Kernel::RmsNorm { rows, dim, eps } => vec![U32(rows), U32(dim), F32(eps)],
+        // (a, b, weight, sum, out, rows, dim, eps)
+        Kernel::AddRmsNorm { rows, dim, eps } => vec![U32(rows), U32(dim), F32(eps)],
         // (x, weight, out, rows, heads, head_dim, eps)
         Kernel::HeadRmsNorm { rows, heads, head_dim, eps } => vec![U32(rows), U32(heads), U32(head_dim), F32(eps)],
         // (x, weight, [bias,] out, rows, in_features, out_features, has_bias). Without a bias the
