@@ -39,7 +39,10 @@
 //
 // kiln_rope_kv_write_{dt} (Op::RopeKvWrite, made by the fusion pass): the Rope of q and of k and
 // the KvWrite of the rotated k in one launch; see rope_kv_write below. Its grid counts heads over
-// q heads then kv heads: (rows, ceil((heads + kv_heads) / KILN_ROPE_HEADS)).
+// q heads then kv heads: (rows, ceil((heads + kv_heads) / KILN_ROPE_HEADS)). q_stride and
+// kv_stride are the elements between consecutive rows of q and of k / v: heads * head_dim and
+// kv_heads * head_dim for three tensors, the packed width for one packed qkv (q, k and v are
+// then column ranges of one [rows, (heads + 2 kv_heads) * head_dim] tensor).
 #include "common.cuh"
 
 namespace kiln {
@@ -162,7 +165,7 @@ template <typename T>
 __device__ void rope_kv_write(const T* q, const T* k, const T* v, const int* positions, const int* cache_base,
                               T* __restrict__ q_out, T* __restrict__ k_cache, T* __restrict__ v_cache, unsigned int rows,
                               unsigned int heads, unsigned int kv_heads, unsigned int head_dim, unsigned int kv_rows,
-                              unsigned int rotary_dim, unsigned int interleaved, float theta, unsigned int scaling_kind,
+                              unsigned int q_stride, unsigned int kv_stride, unsigned int rotary_dim, unsigned int interleaved, float theta, unsigned int scaling_kind,
                               float factor, float low, float high, unsigned int orig) {
   const unsigned int r = blockIdx.x, h0 = blockIdx.y * KILN_ROPE_HEADS;
   const unsigned int total = heads + kv_heads;
@@ -170,7 +173,7 @@ __device__ void rope_kv_write(const T* q, const T* k, const T* v, const int* pos
   const unsigned int h1 = min(total, h0 + KILN_ROPE_HEADS);
   const int p = positions[r];
   const unsigned int kv_dim = kv_heads * head_dim;
-  const size_t qrow = (size_t)r * heads * head_dim, src = (size_t)r * kv_dim;
+  const size_t qrow = (size_t)r * heads * head_dim, qsrc = (size_t)r * q_stride, src = (size_t)r * kv_stride;
   // The cache row, or -1: padding (p < 0) and rows outside the cache write no KV.
   long long row = -1;
   if (p >= 0) {
@@ -180,7 +183,7 @@ __device__ void rope_kv_write(const T* q, const T* k, const T* v, const int* pos
   const size_t dst = row < 0 ? 0 : (size_t)row * kv_dim;
   rope_heads<T>(h0, h1, p, head_dim, rotary_dim, interleaved, theta, scaling_kind, factor, low, high, orig,
                 [&](unsigned int h) -> const T* {
-                  return h < heads ? q + qrow + (size_t)h * head_dim : k + src + (size_t)(h - heads) * head_dim;
+                  return h < heads ? q + qsrc + (size_t)h * head_dim : k + src + (size_t)(h - heads) * head_dim;
                 },
                 [&](unsigned int h) -> T* {
                   if (h < heads) return q_out + qrow + (size_t)h * head_dim;
@@ -209,18 +212,20 @@ __device__ void rope_kv_write(const T* q, const T* k, const T* v, const int* pos
 KILN_FOR_EACH_DTYPE(KILN_ROPE)
 
 // (q, k, v, positions, cache_base, q_out, k_cache, v_cache, rows, heads, kv_heads, head_dim, kv_rows,
-//  rotary_dim, interleaved, theta, scaling_kind, factor, low_freq_factor, high_freq_factor,
-//  original_max_position); grid (rows, heads + kv_heads), block 128.
+//  q_stride, kv_stride, rotary_dim, interleaved, theta, scaling_kind, factor, low_freq_factor,
+//  high_freq_factor, original_max_position); grid (rows, ceil((heads + kv_heads) / KILN_ROPE_HEADS)),
+//  block 128.
 #define KILN_ROPE_KV_WRITE(dt, T)                                                                       \
   extern "C" __global__ void __launch_bounds__(128) kiln_rope_kv_write_##dt(                            \
       const T* q, const T* k, const T* v, const int* positions, const int* cache_base, T* q_out,          \
       T* k_cache, T* v_cache, unsigned int rows, unsigned int heads, unsigned int kv_heads,                \
-      unsigned int head_dim, unsigned int kv_rows, unsigned int rotary_dim, unsigned int interleaved,     \
-      float theta, unsigned int scaling_kind, float factor, float low_freq_factor, float high_freq_factor, \
+      unsigned int head_dim, unsigned int kv_rows, unsigned int q_stride, unsigned int kv_stride,         \
+      unsigned int rotary_dim, unsigned int interleaved, float theta,                                     \
+      unsigned int scaling_kind, float factor, float low_freq_factor, float high_freq_factor, \
       unsigned int original_max_position) {                                                               \
     kiln::wait_prior_grids();                                                                             \
     kiln::rope_kv_write<T>(q, k, v, positions, cache_base, q_out, k_cache, v_cache, rows, heads, kv_heads, \
-                           head_dim, kv_rows, rotary_dim, interleaved, theta, scaling_kind, factor,       \
+                           head_dim, kv_rows, q_stride, kv_stride, rotary_dim, interleaved, theta, scaling_kind, factor,       \
                            low_freq_factor, high_freq_factor, original_max_position);                     \
   }
 KILN_FOR_EACH_DTYPE(KILN_ROPE_KV_WRITE)

@@ -477,27 +477,37 @@ class Checker:
         R, H, KVH, HD, KVR = len(positions), 4, 2, 64, 64
         for name, inter, theta, rot, kind, factor, low, high, orig in [
                 ("halfsplit", 0, 1e6, 64, 0, 1.0, 0.0, 0.0, 0), ("interleaved llama3", 1, 5e5, 64, 1, 32.0, 1.0, 4.0, 8192)]:
-            q, k, v = dt.store(self.rand(R, H * HD)), dt.store(self.rand(R, KVH * HD)), dt.store(self.rand(R, KVH * HD))
-            kc0, vc0 = dt.store(self.rand(KVR, KVH * HD)), dt.store(self.rand(KVR, KVH * HD))
-            qo, kc, vc = self.dev(dt.poison((R, H * HD))), self.dev(kc0), self.dev(vc0)
-            self.launch(f"kiln_rope_kv_write_{dt.name}", "rope_kv_write",
-                        (self.dev(q), self.dev(k), self.dev(v), self.dev(positions), self.dev(base), qo, kc, vc,
-                         np.uint32(R), np.uint32(H), np.uint32(KVH), np.uint32(HD), np.uint32(KVR), np.uint32(rot),
-                         np.uint32(inter), np.float32(theta), np.uint32(kind), np.float32(factor), np.float32(low),
-                         np.float32(high), np.uint32(orig)), rows=R, heads=H, kv_heads=KVH)
-            spec = (inter, theta, rot, kind, factor, low, high, orig)
-            rq = self.rope_ref(dt.load(q).reshape(R, H, HD), positions, *spec).reshape(R, H * HD)
-            rkr = dt.round(self.rope_ref(dt.load(k).reshape(R, KVH, HD), positions, *spec).reshape(R, KVH * HD))
-            rk, rv = dt.load(kc0), dt.load(vc0)
-            for t in range(R):
-                row = base[t] + positions[t]
-                if positions[t] >= 0 and 0 <= row < KVR:
-                    rk[row], rv[row] = rkr[t], dt.load(v[t])
-            tol = 1.5 * dt.unit + 1e-6
-            self.report.compare(f"rope_kv_write {name} q", dt.name, dt.load(qo.get()), rq, tol, 2e-6)
-            self.report.compare(f"rope_kv_write {name} k_cache (padding, out of range)", dt.name, dt.load(kc.get()), rk,
-                                tol + dt.unit, 2e-6)
-            self.report.compare(f"rope_kv_write {name} v_cache", dt.name, dt.load(vc.get()), rv, 0.0, 0.0)
+            for layout in ("split", "packed"):
+                name_l = f"{name} {layout}"
+                q, k, v = dt.store(self.rand(R, H * HD)), dt.store(self.rand(R, KVH * HD)), dt.store(self.rand(R, KVH * HD))
+                kc0, vc0 = dt.store(self.rand(KVR, KVH * HD)), dt.store(self.rand(KVR, KVH * HD))
+                qo, kc, vc = self.dev(dt.poison((R, H * HD))), self.dev(kc0), self.dev(vc0)
+                if layout == "split":  # three tensors
+                    qkv_args, strides = (self.dev(q), self.dev(k), self.dev(v)), (H * HD, KVH * HD)
+                else:  # one packed [R, (H + 2 KVH) * HD] tensor: q, k, v are column ranges
+                    packed = self.dev(np.ascontiguousarray(np.concatenate([q, k, v], axis=1)))
+                    es = packed.itemsize
+                    qkv_args = tuple(np.uint64(packed.data.ptr + off * es) for off in (0, H * HD, (H + KVH) * HD))
+                    strides = ((H + 2 * KVH) * HD,) * 2
+                self.launch(f"kiln_rope_kv_write_{dt.name}", "rope_kv_write",
+                            (*qkv_args, self.dev(positions), self.dev(base), qo, kc, vc,
+                             np.uint32(R), np.uint32(H), np.uint32(KVH), np.uint32(HD), np.uint32(KVR),
+                             np.uint32(strides[0]), np.uint32(strides[1]), np.uint32(rot),
+                             np.uint32(inter), np.float32(theta), np.uint32(kind), np.float32(factor), np.float32(low),
+                             np.float32(high), np.uint32(orig)), rows=R, heads=H, kv_heads=KVH)
+                spec = (inter, theta, rot, kind, factor, low, high, orig)
+                rq = self.rope_ref(dt.load(q).reshape(R, H, HD), positions, *spec).reshape(R, H * HD)
+                rkr = dt.round(self.rope_ref(dt.load(k).reshape(R, KVH, HD), positions, *spec).reshape(R, KVH * HD))
+                rk, rv = dt.load(kc0), dt.load(vc0)
+                for t in range(R):
+                    row = base[t] + positions[t]
+                    if positions[t] >= 0 and 0 <= row < KVR:
+                        rk[row], rv[row] = rkr[t], dt.load(v[t])
+                tol = 1.5 * dt.unit + 1e-6
+                self.report.compare(f"rope_kv_write {name_l} q", dt.name, dt.load(qo.get()), rq, tol, 2e-6)
+                self.report.compare(f"rope_kv_write {name_l} k_cache (padding, out of range)", dt.name,
+                                    dt.load(kc.get()), rk, tol + dt.unit, 2e-6)
+                self.report.compare(f"rope_kv_write {name_l} v_cache", dt.name, dt.load(vc.get()), rv, 0.0, 0.0)
 
     def qkv(self, dt):
         """Op::QkvLinear: three FusedLinears (no residual) over one normed x."""

@@ -9,28 +9,33 @@ use common_cpu::Shape;
 use kiln::ir::{DType, Phase, RopeScaling, RopeStyle};
 use kiln::lower::names;
 use kiln::model::SrcDType;
-use kiln::plan::{build_plan, PlanOptions};
+use kiln::plan::{build_plan, Kernel, PlanOptions};
 use kiln::runtime::cpu::CpuExecutor;
 use kiln::runtime::{Executor, StepBlock};
 use kiln::synth::MemWeights;
 
 #[test]
 fn fused_plans_match_unfused_bit_for_bit() {
+    // The last two have Q/K/V weights and biases of whole 256-byte blocks: their QKV is packed
+    // (one linear over the three weights laid out back to back, read by a packed rope_kv_write).
     let shapes = [
-        (false, false, true, RopeStyle::Interleaved),
-        (true, false, true, RopeStyle::HalfSplit),
-        (false, true, false, RopeStyle::HalfSplit),
+        (false, false, true, RopeStyle::Interleaved, false),
+        (true, false, true, RopeStyle::HalfSplit, false),
+        (false, true, false, RopeStyle::HalfSplit, false),
+        (true, false, false, RopeStyle::HalfSplit, true),
+        (false, false, true, RopeStyle::Interleaved, true),
     ];
-    for (qkv_bias, qk_norm, tied, style) in shapes {
+    for (qkv_bias, qk_norm, tied, style, packable) in shapes {
+        let (hidden, head_dim) = if packable { (128, 64) } else { (24, 6) };
         let cfg = Shape {
             vocab: 40,
-            hidden: 24,
+            hidden,
             ffn: 40,
             layers: 2,
             heads: 4,
             kv_heads: 2,
-            head_dim: 6,
-            rotary_dim: 6,
+            head_dim,
+            rotary_dim: head_dim,
             style,
             scaling: RopeScaling::None,
             tied,
@@ -50,6 +55,14 @@ fn fused_plans_match_unfused_bit_for_bit() {
             };
             let (plain, fused) = (build_plan(&cfg, &opts(false)).unwrap(), build_plan(&cfg, &opts(true)).unwrap());
             let count = |p: &kiln::plan::Plan, i: usize| p.programs[i].launches.len();
+            for prog in &fused.programs {
+                let packed_rkv = prog.launches.iter().filter(|l| matches!(l.kernel, Kernel::RopeKvWrite { packed: true, .. })).count();
+                let split_qkv = prog.launches.iter().filter(|l| l.kernel.name() == "qkv_linear").count();
+                let want_packed = packable && !qk_norm;
+                assert_eq!(packed_rkv, if want_packed { cfg.n_layers } else { 0 }, "packed rope_kv_writes in {}", prog.label());
+                let want_split = if prog.phase == Phase::Decode && !want_packed { cfg.n_layers } else { 0 };
+                assert_eq!(split_qkv, want_split, "three-output qkv_linears in {}", prog.label());
+            }
             assert!(count(&fused, 0) < count(&plain, 0), "fusion should cut launches: {} vs {}", count(&fused, 0), count(&plain, 0));
             let w = MemWeights::random(&cfg, 3, if dtype == DType::F32 { SrcDType::F32 } else { SrcDType::BF16 });
             let mut a = CpuExecutor::new(plain.clone(), &w).unwrap();

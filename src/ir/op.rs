@@ -81,6 +81,31 @@ impl RopeSpec {
     }
 }
 
+/// Where the attention's q, k and v are: three tensors, or one packed `[rows, nq + nk + nv]`
+/// tensor whose rows hold q's features, then k's, then v's. Packed is what one GEMM over the
+/// three projection weights writes when the planner lays them out back to back (prefill runs
+/// it as one library GEMM; the K / V projections alone are too narrow to fill the GPU).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Qkv {
+    Split([ValueId; 3]),
+    Packed(ValueId),
+}
+
+impl Qkv {
+    pub fn values(&self) -> Vec<ValueId> {
+        match *self {
+            Qkv::Split(v) => v.to_vec(),
+            Qkv::Packed(v) => vec![v],
+        }
+    }
+    pub fn values_mut(&mut self) -> Vec<&mut ValueId> {
+        match self {
+            Qkv::Split(v) => v.iter_mut().collect(),
+            Qkv::Packed(v) => vec![v],
+        }
+    }
+}
+
 /// One operation. Fields name values of the enclosing program; scalars are attributes.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Op {
@@ -107,16 +132,17 @@ pub enum Op {
         out: ValueId,
     },
     /// The attention's three input projections in one pass over `x` (made by `lower::fuse`,
-    /// never by lowering): `outs[i] = h · weights[i]ᵀ (+ biases[i])` with `h` as in
-    /// `FusedLinear`; equal, bit for bit, to three `FusedLinear`s without residuals.
-    QkvLinear { x: ValueId, norm: Option<(ValueId, f32)>, weights: [ValueId; 3], biases: Option<[ValueId; 3]>, outs: [ValueId; 3] },
+    /// never by lowering): q, k, v `= h · weights[i]ᵀ (+ biases[i])` with `h` as in
+    /// `FusedLinear`, to three tensors or one packed tensor (see [`Qkv`]); equal, bit for bit,
+    /// to three `FusedLinear`s without residuals.
+    QkvLinear { x: ValueId, norm: Option<(ValueId, f32)>, weights: [ValueId; 3], biases: Option<[ValueId; 3]>, outs: Qkv },
     /// `q_out = rope(q)`, and for every token `t` with `positions[t] >= 0`, `rope(k)[t]` and `v[t]`
     /// to cache row `cache_base[t] + positions[t]` (made by `lower::fuse`, never by lowering):
     /// `Rope` of q and of k and the `KvWrite` of the rotated k, in one launch, bit for bit.
+    /// q, k and v are three tensors or one packed tensor (see [`Qkv`]); the head counts come
+    /// from `q_out` and `k_cache`.
     RopeKvWrite {
-        q: ValueId,
-        k: ValueId,
-        v: ValueId,
+        qkv: Qkv,
         positions: ValueId,
         cache_base: ValueId,
         q_out: ValueId,
@@ -234,7 +260,7 @@ impl Op {
             }
             Op::Rope { x, positions, .. } => vec![x, positions],
             Op::KvWrite { k, v, positions, cache_base, .. } => vec![k, v, positions, cache_base],
-            Op::RopeKvWrite { q, k, v, positions, cache_base, .. } => vec![q, k, v, positions, cache_base],
+            Op::RopeKvWrite { qkv, positions, cache_base, .. } => [qkv.values(), vec![positions, cache_base]].concat(),
             Op::Attention { q, k_cache, v_cache, positions, cache_base, .. } => {
                 vec![q, k_cache, v_cache, positions, cache_base]
             }
@@ -264,7 +290,7 @@ impl Op {
             | Op::Sample { out, .. } => vec![out],
             Op::KvWrite { k_cache, v_cache, .. } => vec![k_cache, v_cache],
             Op::RopeKvWrite { q_out, k_cache, v_cache, .. } => vec![q_out, k_cache, v_cache],
-            Op::QkvLinear { outs, .. } => outs.to_vec(),
+            Op::QkvLinear { outs, .. } => outs.values(),
             Op::Advance { token_ids, positions, counter, control, ring, .. } => vec![token_ids, positions, counter, control, ring],
             Op::AddRmsNorm { sum, out, .. } => vec![sum, out],
         }

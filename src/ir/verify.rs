@@ -13,7 +13,7 @@
 //!    heads dividing evenly, even rotary dims, and no zero-sized value.
 //! 5. The program's `tokens` and `sample_rows` agree with its step inputs and outputs.
 
-use super::{DType, Op, Program, ValueClass, ValueId};
+use super::{DType, Op, Program, Qkv, ValueClass, ValueId};
 use anyhow::{bail, ensure, Result};
 use std::collections::HashSet;
 
@@ -194,17 +194,26 @@ fn check_op(p: &Program, name: &str, op: &Op) -> Result<()> {
                 ensure!(eps > 0.0, ctx(format!("eps must be positive, is {eps}")));
             }
             want_float(x)?;
+            let mut total = 0;
             for i in 0..3 {
                 let (nf, kw) = want_2d(weights[i])?;
                 ensure!(k == kw, ctx(format!("x has {k} features but weight `{}` expects {kw}", v(weights[i]).name)));
                 if let Some(b) = biases {
                     want_vec(b[i], nf)?;
                 }
-                let (ro, no) = want_2d(outs[i])?;
-                ensure!(ro == r && no == nf, ctx(format!("out {i} is {} but should be [{r},{nf}]", v(outs[i]).shape)));
-                ensure!(v(outs[i]).dtype == v(outs[0]).dtype, ctx("the three outputs must share a dtype".to_string()));
                 want_float(weights[i])?;
-                want_float(outs[i])?;
+                total += nf;
+                if let Qkv::Split(outs) = outs {
+                    let (ro, no) = want_2d(outs[i])?;
+                    ensure!(ro == r && no == nf, ctx(format!("out {i} is {} but should be [{r},{nf}]", v(outs[i]).shape)));
+                    ensure!(v(outs[i]).dtype == v(outs[0]).dtype, ctx("the three outputs must share a dtype".to_string()));
+                    want_float(outs[i])?;
+                }
+            }
+            if let Qkv::Packed(out) = outs {
+                let (ro, no) = want_2d(out)?;
+                ensure!(ro == r && no == total, ctx(format!("packed out is {} but should be [{r},{total}]", v(out).shape)));
+                want_float(out)?;
             }
         }
         Op::GatedLinear { x, norm, gate, up, out } => {
@@ -233,12 +242,22 @@ fn check_op(p: &Program, name: &str, op: &Op) -> Result<()> {
             );
             ensure!(rope.theta > 0.0, ctx("rope theta must be positive".into()));
         }
-        Op::RopeKvWrite { q, k, v: vv, positions, cache_base, q_out, k_cache, v_cache, head_dim, rope } => {
-            let (r, qd) = want_2d(q)?;
-            let (rk, kd) = want_2d(k)?;
-            ensure!(rk == r, ctx(format!("q has {r} rows, k {rk}")));
-            same_shape(k, vv)?;
-            same_shape(q, q_out)?;
+        Op::RopeKvWrite { qkv, positions, cache_base, q_out, k_cache, v_cache, head_dim, rope } => {
+            let (r, qd) = want_2d(q_out)?;
+            let (_, kd) = want_2d(k_cache)?;
+            match qkv {
+                Qkv::Split([q, k, vv]) => {
+                    let (rk, kw) = want_2d(k)?;
+                    ensure!(rk == r && kw == kd, ctx(format!("k is {} but should be [{r},{kd}]", v(k).shape)));
+                    same_shape(k, vv)?;
+                    same_shape(q, q_out)?;
+                }
+                Qkv::Packed(p) => {
+                    let (rp, w) = want_2d(p)?;
+                    ensure!(rp == r && w == qd + 2 * kd, ctx(format!("packed qkv is {} but should be [{r},{}]", v(p).shape, qd + 2 * kd)));
+                    ensure!(v(p).dtype == v(q_out).dtype, ctx("packed qkv and q_out must share a dtype".to_string()));
+                }
+            }
             want_dtype(positions, DType::I32)?;
             want_dtype(cache_base, DType::I32)?;
             want_vec(positions, r)?;
@@ -252,14 +271,14 @@ fn check_op(p: &Program, name: &str, op: &Op) -> Result<()> {
                 ctx(format!("rotary_dim {} must be even and at most head_dim {head_dim}", rope.rotary_dim))
             );
             ensure!(rope.theta > 0.0, ctx("rope theta must be positive".into()));
-            let (_, cd) = want_2d(k_cache)?;
             same_shape(k_cache, v_cache)?;
-            ensure!(cd == kd, ctx(format!("cache row length {cd} != k row length {kd}")));
             for c in [k_cache, v_cache] {
                 ensure!(v(c).class == ValueClass::State, ctx(format!("`{}` must be state", v(c).name)));
             }
-            want_float(q)?;
-            want_float(k)?;
+            for x in qkv.values() {
+                want_float(x)?;
+            }
+            want_float(q_out)?;
         }
         Op::KvWrite { k, v: vv, positions, cache_base, k_cache, v_cache } => {
             let (r, kd) = want_2d(k)?;

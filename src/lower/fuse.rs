@@ -12,13 +12,18 @@
 //! 2. `swiglu(linear(h, gate), linear(h, up))` with the same input and norm, no bias ->
 //!    one `GatedLinear`.
 //! 3. `add(r, linear(..))` -> the linear adds the residual in its epilogue.
-//! 4. exactly three linears (the attention's Q, K, V) reading the same input with the same norm,
+//! 4. `rope(k)` read only by `kv_write`, and the `rope(q)` read only by the attention over that
+//!    cache (same positions and rotary spec) -> one `RopeKvWrite` at the `kv_write`'s place: one
+//!    launch instead of three, and no rotated-k temp.
+//! 5. exactly three linears (the attention's Q, K, V) reading the same input with the same norm,
 //!    none with a residual, all or none with a bias and one output dtype -> one `QkvLinear`, at
 //!    the first one's place: one launch over all their outputs instead of three, two of them
 //!    narrow (the K / V projections left most of the GPU idle, see bench/NOTES-decode.md).
-//! 5. `rope(k)` read only by `kv_write`, and the `rope(q)` read only by the attention over that
-//!    cache (same positions and rotary spec) -> one `RopeKvWrite` at the `kv_write`'s place: one
-//!    launch instead of three, and no rotated-k temp.
+//!    Its output is *packed* (`Qkv::Packed`, one `[rows, nq + nk + nv]` temp) when the three
+//!    outputs are read only by one `RopeKvWrite` and every weight and bias is a whole number
+//!    of `plan::ALIGN` blocks, so that the planner lays them out back to back and one GEMM
+//!    (prefill) or GEMV (decode) over the three reads them as one `[nq + nk + nv, in]` matrix;
+//!    otherwise (Qwen3's per-head q/k norms sit between) three outputs, decode only.
 //! 6. `rms_norm(s)` where `s = add(a, b)` -> one `AddRmsNorm` at the add's place, writing `s`
 //!    (which keeps its other readers) and the norm: one launch and one pass over the row
 //!    instead of two. Only where the residual adds and norms are still separate ops: prefill
@@ -26,11 +31,12 @@
 //!
 //! Values are renumbered densely in order of first use afterwards, so dumps stay canonical.
 //!
-//! Prefill programs take only rewrites 5 and 6 (RoPE, the KV write, adds and norms are a pass
-//! over the activations each, whatever the row count); rewrites 1-4 stay out: prefill linears
-//! run as library GEMMs (`Kernel::Gemm`), which take no norm prologue, residual or three outputs.
+//! Prefill programs take rewrites 4, 6 and the packed form of 5 (RoPE, the KV write, adds and
+//! norms are a pass over the activations each, whatever the row count; a packed QKV is one
+//! library GEMM); rewrites 1-3 stay out: prefill linears run as library GEMMs (`Kernel::Gemm`),
+//! which take no norm prologue, residual or three outputs.
 
-use crate::ir::{verify::verify, Op, OpNode, Program, ValueClass, ValueId};
+use crate::ir::{verify::verify, Op, OpNode, Program, Qkv, Shape, Value, ValueClass, ValueId};
 use anyhow::Result;
 
 /// A linear's (x, norm, weight, bias, out).
@@ -40,7 +46,7 @@ type LinearParts = (ValueId, Option<(ValueId, f32)>, ValueId, Option<ValueId>, V
 pub const NORM_PROLOGUE_MAX_FEATURES: usize = 16384;
 
 pub fn fuse(p: &Program) -> Result<Program> {
-    // Prefill programs take rewrite 5 only (see the module doc).
+    // Prefill programs take rewrites 4-6 only, 5 only packed (see the module doc).
     let decode = p.phase != crate::ir::Phase::Prefill;
     let mut ops: Vec<Option<OpNode>> = p.ops.iter().cloned().map(Some).collect();
     let readers = |ops: &[Option<OpNode>], v: ValueId| -> Vec<usize> {
@@ -50,6 +56,8 @@ pub fn fuse(p: &Program) -> Result<Program> {
         ops.iter().position(|o| o.as_ref().is_some_and(|o| o.op.writes().contains(&v)))
     };
     let is_temp = |v: ValueId| p.value(v).class == ValueClass::Temp;
+    // Values made here (packed q/k/v), numbered after `p`'s.
+    let mut extra: Vec<Value> = Vec::new();
 
     if decode {
         // 1. Norm prologues.
@@ -124,56 +132,9 @@ pub fn fuse(p: &Program) -> Result<Program> {
                 break;
             }
         }
-
-        // 4. Q/K/V projections.
-        let mut groups: Vec<Vec<usize>> = Vec::new();
-        for (j, o) in ops.iter().enumerate() {
-            let key = match o.as_ref().map(|o| &o.op) {
-                Some(&Op::Linear { x, .. }) => (x, None),
-                Some(&Op::FusedLinear { x, norm, residual: None, .. }) => (x, norm.map(|n| (n.0, n.1.to_bits()))),
-                _ => continue,
-            };
-            let same = |i: &usize| match ops[*i].as_ref().map(|o| &o.op) {
-                Some(&Op::Linear { x, .. }) => (x, None) == key,
-                Some(&Op::FusedLinear { x, norm, .. }) => (x, norm.map(|n| (n.0, n.1.to_bits()))) == key,
-                _ => false,
-            };
-            match groups.iter_mut().find(|g| same(&g[0])) {
-                Some(g) => g.push(j),
-                None => groups.push(vec![j]),
-            }
-        }
-        for g in groups.into_iter().filter(|g| g.len() == 3) {
-            let parts: Vec<LinearParts> = g
-                .iter()
-                .filter_map(|&j| match ops[j].as_ref().map(|o| &o.op) {
-                    Some(&Op::Linear { x, weight, bias, out }) => Some((x, None, weight, bias, out)),
-                    Some(&Op::FusedLinear { x, norm, weight, bias, out, .. }) => Some((x, norm, weight, bias, out)),
-                    _ => None,
-                })
-                .collect();
-            let with_bias = parts.iter().filter(|p| p.3.is_some()).count();
-            let dtype = |v: ValueId| p.value(v).dtype;
-            if parts.len() != 3 || (with_bias != 0 && with_bias != 3) || parts.iter().any(|q| dtype(q.4) != dtype(parts[0].4)) {
-                continue;
-            }
-            let name = ops[g[0]].as_ref().expect("grouped").name.clone();
-            let fused_name = name.strip_suffix("attn_q").map(|s| format!("{s}attn_qkv")).unwrap_or_else(|| format!("{name}.qkv"));
-            let biases = (with_bias == 3).then(|| [0, 1, 2].map(|i| parts[i].3.expect("all have a bias")));
-            let op = Op::QkvLinear {
-                x: parts[0].0,
-                norm: parts[0].1,
-                weights: [0, 1, 2].map(|i| parts[i].2),
-                biases,
-                outs: [0, 1, 2].map(|i| parts[i].4),
-            };
-            ops[g[0]] = Some(OpNode { name: fused_name, op });
-            ops[g[1]] = None;
-            ops[g[2]] = None;
-        }
     }
 
-    // 5. RoPE of q and k with the KV write.
+    // 4. RoPE of q and k with the KV write.
     for m in 0..ops.len() {
         let Some(OpNode { name, op: Op::KvWrite { k: kr, v, positions, cache_base, k_cache, v_cache } }) = ops[m].clone() else { continue };
         if !is_temp(kr) || readers(&ops, kr) != [m] {
@@ -201,10 +162,82 @@ pub fn fuse(p: &Program) -> Result<Program> {
         let fused_name = name.strip_suffix("kv_write").map(|s| format!("{s}rope_kv_write")).unwrap_or_else(|| format!("{name}.rope"));
         ops[m] = Some(OpNode {
             name: fused_name,
-            op: Op::RopeKvWrite { q, k, v, positions, cache_base, q_out: qr, k_cache, v_cache, head_dim, rope },
+            op: Op::RopeKvWrite { qkv: Qkv::Split([q, k, v]), positions, cache_base, q_out: qr, k_cache, v_cache, head_dim, rope },
         });
         ops[jq] = None;
         ops[jk] = None;
+    }
+
+    // 5. Q/K/V projections (after 4, so that it knows who reads q, k and v).
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    for (j, o) in ops.iter().enumerate() {
+        let key = match o.as_ref().map(|o| &o.op) {
+            Some(&Op::Linear { x, .. }) => (x, None),
+            Some(&Op::FusedLinear { x, norm, residual: None, .. }) => (x, norm.map(|n| (n.0, n.1.to_bits()))),
+            _ => continue,
+        };
+        let same = |i: &usize| match ops[*i].as_ref().map(|o| &o.op) {
+            Some(&Op::Linear { x, .. }) => (x, None) == key,
+            Some(&Op::FusedLinear { x, norm, .. }) => (x, norm.map(|n| (n.0, n.1.to_bits()))) == key,
+            _ => false,
+        };
+        match groups.iter_mut().find(|g| same(&g[0])) {
+            Some(g) => g.push(j),
+            None => groups.push(vec![j]),
+        }
+    }
+    for g in groups.into_iter().filter(|g| g.len() == 3) {
+        let parts: Vec<LinearParts> = g
+            .iter()
+            .filter_map(|&j| match ops[j].as_ref().map(|o| &o.op) {
+                Some(&Op::Linear { x, weight, bias, out }) => Some((x, None, weight, bias, out)),
+                Some(&Op::FusedLinear { x, norm, weight, bias, out, .. }) => Some((x, norm, weight, bias, out)),
+                _ => None,
+            })
+            .collect();
+        let with_bias = parts.iter().filter(|p| p.3.is_some()).count();
+        let dtype = |v: ValueId| p.value(v).dtype;
+        if parts.len() != 3 || (with_bias != 0 && with_bias != 3) || parts.iter().any(|q| dtype(q.4) != dtype(parts[0].4)) {
+            continue;
+        }
+        let outs = [0, 1, 2].map(|i| parts[i].4);
+        let weights = [0, 1, 2].map(|i| parts[i].2);
+        let biases = (with_bias == 3).then(|| [0, 1, 2].map(|i| parts[i].3.expect("all have a bias")));
+        // Packed when the three outputs are read only by one RopeKvWrite, as its q, k, v, and
+        // the planner can lay the weights (and biases) out back to back: whole ALIGN blocks.
+        let rkv =
+            ops.iter().position(|o| matches!(o.as_ref().map(|o| &o.op), Some(Op::RopeKvWrite { qkv: Qkv::Split(s), .. }) if *s == outs));
+        let whole = |v: ValueId| p.value(v).bytes().is_multiple_of(crate::plan::ALIGN);
+        let packed = rkv.filter(|&m| {
+            outs.iter().all(|&o| is_temp(o) && readers(&ops, o) == [m]) && weights.iter().chain(biases.iter().flatten()).all(|&w| whole(w))
+        });
+        if packed.is_none() && !decode {
+            continue;
+        }
+        let name = ops[g[0]].as_ref().expect("grouped").name.clone();
+        let fused_name = name.strip_suffix("attn_q").map(|s| format!("{s}attn_qkv")).unwrap_or_else(|| format!("{name}.qkv"));
+        let outs = match packed {
+            Some(m) => {
+                let width = outs.iter().map(|&o| p.value(o).shape.last()).sum::<usize>();
+                let rows = p.value(outs[0]).shape.rows();
+                let id = ValueId((p.values.len() + extra.len()) as u32);
+                extra.push(Value {
+                    name: fused_name.clone(),
+                    dtype: dtype(outs[0]),
+                    shape: Shape::new(&[rows, width]),
+                    class: ValueClass::Temp,
+                });
+                if let Some(Op::RopeKvWrite { qkv, .. }) = ops[m].as_mut().map(|o| &mut o.op) {
+                    *qkv = Qkv::Packed(id);
+                }
+                Qkv::Packed(id)
+            }
+            None => Qkv::Split(outs),
+        };
+        let op = Op::QkvLinear { x: parts[0].0, norm: parts[0].1, weights, biases, outs };
+        ops[g[0]] = Some(OpNode { name: fused_name, op });
+        ops[g[1]] = None;
+        ops[g[2]] = None;
     }
 
     // 6. Residual adds with the norm of their sum.
@@ -221,21 +254,22 @@ pub fn fuse(p: &Program) -> Result<Program> {
         ops[i] = None;
     }
 
-    let fused = compact(p, ops.into_iter().flatten().collect());
+    let values: Vec<Value> = p.values.iter().cloned().chain(extra).collect();
+    let fused = compact(p, &values, ops.into_iter().flatten().collect());
     verify(&fused)?;
     Ok(fused)
 }
 
-/// A program with only the values `ops` use, numbered in order of first use.
-fn compact(p: &Program, ops: Vec<OpNode>) -> Program {
-    let mut map: Vec<Option<ValueId>> = vec![None; p.values.len()];
+/// A program with only the values `ops` use (ids index `values`), numbered in order of first use.
+fn compact(p: &Program, values: &[Value], ops: Vec<OpNode>) -> Program {
+    let mut map: Vec<Option<ValueId>> = vec![None; values.len()];
     let mut out = Program::new(p.phase, p.bucket, p.sample_rows);
     out.tokens = p.tokens;
     let mut remap = |v: ValueId, out: &mut Program| -> ValueId {
         if let Some(id) = map[v.index()] {
             return id;
         }
-        out.values.push(p.value(v).clone());
+        out.values.push(values[v.index()].clone());
         let id = ValueId(out.values.len() as u32 - 1);
         map[v.index()] = Some(id);
         id
@@ -281,13 +315,15 @@ fn op_values_mut(op: &mut Op) -> Vec<&mut ValueId> {
             v.extend(norm.as_mut().map(|n| &mut n.0));
             v.extend(weights.iter_mut());
             v.extend(biases.iter_mut().flatten());
-            v.extend(outs.iter_mut());
+            v.extend(outs.values_mut());
             v
         }
         Op::Rope { x, positions, out, .. } => vec![x, positions, out],
         Op::KvWrite { k, v, positions, cache_base, k_cache, v_cache } => vec![k, v, positions, cache_base, k_cache, v_cache],
-        Op::RopeKvWrite { q, k, v, positions, cache_base, q_out, k_cache, v_cache, .. } => {
-            vec![q, k, v, positions, cache_base, q_out, k_cache, v_cache]
+        Op::RopeKvWrite { qkv, positions, cache_base, q_out, k_cache, v_cache, .. } => {
+            let mut v = qkv.values_mut();
+            v.extend([positions, cache_base, q_out, k_cache, v_cache]);
+            v
         }
         Op::Attention { q, k_cache, v_cache, positions, cache_base, out, .. } => vec![q, k_cache, v_cache, positions, cache_base, out],
         Op::SwiGlu { gate, up, out } => vec![gate, up, out],

@@ -8,7 +8,8 @@
 //!    every tensor and operand lies inside its region.
 //! 2. Persistent tensors of one region never share a byte.
 //! 3. An operand outside the arena lies inside one planned tensor of its region, starting at
-//!    its offset (a program may use a prefix of a step field or output); weights are never
+//!    its offset (a program may use a prefix of a step field or output), or is read-only and
+//!    covers exactly a run of weights laid out back to back (a packed QKV); weights are never
 //!    written by a launch, step fields and the ring only by `advance` (the device loop's step).
 //! 4. Within one launch, a written operand shares no byte with any other operand.
 //! 5. Liveness, by simulation over a shadow of the arena and output regions: each launch that
@@ -92,7 +93,30 @@ fn check_program(plan: &Plan, p: &ProgramPlan) -> Result<()> {
                 let Some(t) = plan.tensors.iter().find(|t| t.region == b.region && t.offset == b.offset) else {
                     bail!("launch {i} `{}` operand {j} at {}+{} is no planned tensor", l.name, b.region.name(), b.offset);
                 };
-                ensure!(b.bytes <= t.bytes, "launch {i} `{}` reads past the end of `{}`", l.name, t.name);
+                if b.bytes > t.bytes {
+                    // A read-only weight operand may span tensors laid out back to back (a
+                    // packed QKV): each next one must start where the last one ended.
+                    ensure!(
+                        b.access == Access::Read && t.class == ValueClass::Weight,
+                        "launch {i} `{}` reads past the end of `{}`",
+                        l.name,
+                        t.name
+                    );
+                    let mut end = t.offset + t.bytes;
+                    while end < b.offset + b.bytes {
+                        let Some(n) =
+                            plan.tensors.iter().find(|n| n.region == b.region && n.offset == end && n.class == ValueClass::Weight)
+                        else {
+                            bail!(
+                                "launch {i} `{}` operand {j} spans from `{}` into bytes that are no weight laid out right after it",
+                                l.name,
+                                t.name
+                            );
+                        };
+                        end += n.bytes;
+                    }
+                    ensure!(end == b.offset + b.bytes, "launch {i} `{}` operand {j} ends inside a weight", l.name);
+                }
                 if b.access == Access::Write {
                     ensure!(
                         matches!(t.class, ValueClass::State | ValueClass::Output)

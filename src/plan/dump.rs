@@ -115,8 +115,8 @@ fn kernel_params(k: &Kernel) -> String {
             format!("rows={rows} in={in_features} out={out_features} norm={norm} eps={eps:e}")
         }
         Kernel::KvWrite { rows, kv_dim, kv_rows } => format!("rows={rows} kv_dim={kv_dim} kv_rows={kv_rows}"),
-        Kernel::RopeKvWrite { rows, heads, kv_heads, head_dim, kv_rows, rope } => format!(
-            "rows={rows} heads={heads} kv_heads={kv_heads} head_dim={head_dim} kv_rows={kv_rows} style={:?} theta={} rotary_dim={}",
+        Kernel::RopeKvWrite { rows, heads, kv_heads, head_dim, kv_rows, rope, packed } => format!(
+            "rows={rows} heads={heads} kv_heads={kv_heads} head_dim={head_dim} kv_rows={kv_rows} style={:?} theta={} rotary_dim={} packed={packed}",
             rope.style, rope.theta, rope.rotary_dim
         ),
         Kernel::Attention { rows, heads, kv_heads, head_dim, scale, kv_rows }

@@ -121,7 +121,9 @@ pub enum Kernel {
     RmsNorm { rows: u32, dim: u32, eps: f32 },
     /// bufs: x, weight, out.
     HeadRmsNorm { rows: u32, heads: u32, head_dim: u32, eps: f32 },
-    /// bufs: x, weight, `[bias]`, out.
+    /// bufs: x, weight, `[bias]`, out. Here and in `FusedLinear` and `Gemm`, the weight (and
+    /// the bias) may be several planned tensors laid out back to back, read as one: a packed
+    /// `Op::QkvLinear`'s three projections.
     Linear { rows: u32, in_features: u32, out_features: u32, bias: bool },
     /// bufs: x, `[norm weight]`, weight, `[bias]`, `[residual]`, out (see `Op::FusedLinear`).
     FusedLinear { rows: u32, in_features: u32, out_features: u32, norm: bool, eps: f32, bias: bool, residual: bool },
@@ -166,8 +168,9 @@ pub enum Kernel {
     /// bufs: x, `[norm weight]`, wq, wk, wv, `[bq, bk, bv]`, out_q, out_k, out_v (see `Op::QkvLinear`);
     /// `out_features` of each of the three. Last, so that adding it kept the plan format.
     QkvLinear { rows: u32, in_features: u32, out_features: [u32; 3], norm: bool, eps: f32, bias: bool },
-    /// bufs: q, k, v, positions, cache_base, q_out, k_cache, v_cache (see `Op::RopeKvWrite`).
-    RopeKvWrite { rows: u32, heads: u32, kv_heads: u32, head_dim: u32, kv_rows: u32, rope: crate::ir::RopeSpec },
+    /// bufs: q, k, v, positions, cache_base, q_out, k_cache, v_cache (see `Op::RopeKvWrite`);
+    /// when `packed`, one packed qkv `[rows, (heads + 2 kv_heads) * head_dim]` in place of q, k, v.
+    RopeKvWrite { rows: u32, heads: u32, kv_heads: u32, head_dim: u32, kv_rows: u32, rope: crate::ir::RopeSpec, packed: bool },
     /// bufs: a, b, weight, sum, out (see `Op::AddRmsNorm`).
     AddRmsNorm { rows: u32, dim: u32, eps: f32 },
 }

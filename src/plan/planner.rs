@@ -8,7 +8,7 @@
 //! over all programs; every program reuses it from offset 0.
 
 use super::{align_up, fingerprint, Access, BufArg, Kernel, Launch, Plan, PlannedTensor, ProgramPlan, RegionKind, TempAlloc, N_REGIONS};
-use crate::ir::{DType, Op, Phase, Program, ValueClass, ValueId};
+use crate::ir::{DType, Op, Phase, Program, Qkv, ValueClass, ValueId};
 use crate::lower::{lower, LowerOptions};
 use crate::model::config::ModelConfig;
 use anyhow::{bail, ensure, Result};
@@ -166,14 +166,44 @@ fn layout_persistent(cfg: &ModelConfig, opts: &PlanOptions, programs: &[Program]
             }
         }
     }
+    // Tensors a launch reads as one buffer (a packed QKV's weights, and its biases) go back to
+    // back, in operand order, where the first of them would go; `lower::fuse` packs only
+    // tensors of whole ALIGN blocks, so no alignment gap falls between them.
+    let mut packs: Vec<Vec<&str>> = Vec::new();
+    for p in programs {
+        for node in &p.ops {
+            if let Op::QkvLinear { weights, biases, outs: Qkv::Packed(_), .. } = &node.op {
+                let names = |ids: &[ValueId]| ids.iter().map(|&v| p.value(v).name.as_str()).collect::<Vec<_>>();
+                packs.push(names(weights));
+                packs.extend(biases.as_ref().map(|b| names(b)));
+            }
+        }
+    }
     let mut region_bytes = [0u64; N_REGIONS];
-    let mut tensors = Vec::new();
+    let mut tensors: Vec<PlannedTensor> = Vec::new();
     for region in [RegionKind::Weights, RegionKind::State, RegionKind::Step, RegionKind::Output, RegionKind::Ring] {
-        for (name, class, dtype, shape) in order.iter().filter(|e| RegionKind::of_class(e.1) == region) {
-            let bytes = (shape.iter().product::<usize>() * dtype.size()) as u64;
-            let offset = region_bytes[region.index()];
-            region_bytes[region.index()] = align_up(offset + bytes);
-            tensors.push(PlannedTensor { name: name.clone(), class: *class, dtype: *dtype, shape: shape.clone(), region, offset, bytes });
+        for (name, ..) in order.iter().filter(|e| RegionKind::of_class(e.1) == region) {
+            if tensors.iter().any(|t| &t.name == name) {
+                continue;
+            }
+            let group = packs.iter().find(|g| g.contains(&name.as_str())).cloned().unwrap_or_else(|| vec![name.as_str()]);
+            for member in group {
+                let Some((name, class, dtype, shape)) = order.iter().find(|e| e.0 == member) else {
+                    bail!("`{member}` is read packed with `{name}` but is not in the plan's tensor order");
+                };
+                let bytes = (shape.iter().product::<usize>() * dtype.size()) as u64;
+                let offset = region_bytes[region.index()];
+                region_bytes[region.index()] = align_up(offset + bytes);
+                tensors.push(PlannedTensor {
+                    name: name.clone(),
+                    class: *class,
+                    dtype: *dtype,
+                    shape: shape.clone(),
+                    region,
+                    offset,
+                    bytes,
+                });
+            }
         }
     }
     Ok((tensors, region_bytes))
@@ -239,6 +269,9 @@ struct LaunchSpec {
     name: String,
     kernel: Kernel,
     operands: Vec<(Operand, Access)>,
+    /// Runs of operands (start, count) that are persistent tensors laid out back to back and
+    /// passed to the kernel as one buffer (a packed QKV's weights, its biases).
+    packs: Vec<(usize, usize)>,
 }
 
 struct WorkspaceSpec {
@@ -267,6 +300,17 @@ fn launches_of(p: &Program, name: &str, op: &Op, max_context: usize, workspaces:
     let mut operands: Vec<(Operand, Access)> = op.reads().into_iter().map(|v| (Operand::Value(v), Access::Read)).collect();
     operands.extend(op.writes().into_iter().map(|v| (Operand::Value(v), Access::Write)));
     let mut kernel = kernel_of(p, op);
+    let packs = match *op {
+        Op::QkvLinear { norm, biases, outs: Qkv::Packed(_), .. } => {
+            let w0 = 1 + norm.is_some() as usize;
+            let mut packs = vec![(w0, 3)];
+            if biases.is_some() {
+                packs.push((w0 + 3, 3));
+            }
+            packs
+        }
+        _ => Vec::new(),
+    };
     // Prefill attention on tensor cores where the kernel covers the shape.
     if let (Phase::Prefill, &Kernel::Attention { rows, heads, kv_heads, head_dim, scale, kv_rows }, Op::Attention { q, .. }) =
         (p.phase, &kernel, op)
@@ -289,7 +333,7 @@ fn launches_of(p: &Program, name: &str, op: &Op, max_context: usize, workspaces:
         let ws = workspaces.len();
         workspaces.push(WorkspaceSpec { name: format!("{name}.workspace"), bytes: gemm.workspace_bytes() });
         operands.push((Operand::Workspace(ws), Access::Write));
-        return vec![LaunchSpec { name: name.to_string(), kernel: gemm, operands }];
+        return vec![LaunchSpec { name: name.to_string(), kernel: gemm, operands, packs }];
     }
     // Device loops run the decode program as their body: the same split, so the same bits.
     if let (Phase::Decode | Phase::DecodeLoop, Kernel::Attention { rows, heads, kv_heads, head_dim, scale, kv_rows }) = (p.phase, &kernel) {
@@ -316,16 +360,18 @@ fn launches_of(p: &Program, name: &str, op: &Op, max_context: usize, workspaces:
                     name: format!("{name}.split"),
                     kernel: split,
                     operands: vec![r(q), r(k_cache), r(v_cache), r(positions), r(cache_base), (Operand::Workspace(ws), Access::Write)],
+                    packs: Vec::new(),
                 },
                 LaunchSpec {
                     name: format!("{name}.merge"),
                     kernel: Kernel::AttentionMerge { rows: *rows, heads: *heads, head_dim: *head_dim, splits, split_len },
                     operands: vec![(Operand::Workspace(ws), Access::Read), r(positions), (Operand::Value(out), Access::Write)],
+                    packs: Vec::new(),
                 },
             ];
         }
     }
-    vec![LaunchSpec { name: name.to_string(), kernel, operands }]
+    vec![LaunchSpec { name: name.to_string(), kernel, operands, packs }]
 }
 
 fn plan_program(p: &Program, persistent: &BTreeMap<&str, &PlannedTensor>, max_context: usize) -> Result<ProgramPlan> {
@@ -422,7 +468,20 @@ fn plan_program(p: &Program, persistent: &BTreeMap<&str, &PlannedTensor>, max_co
     };
     let mut launches = Vec::with_capacity(specs.len());
     for spec in specs {
-        let bufs = spec.operands.iter().map(|&(o, a)| buf(o, a)).collect::<Result<Vec<_>>>()?;
+        let mut bufs = spec.operands.iter().map(|&(o, a)| buf(o, a)).collect::<Result<Vec<_>>>()?;
+        for &(start, count) in spec.packs.iter().rev() {
+            let run: Vec<BufArg> = bufs.drain(start..start + count).collect();
+            for w in run.windows(2) {
+                ensure!(
+                    w[1].region == w[0].region && w[1].offset == w[0].offset + w[0].bytes && w[1].dtype == w[0].dtype,
+                    "planner bug: launch `{}` reads operands {start}..{} as one buffer, but they are not laid out back to back",
+                    spec.name,
+                    start + count
+                );
+            }
+            let bytes = run.iter().map(|b| b.bytes).sum();
+            bufs.insert(start, BufArg { bytes, ..run[0] });
+        }
         let g = super::geometry::launch_geometry(&spec.kernel, &bufs);
         launches.push(Launch { name: spec.name, kernel: spec.kernel, bufs, grid: g.grid, block: g.block, shared_bytes: g.shared_bytes });
     }
@@ -476,7 +535,19 @@ fn kernel_of(p: &Program, op: &Op) -> Kernel {
                 residual: residual.is_some(),
             }
         }
-        Op::QkvLinear { x, norm, weights, biases, .. } => {
+        // Packed: one linear over the three weights, laid out back to back (`layout_persistent`).
+        Op::QkvLinear { x, norm, weights, biases, outs: Qkv::Packed(_) } => {
+            let dx = dims(x);
+            let (rows, in_features) = (u(dx[0]), u(dx[1]));
+            let out_features = weights.iter().map(|&w| u(dims(w)[0])).sum();
+            match norm {
+                None => Kernel::Linear { rows, in_features, out_features, bias: biases.is_some() },
+                Some((_, eps)) => {
+                    Kernel::FusedLinear { rows, in_features, out_features, norm: true, eps, bias: biases.is_some(), residual: false }
+                }
+            }
+        }
+        Op::QkvLinear { x, norm, weights, biases, outs: Qkv::Split(_) } => {
             let dx = dims(x);
             Kernel::QkvLinear {
                 rows: u(dx[0]),
@@ -501,15 +572,16 @@ fn kernel_of(p: &Program, op: &Op) -> Kernel {
             let d = dims(x);
             Kernel::Rope { rows: u(d[0]), heads: u(d[1]) / head_dim, head_dim, rope }
         }
-        Op::RopeKvWrite { q, k, k_cache, head_dim, rope, .. } => {
-            let (dq, dk) = (dims(q), dims(k));
+        Op::RopeKvWrite { qkv, q_out, k_cache, head_dim, rope, .. } => {
+            let (dq, dc) = (dims(q_out), dims(k_cache));
             Kernel::RopeKvWrite {
                 rows: u(dq[0]),
                 heads: u(dq[1]) / head_dim,
-                kv_heads: u(dk[1]) / head_dim,
+                kv_heads: u(dc[1]) / head_dim,
                 head_dim,
-                kv_rows: u(dims(k_cache)[0]),
+                kv_rows: u(dc[0]),
                 rope,
+                packed: matches!(qkv, Qkv::Packed(_)),
             }
         }
         Op::KvWrite { k, k_cache, .. } => {

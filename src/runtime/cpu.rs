@@ -604,13 +604,12 @@ fn execute(regions: &mut [Vec<u8>; N_REGIONS], s: &mut Scratch, launch: &Launch)
             write_kv_rows(regions, [(k_cache, &s.a), (v_cache, &s.b)], &s.ints_a[..rows], &s.ints_b, kv_dim)
         }
         // `Rope` of q and of k, then `KvWrite` of the rotated k (rounded to storage, as `Rope` stores it).
-        Kernel::RopeKvWrite { rows, heads, kv_heads, head_dim, kv_rows, rope } => {
+        Kernel::RopeKvWrite { rows, heads, kv_heads, head_dim, kv_rows, rope, packed } => {
             let (rows, hd) = (rows as usize, head_dim as usize);
             let (qw, kvw) = (heads as usize * hd, kv_heads as usize * hd);
-            let [q, k, v, positions, cache_base, q_out, k_cache, v_cache] = arity(launch, 5, 3)? else { unreachable!() };
-            float_operand(q, "q", rows * qw)?;
-            float_operand(k, "k", rows * kvw)?;
-            float_operand(v, "v", rows * kvw)?;
+            let bufs = arity(launch, if packed { 3 } else { 5 }, 3)?;
+            let (inputs, rest) = bufs.split_at(bufs.len() - 5);
+            let [positions, cache_base, q_out, k_cache, v_cache] = rest else { unreachable!("arity checked") };
             typed_operand(positions, "positions", DType::I32, rows)?;
             typed_operand(cache_base, "cache_base", DType::I32, rows)?;
             float_operand(q_out, "q_out", rows * qw)?;
@@ -621,19 +620,38 @@ fn execute(regions: &mut [Vec<u8>; N_REGIONS], s: &mut Scratch, launch: &Launch)
             load_ints(operand(regions, positions)?, &mut s.ints_a);
             load_ints(operand(regions, cache_base)?, &mut s.ints_b);
             check_kv_rows(&s.ints_a[..rows], &s.ints_b, kv_rows)?;
+            // q into s.a, k into k_v, v into s.out (a packed qkv's rows are q | k | v).
+            let kv_dtype = if packed { inputs[0].dtype } else { inputs[1].dtype };
+            let mut k_v = Vec::new();
+            if let [qkv] = inputs {
+                let w = qw + 2 * kvw;
+                float_operand(qkv, "qkv", rows * w)?;
+                let mut all = Vec::new();
+                load_all(operand(regions, qkv)?, qkv.dtype, &mut all);
+                let cols =
+                    |lo: usize, n: usize| -> Vec<f32> { (0..rows).flat_map(|r| all[r * w + lo..r * w + lo + n].iter().copied()).collect() };
+                s.a = cols(0, qw);
+                k_v = cols(qw, kvw);
+                s.out = cols(qw + kvw, kvw);
+            } else {
+                let [q, k, v] = inputs else { unreachable!("arity checked") };
+                float_operand(q, "q", rows * qw)?;
+                float_operand(k, "k", rows * kvw)?;
+                float_operand(v, "v", rows * kvw)?;
+                load_all(operand(regions, q)?, q.dtype, &mut s.a);
+                load_all(operand(regions, k)?, k.dtype, &mut k_v);
+                load_all(operand(regions, v)?, v.dtype, &mut s.out);
+            }
             s.b.clear();
             s.b.extend((0..rotary / 2).map(|i| rope.inv_freq(i)));
             let pos = &s.ints_a[..rows];
-            load_all(operand(regions, q)?, q.dtype, &mut s.a);
             rotate_rows(&mut s.a, qw, hd, &s.b, &rope, pos);
             store(regions, q_out, &s.a)?;
-            load_all(operand(regions, k)?, k.dtype, &mut s.a);
-            rotate_rows(&mut s.a, kvw, hd, &s.b, &rope, pos);
-            for x in s.a.iter_mut() {
-                *x = round_to(k.dtype, *x);
+            rotate_rows(&mut k_v, kvw, hd, &s.b, &rope, pos);
+            for x in k_v.iter_mut() {
+                *x = round_to(kv_dtype, *x);
             }
-            load_all(operand(regions, v)?, v.dtype, &mut s.out);
-            write_kv_rows(regions, [(k_cache, &s.a), (v_cache, &s.out)], pos, &s.ints_b, kvw)
+            write_kv_rows(regions, [(k_cache, &k_v), (v_cache, &s.out)], pos, &s.ints_b, kvw)
         }
         // The tensor-core prefill kernel has the semantics of `Attention`.
         Kernel::Attention { rows, heads, kv_heads, head_dim, scale, kv_rows }

@@ -77,9 +77,17 @@ pub fn scalars(kernel: &Kernel) -> Vec<Scalar> {
         //  original_max_position)
         Kernel::Rope { rows, heads, head_dim, rope } => [vec![U32(rows), U32(heads), U32(head_dim)], rope_scalars(&rope)].concat(),
         // (q, k, v, positions, cache_base, q_out, k_cache, v_cache, rows, heads, kv_heads,
-        //  head_dim, kv_rows, then Rope's rotary_dim .. original_max_position)
-        Kernel::RopeKvWrite { rows, heads, kv_heads, head_dim, kv_rows, rope } => {
-            [vec![U32(rows), U32(heads), U32(kv_heads), U32(head_dim), U32(kv_rows)], rope_scalars(&rope)].concat()
+        //  head_dim, kv_rows, q_stride, kv_stride, then Rope's rotary_dim .. original_max_position):
+        //  the strides are the elements between rows of q and of k / v (a packed qkv's width).
+        Kernel::RopeKvWrite { rows, heads, kv_heads, head_dim, kv_rows, rope, packed } => {
+            let (q_stride, kv_stride) = if packed {
+                let w = (heads + 2 * kv_heads) * head_dim;
+                (w, w)
+            } else {
+                (heads * head_dim, kv_heads * head_dim)
+            };
+            [vec![U32(rows), U32(heads), U32(kv_heads), U32(head_dim), U32(kv_rows), U32(q_stride), U32(kv_stride)], rope_scalars(&rope)]
+                .concat()
         }
         // (k, v, positions, cache_base, k_cache, v_cache, rows, kv_dim, kv_rows)
         Kernel::KvWrite { rows, kv_dim, kv_rows } => vec![U32(rows), U32(kv_dim), U32(kv_rows)],
@@ -152,13 +160,15 @@ pub fn pointer_slots(kernel: &Kernel, bufs: &[BufArg]) -> usize {
         Kernel::Linear { bias: false, .. } => bufs.len() + 1,
         Kernel::FusedLinear { .. } => 6,
         Kernel::QkvLinear { .. } => 11,
+        Kernel::RopeKvWrite { .. } => 8,
         Kernel::GatedLinear { .. } => 5,
         _ => bufs.len(),
     }
 }
 
 /// Device pointers of a launch's operands given each region's base address, with a null bias
-/// slot inserted for a bias-less linear (its operands become x, weight, 0, out).
+/// slot inserted for a bias-less linear (its operands become x, weight, 0, out), and a packed
+/// qkv expanded to its q, k and v column ranges.
 pub fn pointers(kernel: &Kernel, bufs: &[BufArg], region_base: &[u64; crate::plan::N_REGIONS]) -> Vec<u64> {
     let mut p: Vec<u64> = bufs.iter().map(|b| region_base[b.region.index()] + b.offset).collect();
     match *kernel {
@@ -170,6 +180,13 @@ pub fn pointers(kernel: &Kernel, bufs: &[BufArg], region_base: &[u64; crate::pla
             return vec![next(true), next(norm), next(true), next(bias), next(residual), next(true)];
         }
         Kernel::GatedLinear { norm: false, .. } => p.insert(1, 0),
+        // A packed qkv: q, k and v are column ranges of one buffer.
+        Kernel::RopeKvWrite { heads, kv_heads, head_dim, packed: true, .. } => {
+            let es = bufs[0].dtype.size() as u64;
+            let base = p[0];
+            let (k, v) = (base + (heads * head_dim) as u64 * es, base + ((heads + kv_heads) * head_dim) as u64 * es);
+            p.splice(1..1, [k, v]);
+        }
         // Fixed slots x, norm_w, wq, wk, wv, bq, bk, bv, out_q, out_k, out_v; absent ones are null.
         Kernel::QkvLinear { norm, bias, .. } => {
             let mut it = p.into_iter();
