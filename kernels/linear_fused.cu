@@ -27,7 +27,8 @@
 //   over the warps, partial tiles summed in warp order through shared memory), sharing linear.cu's
 //   main loop (gemv_mma_loop: a ring of KILN_FUSED_DEPTH chunks per warp, KILN_GATED_DEPTH for
 //   the two matrices of the gated kernel); the norm's inverse RMS comes from 16-byte loads over
-//   the whole block (fused_row_inv16) and x is normed as each chunk is consumed. Otherwise SIMT:
+//   the whole block (fused_row_inv16); the normed rows are then staged in shared memory when they
+//   fit KILN_FUSED_NORM_STAGE (FusedNormX), else x is normed as each chunk is consumed. Otherwise SIMT:
 //   a warp per feature, lanes strided over k, warp-shuffle sums.
 // PDL: the tensor-core path issues its first weight loads before kiln::wait_prior_grids() and
 // reads x, norm_w's row statistics, bias and residual and writes `out` only after it; every other
@@ -56,6 +57,11 @@ namespace kiln {
 #define KILN_FUSED_BOUNDS __maxnreg__(KILN_FUSED_MAXNREG)
 #else
 #define KILN_FUSED_BOUNDS __launch_bounds__(32 * KILN_FUSED_GEMV_MAX_WARPS)
+#endif
+// Bytes of shared memory for the normed x of the tensor-core GEMV (FusedNormX's STAGED path: rows x
+// in elements; 16 KiB holds one row of up to 8192 features, or 2 of 4096); 0 turns staging off.
+#ifndef KILN_FUSED_NORM_STAGE
+#define KILN_FUSED_NORM_STAGE 16384
 #endif
 // Shared floats: the tiled path's three 32 x 65 tiles; the GEMV's partial tiles (2 x 16 x 4 x 32)
 // fit in the same space.
@@ -142,29 +148,53 @@ __device__ void fused_row_inv16(const T* x, unsigned int rows, unsigned int in, 
 }
 
 // The x operand of the fused GEMVs (see gemv_mma_loop): x row rx at element `first + off`, normed
-// when the kernel has a norm (the norm weight is read, from L1, as each chunk is consumed).
-// prepare() runs after kiln::wait_prior_grids(): it computes the rows' inverse RMS. NORM is a
-// template parameter so that the main loop has no branch on it (ptxas then keeps the ring's loads
-// where they are issued).
-template <typename T, bool NORM> struct FusedNormX {
+// when the kernel has a norm. prepare() runs after kiln::wait_prior_grids(): it computes the rows'
+// inverse RMS. NORM and STAGED are template parameters so that the main loop has no branch on them
+// (ptxas then keeps the ring's loads where they are issued).
+// - STAGED (the rows' normed x fits KILN_FUSED_NORM_STAGE bytes): prepare() also writes every
+//   normed element of x to shared memory once per block (`hs`, rows x in of T), and the main loop
+//   reads it from there as the plain GEMV reads x: no norm arithmetic between a chunk's load and
+//   its MMAs. Same values: each element is norm16 of the same inputs.
+// - otherwise the norm weight is read (from L1) and x normed as each chunk is consumed.
+template <typename T, bool NORM, bool STAGED = false> struct FusedNormX {
   const T* x;
   const T* px;  // x + rx * in + first
   const T* pn;  // norm_w + first
+  const T* nw;  // norm_w
   unsigned int rows, in, rx;
   float eps;
   float* inv_s;
   float* scratch;
   float inv;
+  T* hs;        // STAGED: the block's normed rows, [rows][in]
+  const T* phs; // STAGED: hs + rx * in + first
   __device__ __forceinline__ void prepare() {
     inv = 1.0f;
     if constexpr (NORM) {
       fused_row_inv16<T>(x, rows, in, eps, inv_s, scratch);
       inv = inv_s[rx];
+      if constexpr (STAGED) {
+        const unsigned int per_row = in / 8;
+        for (unsigned int v = threadIdx.x; v < rows * per_row; v += blockDim.x) {
+          const unsigned int r = v / per_row;
+          const size_t e = (size_t)(v - r * per_row) * 8;
+          const uint4 xv = load16_act(x + (size_t)r * in + e);
+          const uint4 wv = __ldg(reinterpret_cast<const uint4*>(nw + e));
+          *reinterpret_cast<uint4*>(hs + (size_t)r * in + e) = norm16<T>(xv, wv, inv_s[r]);
+        }
+        __syncthreads();
+      }
     }
   }
-  __device__ __forceinline__ uint4 load(unsigned int off) const { return load16_act(px + off); }
+  __device__ __forceinline__ uint4 load(unsigned int off) const {
+    if constexpr (NORM && STAGED) {
+      return *reinterpret_cast<const uint4*>(phs + off);
+    } else {
+      return load16_act(px + off);
+    }
+  }
   __device__ __forceinline__ uint4 finish(const uint4& v, unsigned int off) const {
-    if constexpr (NORM) {
+    if constexpr (NORM && !STAGED) {
       return norm16<T>(v, __ldg(reinterpret_cast<const uint4*>(pn + off)), inv);
     } else {
       return v;
@@ -188,10 +218,10 @@ __device__ __forceinline__ O fused_finish(float s, float su, const T* bias, cons
 
 // Tensor-core GEMV (f16 / bf16, in % 8 == 0, aligned), WARPS = blockDim.x / 32: the main loop of
 // linear.cu (gemv_mma_loop, which also waits for the prior grids after its first weight loads).
-template <typename T, typename O, bool GATED, int WARPS, bool NORM>
+template <typename T, typename O, bool GATED, int WARPS, bool NORM, bool STAGED>
 __device__ void fused_gemv_mma(const T* x, const T* nw, const T* w,
                                const T* wu, const T* bias, const O* residual,
-                               O* __restrict__ out, unsigned int rows, unsigned int in, unsigned int outf, float eps, bool has_bias, bool has_res, float* inv_s, float* smem) {
+                               O* __restrict__ out, unsigned int rows, unsigned int in, unsigned int outf, float eps, bool has_bias, bool has_res, float* inv_s, float* smem, T* hs) {
   constexpr int U = KILN_LINEAR_GEMV_UNROLL;
   constexpr int Q = GATED ? 2 : 1;
   constexpr int D = GATED ? KILN_GATED_DEPTH : KILN_FUSED_DEPTH;
@@ -204,7 +234,8 @@ __device__ void fused_gemv_mma(const T* x, const T* nw, const T* w,
   const unsigned int first = gemv_mma_first<WARPS, U>();
   // The norm's scratch and the partial tiles share `smem`: the scratch is last read before the
   // barrier that ends fused_row_inv16, the partials first written after the main loop.
-  FusedNormX<T, NORM> xop{x, x + (size_t)rx * in + first, nw + first, rows, in, rx, eps, inv_s, smem, 1.0f};
+  FusedNormX<T, NORM, STAGED> xop{x, x + (size_t)rx * in + first, nw + first, nw, rows, in, rx, eps, inv_s, smem,
+                                  1.0f, hs, hs + (size_t)rx * in + first};
   float c[Q][4];
 #pragma unroll
   for (int q = 0; q < Q; ++q)
@@ -356,19 +387,25 @@ __device__ void fused_linear(const T* x, const T* nw, const T* w, const T* wu, c
     const bool aligned = aligned16(x) && aligned16(w) && (!GATED || aligned16(wu)) && (!has_norm || aligned16(nw));
     if (rows != 0 && rows <= KILN_FUSED_GEMV_MAX_ROWS && in != 0 && in % 8 == 0 && aligned) {
       // Waits for the prior grids inside, after its first weight loads.
-#define KILN_FUSED_GEMV_CALL(WARPS, NORM)                                                                  \
-  fused_gemv_mma<T, O, GATED, WARPS, NORM>(x, nw, w, wu, bias, residual, out, rows, in, outf, eps, has_bias, has_res, \
-                                           inv_s, smem)
+#define KILN_FUSED_GEMV_CALL(WARPS, NORM, STAGED)                                                          \
+  fused_gemv_mma<T, O, GATED, WARPS, NORM, STAGED>(x, nw, w, wu, bias, residual, out, rows, in, outf, eps, has_bias, \
+                                                   has_res, inv_s, smem, reinterpret_cast<T*>(stage))
+      __shared__ __align__(16) unsigned char stage[KILN_FUSED_NORM_STAGE > 0 ? KILN_FUSED_NORM_STAGE : 16];
+      const bool staged = (size_t)rows * in * sizeof(T) <= KILN_FUSED_NORM_STAGE;
       if (blockDim.x == 32 * KILN_FUSED_GEMV_MAX_WARPS) {
-        if (has_norm) {
-          KILN_FUSED_GEMV_CALL(KILN_FUSED_GEMV_MAX_WARPS, true);
+        if (has_norm && staged) {
+          KILN_FUSED_GEMV_CALL(KILN_FUSED_GEMV_MAX_WARPS, true, true);
+        } else if (has_norm) {
+          KILN_FUSED_GEMV_CALL(KILN_FUSED_GEMV_MAX_WARPS, true, false);
         } else {
-          KILN_FUSED_GEMV_CALL(KILN_FUSED_GEMV_MAX_WARPS, false);
+          KILN_FUSED_GEMV_CALL(KILN_FUSED_GEMV_MAX_WARPS, false, false);
         }
+      } else if (has_norm && staged) {
+        KILN_FUSED_GEMV_CALL(8, true, true);
       } else if (has_norm) {
-        KILN_FUSED_GEMV_CALL(8, true);
+        KILN_FUSED_GEMV_CALL(8, true, false);
       } else {
-        KILN_FUSED_GEMV_CALL(8, false);
+        KILN_FUSED_GEMV_CALL(8, false, false);
       }
 #undef KILN_FUSED_GEMV_CALL
       return;
@@ -439,7 +476,7 @@ __device__ void qkv_gemv_mma(const T* x, const T* nw, const QkvOut<T>& qo, unsig
   const unsigned int fa = n0 + g < total ? n0 + g : 0, fb = n0 + g + 8 < total ? n0 + g + 8 : 0;
   const unsigned int rx = g < rows ? g : 0;
   const unsigned int first = gemv_mma_first<WARPS, U>();
-  FusedNormX<T, NORM> xop{x, x + (size_t)rx * in + first, nw + first, rows, in, rx, eps, inv_s, smem, 1.0f};
+  FusedNormX<T, NORM> xop{x, x + (size_t)rx * in + first, nw + first, nw, rows, in, rx, eps, inv_s, smem, 1.0f, nullptr, nullptr};
   float c[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
   const T* const rows_a[1] = {qo.row(fa, in)};
   const T* const rows_b[1] = {qo.row(fb, in)};
