@@ -93,9 +93,8 @@ def cdiv(a, b):
 
 
 def attention_splits(rows, heads, max_context, target_blocks=264):
-    """A split choice with about `target_blocks` blocks at full context: rows * heads * splits >=
-    target_blocks, split_len a multiple of 64 (the planner's rule until session 5; the planner now
-    takes splits of 64 positions, src/plan/planner.rs `attention_splits`). Returns (splits, split_len)."""
+    """The planner's split choice (src/plan/planner.rs `attention_splits`): rows * heads * splits
+    >= target_blocks, split_len a multiple of 64. Returns (splits, split_len)."""
     max_splits = max(1, cdiv(max_context, 64))
     splits = min(max(1, cdiv(target_blocks, rows * heads)), max_splits)
     split_len = cdiv(cdiv(max_context, splits), 64) * 64
@@ -1104,9 +1103,9 @@ class Checker:
                 bases = [cp.asarray(np.arange(i * R, (i + 1) * R, dtype=np.int32) * ctx) for i in range(n_sets)]
                 out = cp.zeros(R * H * HD, dtype=cp.uint16)
                 kv_bytes = R * kv_bytes_seq
-                planner = (cdiv(ctx, 64), 64)  # the planner's splits of 64 positions
-                by_kv = attention_splits(R, KVH, ctx)  # the earlier ~264-block rule, counting kv blocks
-                variants = [("planner", planner), ("264-blocks", by_kv)]
+                planner = attention_splits(R, H, ctx)
+                by_kv = attention_splits(R, KVH, ctx)  # the same rule counting blocks as the kernel launches them
+                variants = [("planner", planner), ("kv-blocks", by_kv)]
                 if by_kv == planner:
                     variants = variants[:1]
                 fm = self.fn("kiln_attention_merge_bf16")

@@ -279,19 +279,20 @@ struct WorkspaceSpec {
     bytes: u64,
 }
 
-/// Decode attention is split over the KV length in splits of [`ATTENTION_SPLIT_LEN`] positions
-/// (`max_context / 64` splits): a sequence of length `n` has `ceil(n / 64)` active splits, each
-/// one block per (row, kv head, head chunk), so a short context still spreads over many blocks
-/// and a long one fills the GPU. Fixed per plan, so a growing sequence never re-plans.
-/// Measured on the H200 (ncu, `bench/results/2026-11-30-h200-ncu-*-decode-efb439b.txt`): the
-/// earlier rule (about 264 blocks at full context: 23 x 192 on Llama-3.2-1B at max context 4352)
-/// left 8 active blocks at context 128-384, and the split kernel took 10.2 us per layer there,
-/// latency-bound (a block walks its split 32 positions at a time); the merge reads at most
-/// `splits` partial states per head, a few hundred KB per layer at full context.
-pub const ATTENTION_SPLIT_LEN: u32 = 64;
-
-pub fn attention_splits(max_context: u32) -> (u32, u32) {
-    (max_context.div_ceil(ATTENTION_SPLIT_LEN).max(1), ATTENTION_SPLIT_LEN)
+/// Decode attention is split over the KV length so that a long context fills the GPU: about one
+/// full wave at two blocks per SM on a 132-SM GPU at full context, counting the blocks the
+/// kernel launches (one per row, kv head and chunk of at most 4 query heads, see
+/// `geometry::ATTENTION_SPLIT_MAX_GROUP`), splits of at least 64 positions (a multiple of 64).
+/// Fixed per bucket, so a growing sequence never re-plans. Measured on the H200 (bench notes in
+/// the attention_split.cu header): 32 x 128 at one row and 8 x 512 at four rows were fastest.
+pub fn attention_splits(rows: u32, heads: u32, kv_heads: u32, max_context: u32) -> (u32, u32) {
+    const TARGET_BLOCKS: u32 = 264;
+    let group = heads / kv_heads.max(1);
+    let blocks = rows * kv_heads * group.div_ceil(super::geometry::ATTENTION_SPLIT_MAX_GROUP);
+    let max_splits = max_context.div_ceil(64).max(1);
+    let splits = (TARGET_BLOCKS / blocks.max(1)).clamp(1, max_splits);
+    let split_len = max_context.div_ceil(splits).div_ceil(64) * 64;
+    (max_context.div_ceil(split_len), split_len)
 }
 
 /// The launches of one op: usually one; decode attention becomes split + merge.
@@ -336,7 +337,7 @@ fn launches_of(p: &Program, name: &str, op: &Op, max_context: usize, workspaces:
     }
     // Device loops run the decode program as their body: the same split, so the same bits.
     if let (Phase::Decode | Phase::DecodeLoop, Kernel::Attention { rows, heads, kv_heads, head_dim, scale, kv_rows }) = (p.phase, &kernel) {
-        let (splits, split_len) = attention_splits(max_context as u32);
+        let (splits, split_len) = attention_splits(*rows, *heads, *kv_heads, max_context as u32);
         if splits > 1 {
             let Op::Attention { q, k_cache, v_cache, positions, cache_base, out, .. } = *op else {
                 unreachable!("attention kernel from attention op")
