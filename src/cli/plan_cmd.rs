@@ -30,10 +30,9 @@ pub struct PlanArgs {
     /// takes one launch per token).
     #[arg(long, default_value_t = 64)]
     pub burst: usize,
-    /// Run the fusion pass (norm prologues, gated MLP, residual epilogues): fewer launches,
-    /// the same results on the CPU reference, and in `kiln gate`. Off by default: on the H200 the
-    /// fused plans decode 1-2% faster on the Llama-3.2-1B / 3.1-8B shapes but 20% slower on
-    /// Qwen2.5-0.5B (bench/NOTES-decode.md).
+    /// Run the fusion pass (norm prologues, gated MLP, residual epilogues, packed Q/K/V, RoPE
+    /// with the KV write): fewer launches, the same results on the CPU reference, and in `kiln
+    /// gate`. The H200 numbers in bench/results are measured with fused plans.
     #[arg(long)]
     pub fuse: bool,
 }

@@ -140,8 +140,9 @@ pub fn fmt_bytes(b: u64) -> String {
     }
 }
 
-/// Weights in the config's tensor-table order; state, step fields and outputs in order of
-/// first appearance over the programs, each sized for its largest use.
+/// Weights in the config's tensor-table order, except that tensors one launch reads as one
+/// buffer (a packed QKV's weights, its biases) go back to back; state, step fields and outputs
+/// in order of first appearance over the programs, each sized for its largest use.
 fn layout_persistent(cfg: &ModelConfig, opts: &PlanOptions, programs: &[Program]) -> Result<(Vec<PlannedTensor>, [u64; N_REGIONS])> {
     let mut order: Vec<(String, ValueClass, DType, Vec<usize>)> =
         cfg.tensors().into_iter().map(|t| (t.name, ValueClass::Weight, opts.dtype, t.shape)).collect();
