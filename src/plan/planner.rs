@@ -301,14 +301,11 @@ fn launches_of(p: &Program, name: &str, op: &Op, max_context: usize, workspaces:
     let mut operands: Vec<(Operand, Access)> = op.reads().into_iter().map(|v| (Operand::Value(v), Access::Read)).collect();
     operands.extend(op.writes().into_iter().map(|v| (Operand::Value(v), Access::Write)));
     let mut kernel = kernel_of(p, op);
+    // A packed QKV reads its three weights (and biases), consecutive operands, as one buffer.
     let packs = match *op {
-        Op::QkvLinear { norm, biases, outs: Qkv::Packed(_), .. } => {
-            let w0 = 1 + norm.is_some() as usize;
-            let mut packs = vec![(w0, 3)];
-            if biases.is_some() {
-                packs.push((w0 + 3, 3));
-            }
-            packs
+        Op::QkvLinear { weights, biases, outs: Qkv::Packed(_), .. } => {
+            let at = |v: ValueId| operands.iter().position(|&(o, _)| o == Operand::Value(v)).expect("an operand of its op");
+            [Some(weights), biases].into_iter().flatten().map(|run| (at(run[0]), run.len())).collect()
         }
         _ => Vec::new(),
     };

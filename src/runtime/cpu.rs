@@ -620,38 +620,31 @@ fn execute(regions: &mut [Vec<u8>; N_REGIONS], s: &mut Scratch, launch: &Launch)
             load_ints(operand(regions, positions)?, &mut s.ints_a);
             load_ints(operand(regions, cache_base)?, &mut s.ints_b);
             check_kv_rows(&s.ints_a[..rows], &s.ints_b, kv_rows)?;
-            // q into s.a, k into k_v, v into s.out (a packed qkv's rows are q | k | v).
-            let kv_dtype = if packed { inputs[0].dtype } else { inputs[1].dtype };
-            let mut k_v = Vec::new();
+            // q, k, v: three operands, or column ranges of one packed qkv (rows q | k | v), which
+            // is decoded once into s.row. q into s.a (rotated, stored), then k into s.a, v into s.out.
+            let w = qw + 2 * kvw;
             if let [qkv] = inputs {
-                let w = qw + 2 * kvw;
                 float_operand(qkv, "qkv", rows * w)?;
-                let mut all = Vec::new();
-                load_all(operand(regions, qkv)?, qkv.dtype, &mut all);
-                let cols =
-                    |lo: usize, n: usize| -> Vec<f32> { (0..rows).flat_map(|r| all[r * w + lo..r * w + lo + n].iter().copied()).collect() };
-                s.a = cols(0, qw);
-                k_v = cols(qw, kvw);
-                s.out = cols(qw + kvw, kvw);
+                load_all(operand(regions, qkv)?, qkv.dtype, &mut s.row);
             } else {
-                let [q, k, v] = inputs else { unreachable!("arity checked") };
-                float_operand(q, "q", rows * qw)?;
-                float_operand(k, "k", rows * kvw)?;
-                float_operand(v, "v", rows * kvw)?;
-                load_all(operand(regions, q)?, q.dtype, &mut s.a);
-                load_all(operand(regions, k)?, k.dtype, &mut k_v);
-                load_all(operand(regions, v)?, v.dtype, &mut s.out);
+                for (x, what, n) in [(&inputs[0], "q", qw), (&inputs[1], "k", kvw), (&inputs[2], "v", kvw)] {
+                    float_operand(x, what, rows * n)?;
+                }
             }
             s.b.clear();
             s.b.extend((0..rotary / 2).map(|i| rope.inv_freq(i)));
             let pos = &s.ints_a[..rows];
+            qkv_part(regions, inputs, &s.row, rows, w, (0, 0, qw), &mut s.a)?;
             rotate_rows(&mut s.a, qw, hd, &s.b, &rope, pos);
             store(regions, q_out, &s.a)?;
-            rotate_rows(&mut k_v, kvw, hd, &s.b, &rope, pos);
-            for x in k_v.iter_mut() {
+            qkv_part(regions, inputs, &s.row, rows, w, (1, qw, kvw), &mut s.a)?;
+            qkv_part(regions, inputs, &s.row, rows, w, (2, qw + kvw, kvw), &mut s.out)?;
+            rotate_rows(&mut s.a, kvw, hd, &s.b, &rope, pos);
+            let kv_dtype = inputs[if packed { 0 } else { 1 }].dtype;
+            for x in s.a.iter_mut() {
                 *x = round_to(kv_dtype, *x);
             }
-            write_kv_rows(regions, [(k_cache, &k_v), (v_cache, &s.out)], pos, &s.ints_b, kvw)
+            write_kv_rows(regions, [(k_cache, &s.a), (v_cache, &s.out)], pos, &s.ints_b, kvw)
         }
         // The tensor-core prefill kernel has the semantics of `Attention`.
         Kernel::Attention { rows, heads, kv_heads, head_dim, scale, kv_rows }
@@ -988,6 +981,27 @@ fn rms_norm_rows(x: &[f32], w: &[f32], out: &mut [f32], dim: usize, eps: f32, x_
 
 /// Rotates every head (`head_dim` wide) of every non-padding row (`positions[r] >= 0`) of
 /// `vals`, rows of `width`; padding rows and elements past rotary_dim stay unchanged.
+/// Part `i` (0 q, 1 k, 2 v) of a RoPE launch's inputs into `dst`: operand `i`, or, when the
+/// launch has one packed qkv operand, already decoded into `packed` (rows of `w`: q | k | v),
+/// its `n` columns from `lo`.
+fn qkv_part(
+    regions: &[Vec<u8>; N_REGIONS],
+    inputs: &[BufArg],
+    packed: &[f32],
+    rows: usize,
+    w: usize,
+    (i, lo, n): (usize, usize, usize),
+    dst: &mut Vec<f32>,
+) -> Result<()> {
+    if let [_] = inputs {
+        dst.clear();
+        dst.extend((0..rows).flat_map(|r| packed[r * w + lo..r * w + lo + n].iter().copied()));
+    } else {
+        load_all(operand(regions, &inputs[i])?, inputs[i].dtype, dst);
+    }
+    Ok(())
+}
+
 fn rotate_rows(vals: &mut [f32], width: usize, head_dim: usize, inv_freq: &[f32], rope: &RopeSpec, positions: &[i32]) {
     for (r, &pos) in positions.iter().enumerate() {
         if pos < 0 {
