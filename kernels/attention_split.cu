@@ -33,7 +33,7 @@
 // Split algorithm: one block of 256 threads (8 warps) per (row, kv head, head chunk, split).
 // The block reads its split's K and V rows once and applies them to every q head of the GQA
 // group (a chunk of at most KILN_ATTN_SPLIT_MAX_GROUP = 4 heads, so that the per-head state stays
-// in registers with two blocks per SM; larger groups take several chunks, whose blocks are
+// in registers; larger groups take several chunks, whose blocks are
 // adjacent and share the K/V rows through the L2). A position's head_dim is spread over
 // C = pow2ceil(ceil(head_dim / 8)) lanes, 8 dims each (16-byte loads for f16/bf16, two for f32;
 // scalar loads when head_dim % 8 != 0 or a cache is misaligned), so a warp covers 32 / C
@@ -59,10 +59,11 @@
 #define KILN_ATTN_SPLIT_MAX_GROUP 4
 #define KILN_ATTN_SPLIT_UNROLL 2
 // Blocks per SM the register allocation must allow (__launch_bounds__): 1 keeps every head's
-// state in registers (about 205); 2 caps them at 128 with small spills. Overridable only for the
-// tuning sweep of scripts/kernel_check.py --bench.
+// state in registers (about 205); 2 caps them at 128 with small spills. 1: end to end on the
+// H200 (2026-11-30, kiln bench decode, context 128, same machine) 1 gave 209.8 / 974.8 / 944.6
+// tok/s against 207.7 / 967.2 / 942.1 with 2 (8B / 1B / 0.5B shapes). Overridable for sweeps.
 #ifndef KILN_ATTN_SPLIT_MIN_BLOCKS
-#define KILN_ATTN_SPLIT_MIN_BLOCKS 2
+#define KILN_ATTN_SPLIT_MIN_BLOCKS 1
 #endif
 #define KILN_ATTN_SPLIT_MAX_HEAD_DIM 256
 #define KILN_ATTN_SPLIT_DIMS 8

@@ -436,13 +436,21 @@ __device__ void linear(const T* x, const T* w, const T* bias, O* out, unsigned i
 
 }  // namespace kiln
 
-#define KILN_LINEAR_OUT(dt, T, outdt, O)                                                            \
-  extern "C" __global__ void KILN_LINEAR_BOUNDS                                                     \
-      kiln_linear_##dt##_##outdt(const T* x, const T* weight, const T* bias, O* out, unsigned int rows, \
-                                 unsigned int in_features, unsigned int out_features,               \
-                                 unsigned int has_bias) {                                           \
+// Each linear-family kernel comes in two variants: the default (KILN_LINEAR_BOUNDS: 256 or 512
+// threads, up to 128 registers, two 256-thread blocks per SM) and `_o3`, compiled for three
+// 256-thread blocks per SM (at most 80 registers) for grids whose waves that fills better
+// (src/plan/geometry.rs `gemv_occupancy`; launched with 256 threads only). Same code, same results.
+#define KILN_GEMV_DENSE_BOUNDS __launch_bounds__(32 * KILN_LINEAR_GEMV_WARPS, 3)
+
+#define KILN_LINEAR_VARIANT(dt, T, outdt, O, SUFFIX, BOUNDS)                                        \
+  extern "C" __global__ void BOUNDS kiln_linear_##dt##_##outdt##SUFFIX(                             \
+      const T* x, const T* weight, const T* bias, O* out, unsigned int rows, unsigned int in_features, \
+      unsigned int out_features, unsigned int has_bias) {                                           \
     kiln::linear<T, O>(x, weight, bias, out, rows, in_features, out_features, has_bias);            \
   }
+#define KILN_LINEAR_OUT(dt, T, outdt, O)                                                            \
+  KILN_LINEAR_VARIANT(dt, T, outdt, O, , KILN_LINEAR_BOUNDS)                                        \
+  KILN_LINEAR_VARIANT(dt, T, outdt, O, _o3, KILN_GEMV_DENSE_BOUNDS)
 KILN_LINEAR_OUT(f32, float, f32, float)
 KILN_LINEAR_OUT(f16, __half, f16, __half)
 KILN_LINEAR_OUT(f16, __half, f32, float)

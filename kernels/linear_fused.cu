@@ -566,37 +566,47 @@ __device__ void qkv_linear(const T* x, const T* nw, const T* wq, const T* wk, co
 
 }  // namespace kiln
 
-#define KILN_FUSED_LINEAR_OUT(dt, T, outdt, O)                                                                     \
-  extern "C" __global__ void KILN_FUSED_BOUNDS kiln_fused_linear_##dt##_##outdt( \
+// Each kernel in its default and `_o3` variants (see linear.cu: KILN_GEMV_DENSE_BOUNDS).
+#define KILN_FUSED_LINEAR_VARIANT(dt, T, outdt, O, SUFFIX, BOUNDS)                                               \
+  extern "C" __global__ void BOUNDS kiln_fused_linear_##dt##_##outdt##SUFFIX(                                   \
       const T* x, const T* norm_w, const T* weight, const T* bias, const O* residual, O* out, unsigned int rows,   \
       unsigned int in_features, unsigned int out_features, unsigned int has_norm, float eps,                      \
       unsigned int has_bias, unsigned int has_residual) {                                                         \
     kiln::fused_linear<T, O, false>(x, norm_w, weight, nullptr, bias, residual, out, rows, in_features,           \
                                     out_features, has_norm, eps, has_bias, has_residual);                         \
   }
+#define KILN_FUSED_LINEAR_OUT(dt, T, outdt, O)                                                                     \
+  KILN_FUSED_LINEAR_VARIANT(dt, T, outdt, O, , KILN_FUSED_BOUNDS)                                                 \
+  KILN_FUSED_LINEAR_VARIANT(dt, T, outdt, O, _o3, KILN_GEMV_DENSE_BOUNDS)
 KILN_FUSED_LINEAR_OUT(f32, float, f32, float)
 KILN_FUSED_LINEAR_OUT(f16, __half, f16, __half)
 KILN_FUSED_LINEAR_OUT(f16, __half, f32, float)
 KILN_FUSED_LINEAR_OUT(bf16, __nv_bfloat16, bf16, __nv_bfloat16)
 KILN_FUSED_LINEAR_OUT(bf16, __nv_bfloat16, f32, float)
 
-#define KILN_GATED_LINEAR(dt, T)                                                                                  \
-  extern "C" __global__ void KILN_FUSED_BOUNDS kiln_gated_linear_##dt(            \
+#define KILN_GATED_LINEAR_VARIANT(dt, T, SUFFIX, BOUNDS)                                                          \
+  extern "C" __global__ void BOUNDS kiln_gated_linear_##dt##SUFFIX(                                             \
       const T* x, const T* norm_w, const T* gate, const T* up, T* out, unsigned int rows, unsigned int in_features, \
       unsigned int out_features, unsigned int has_norm, float eps) {                                              \
     kiln::fused_linear<T, T, true>(x, norm_w, gate, up, nullptr, nullptr, out, rows, in_features, out_features,   \
                                    has_norm, eps, 0u, 0u);                                                        \
   }
+#define KILN_GATED_LINEAR(dt, T)                                                                                  \
+  KILN_GATED_LINEAR_VARIANT(dt, T, , KILN_FUSED_BOUNDS)                                                           \
+  KILN_GATED_LINEAR_VARIANT(dt, T, _o3, KILN_GEMV_DENSE_BOUNDS)
 KILN_FOR_EACH_DTYPE(KILN_GATED_LINEAR)
 
 // (x, norm_w|0, wq, wk, wv, bq|0, bk|0, bv|0, out_q, out_k, out_v, rows, in_features, nq, nk, nv,
 //  has_norm, eps, has_bias): Op::QkvLinear, grid (ceil((nq + nk + nv) / 16)).
-#define KILN_QKV_LINEAR(dt, T)                                                                                    \
-  extern "C" __global__ void KILN_FUSED_BOUNDS kiln_qkv_linear_##dt(                                            \
+#define KILN_QKV_LINEAR_VARIANT(dt, T, SUFFIX, BOUNDS)                                                            \
+  extern "C" __global__ void BOUNDS kiln_qkv_linear_##dt##SUFFIX(                                               \
       const T* x, const T* norm_w, const T* wq, const T* wk, const T* wv, const T* bq, const T* bk, const T* bv,  \
       T* out_q, T* out_k, T* out_v, unsigned int rows, unsigned int in_features, unsigned int nq, unsigned int nk, \
       unsigned int nv, unsigned int has_norm, float eps, unsigned int has_bias) {                                  \
     kiln::qkv_linear<T>(x, norm_w, wq, wk, wv, bq, bk, bv, out_q, out_k, out_v, rows, in_features, nq, nk, nv,    \
                         has_norm, eps, has_bias);                                                                 \
   }
+#define KILN_QKV_LINEAR(dt, T)                                                                                    \
+  KILN_QKV_LINEAR_VARIANT(dt, T, , KILN_FUSED_BOUNDS)                                                             \
+  KILN_QKV_LINEAR_VARIANT(dt, T, _o3, KILN_GEMV_DENSE_BOUNDS)
 KILN_FOR_EACH_DTYPE(KILN_QKV_LINEAR)

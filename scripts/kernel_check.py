@@ -318,6 +318,49 @@ class Checker:
                     same = outs[0].tobytes() == outs[1].tobytes()
                     self.report.record(f"{name}: deterministic", f"{dt.name}->{outdt.name}", same, "two runs, bitwise")
 
+    # dense variants ---------------------------------------------------------------------------
+    def dense(self, dt):
+        """The `_o3` variants (three 256-thread blocks per SM, src/plan/geometry.rs `gemv_occupancy`)
+        of the linear, fused, gated and qkv kernels give the default variant's bytes at 256 threads."""
+        eps = 1e-5
+        block = (256, 1, 1)
+        for R, K, N in ((1, 896, 4864), (8, 2048, 4352), (3, 1000, 2200)):
+            grid = (cdiv(N, 16), 1, 1)
+            x = self.dev(dt.store(self.rand(R, K, scale=2.0)))
+            nw = self.dev(dt.store(self.rand(K) * 0.5 + 1.0))
+            w = self.dev(dt.store(self.rand(N, K, scale=1.0 / math.sqrt(K))))
+            wu = self.dev(dt.store(self.rand(N, K, scale=1.0 / math.sqrt(K))))
+            b = self.dev(dt.store(self.rand(N)))
+            res = self.dev(dt.store(self.rand(R, N)))
+            nq, nk = N - 2 * (N // 8), N // 8
+            cases = [
+                (f"kiln_linear_{dt.name}_{dt.name}", lambda o: (x, w, b, o, np.uint32(R), np.uint32(K), np.uint32(N),
+                                                                np.uint32(1))),
+                (f"kiln_fused_linear_{dt.name}_{dt.name}", lambda o: (x, nw, w, b, res, o, np.uint32(R), np.uint32(K),
+                                                                      np.uint32(N), np.uint32(1), np.float32(eps),
+                                                                      np.uint32(1), np.uint32(1))),
+                (f"kiln_gated_linear_{dt.name}", lambda o: (x, nw, w, wu, o, np.uint32(R), np.uint32(K), np.uint32(N),
+                                                            np.uint32(1), np.float32(eps))),
+            ]
+            for sym, args in cases:
+                outs = []
+                for variant in ("", "_o3"):
+                    o = self.dev(dt.poison((R, N)))
+                    self.fn(sym + variant)(grid, block, args(o))
+                    self.cp.cuda.Device().synchronize()
+                    outs.append(o.get())
+                self.report.record(f"dense variant {sym[5:]} {R}x{K}->{N}", dt.name, outs[0].tobytes() == outs[1].tobytes(),
+                                   "_o3 == default, bitwise")
+            outs = []
+            for variant in ("", "_o3"):
+                o = [self.dev(dt.poison((R, n))) for n in (nq, nk, nk)]
+                self.fn(f"kiln_qkv_linear_{dt.name}{variant}")(
+                    grid, block, (x, nw, w, w, wu, b, b, b, *o, np.uint32(R), np.uint32(K), np.uint32(nq), np.uint32(nk),
+                                  np.uint32(nk), np.uint32(1), np.float32(eps), np.uint32(1)))
+                self.cp.cuda.Device().synchronize()
+                outs.append(b"".join(t.get().tobytes() for t in o))
+            self.report.record(f"dense variant qkv_linear {R}x{K}->{N}", dt.name, outs[0] == outs[1], "_o3 == default, bitwise")
+
     # fused_linear / gated_linear -------------------------------------------------------------
     def fused(self, dt):
         """FusedLinear and GatedLinear against the CPU reference's roundings (src/runtime/cpu.rs)."""
@@ -1468,7 +1511,7 @@ def main():
     print(f"compiled the kernels ({how}) in {time.time() - t0:.1f} s")
 
     checker = Checker(cp, module, np.random.default_rng(seed), report)
-    per_dtype = ["gather", "rms_norm", "add_rms_norm", "head_rms_norm", "linear", "fused", "qkv", "rope", "rope_kv_write", "kv_write", "attention",
+    per_dtype = ["gather", "rms_norm", "add_rms_norm", "head_rms_norm", "linear", "dense", "fused", "qkv", "rope", "rope_kv_write", "kv_write", "attention",
                  "attention_prefill",
                  "attention_split",
                  "swiglu", "add"]

@@ -36,13 +36,16 @@ fn expected_symbols() -> BTreeSet<String> {
             s.insert(format!("kiln_{kernel}_{dt}"));
         }
     }
-    for (dt, out) in [("f32", "f32"), ("f16", "f16"), ("f16", "f32"), ("bf16", "bf16"), ("bf16", "f32")] {
-        s.insert(format!("kiln_linear_{dt}_{out}"));
-        s.insert(format!("kiln_fused_linear_{dt}_{out}"));
-    }
-    for dt in ["f32", "f16", "bf16"] {
-        s.insert(format!("kiln_gated_linear_{dt}"));
-        s.insert(format!("kiln_qkv_linear_{dt}"));
+    // The linear family, each in its default and dense (`_o3`, three blocks per SM) variant.
+    for variant in ["", "_o3"] {
+        for (dt, out) in [("f32", "f32"), ("f16", "f16"), ("f16", "f32"), ("bf16", "bf16"), ("bf16", "f32")] {
+            s.insert(format!("kiln_linear_{dt}_{out}{variant}"));
+            s.insert(format!("kiln_fused_linear_{dt}_{out}{variant}"));
+        }
+        for dt in ["f32", "f16", "bf16"] {
+            s.insert(format!("kiln_gated_linear_{dt}{variant}"));
+            s.insert(format!("kiln_qkv_linear_{dt}{variant}"));
+        }
     }
     // Flash-attention prefill: f16 and bf16 only (the planner picks it for head_dim 64 / 128).
     for dt in ["f16", "bf16"] {
@@ -78,6 +81,8 @@ fn plans() -> Vec<(String, Plan)> {
         ("tiny qwen2 f16".to_string(), plan(&tiny, DType::F16, false)),
         ("qwen3-0.6b bf16 fused".to_string(), plan(&qwen3, DType::BF16, true)),
         ("tiny qwen2 f16 fused".to_string(), plan(&tiny, DType::F16, true)),
+        // Its gate/up GEMV (304 blocks) takes the dense `_o3` variant.
+        ("qwen2.5-0.5b bf16 fused".to_string(), plan(&ModelConfig::preset("qwen2.5-0.5b").unwrap(), DType::BF16, true)),
     ]
 }
 
@@ -149,11 +154,14 @@ fn kernels_compile_for_sm_90a_with_every_abi_symbol() {
 fn plans_ask_only_for_symbols_kernels_define() {
     // Holds with or without NVRTC: the ABI's names for real plans are within the expected set.
     let expected = expected_symbols();
+    let mut dense = 0;
     for (label, plan) in plans() {
         for symbol in abi::symbols(&plan) {
             assert!(expected.contains(&symbol), "{label}: `{symbol}` is not among the kernels kiln defines");
+            dense += symbol.ends_with("_o3") as usize;
         }
     }
+    assert!(dense > 0, "some plan asks for a dense GEMV variant");
 }
 
 #[test]

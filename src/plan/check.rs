@@ -21,8 +21,10 @@
 //! 7. The temps table agrees with the launches: every arena operand is exactly one temp, written
 //!    at its first launch and read only while live; temps live at a common launch share no
 //!    byte. (Invariant 5 alone cannot tell two same-sized buffers at one offset apart.)
+//! 8. A launch asks for a kernel variant only where one exists: the dense GEMV (3 blocks per
+//!    SM, compiled for at most 256 threads) only for the linear kernels with 256-thread blocks.
 
-use super::{Access, BufArg, Plan, ProgramPlan, RegionKind, ALIGN};
+use super::{Access, BufArg, Kernel, Plan, ProgramPlan, RegionKind, ALIGN};
 use crate::ir::ValueClass;
 use anyhow::{bail, ensure, Result};
 use std::collections::BTreeMap;
@@ -80,6 +82,17 @@ fn check_program(plan: &Plan, p: &ProgramPlan) -> Result<()> {
     // Shadow: start -> (end, tag offset, tag length) of the last write, per shadowed region.
     let mut shadow: BTreeMap<(RegionKind, u64), (u64, u64, u64)> = BTreeMap::new();
     for (i, l) in p.launches.iter().enumerate() {
+        // 8: kernel variants.
+        let linear =
+            matches!(l.kernel, Kernel::Linear { .. } | Kernel::FusedLinear { .. } | Kernel::GatedLinear { .. } | Kernel::QkvLinear { .. });
+        ensure!(
+            l.occupancy == 0 || (l.occupancy == 3 && linear && l.block == [256, 1, 1]),
+            "launch {i} `{}` ({}, block {:?}) asks for {} blocks per SM, a variant no kernel has",
+            l.name,
+            l.kernel.name(),
+            l.block,
+            l.occupancy
+        );
         for (j, b) in l.bufs.iter().enumerate() {
             ensure!(b.offset.is_multiple_of(ALIGN), "launch {i} `{}` operand {j} offset {} is not aligned", l.name, b.offset);
             ensure!(

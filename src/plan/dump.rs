@@ -159,9 +159,10 @@ pub fn dump(plan: &Plan) -> String {
                 })
                 .collect();
             let after: Vec<String> = waits[i].iter().map(|w| format!("L{w}")).collect();
+            let occupancy = if l.occupancy != 0 { format!(" per_sm={}", l.occupancy) } else { String::new() };
             let _ = writeln!(
                 s,
-                "  L{i} {} = {}({}) grid={:?} block={:?} smem={} [{}] after [{}]",
+                "  L{i} {} = {}({}) grid={:?} block={:?}{occupancy} smem={} [{}] after [{}]",
                 l.name,
                 l.kernel.name(),
                 kernel_params(&l.kernel),

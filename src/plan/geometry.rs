@@ -15,6 +15,39 @@ pub struct Geometry {
     pub grid: [u32; 3],
     pub block: [u32; 3],
     pub shared_bytes: u32,
+    /// Blocks per SM the kernel variant is compiled for (`Launch::occupancy`); 0: the default.
+    pub occupancy: u32,
+}
+
+/// The dense GEMV variant (`_o3` symbols, `__launch_bounds__(256, 3)`: at most 80 registers):
+/// three 256-thread blocks per SM instead of two.
+pub const GEMV_DENSE_BLOCKS_PER_SM: u32 = 3;
+/// Blocks per SM of the default GEMV (`__launch_bounds__(512)`: up to 128 registers, two
+/// 256-thread blocks per SM).
+pub const GEMV_BLOCKS_PER_SM: u32 = 2;
+
+/// Fraction of the launched block slots a grid of `blocks` fills: blocks / (waves x slots).
+fn wave_fill(blocks: u32, slots: u32) -> f64 {
+    blocks as f64 / (blocks.div_ceil(slots) * slots) as f64
+}
+
+/// Which GEMV variant a 256-thread grid of `blocks` takes: the dense one (3 per SM) when its
+/// waves are fuller by more than 5%, else the default (0). Measured on the H200 (2026-11-30,
+/// bench/NOTES-decode.md): capping every GEMV at 80 registers took the 0.5B shape from 942 to
+/// 1021 tok/s (its gate/up GEMV is 304 blocks: 1.15 waves of 264 slots, 0.77 of 396) and the 1B
+/// shape from 967 to 906 (gate/up 512 blocks: 1.94 waves of 264, 1.29 of 396); this rule keeps
+/// each launch on the variant whose waves are full.
+pub fn gemv_occupancy(blocks: u32, threads: u32) -> u32 {
+    if threads != LINEAR_GEMV_THREADS {
+        return 0;
+    }
+    let sms = LINEAR_GEMV_WIDE_BELOW_BLOCKS;
+    let (default, dense) = (wave_fill(blocks, sms * GEMV_BLOCKS_PER_SM), wave_fill(blocks, sms * GEMV_DENSE_BLOCKS_PER_SM));
+    if dense > default + 0.05 {
+        GEMV_DENSE_BLOCKS_PER_SM
+    } else {
+        0
+    }
 }
 
 /// `linear.cu`: rows up to this many take the GEMV path (`KILN_LINEAR_GEMV_MAX_ROWS`).
@@ -85,13 +118,14 @@ pub fn attention_head_chunks(heads: u32, kv_heads: u32) -> u32 {
 }
 
 pub fn launch_geometry(kernel: &Kernel, _bufs: &[BufArg]) -> Geometry {
-    let g = |x: u32, y: u32, threads: u32| Geometry { grid: [x.max(1), y.max(1), 1], block: [threads, 1, 1], shared_bytes: 0 };
+    let g =
+        |x: u32, y: u32, threads: u32| Geometry { grid: [x.max(1), y.max(1), 1], block: [threads, 1, 1], shared_bytes: 0, occupancy: 0 };
     match *kernel {
         // A library call: the library picks its own grid at load (all zeros in the plan).
-        Kernel::Gemm { .. } => Geometry { grid: [0; 3], block: [0; 3], shared_bytes: 0 },
+        Kernel::Gemm { .. } => Geometry { grid: [0; 3], block: [0; 3], shared_bytes: 0, occupancy: 0 },
         Kernel::AttentionPrefill { rows, heads, head_dim, .. } => {
             let (grid, block, shared_bytes) = attention_prefill_geometry(rows, heads, head_dim);
-            Geometry { grid, block, shared_bytes }
+            Geometry { grid, block, shared_bytes, occupancy: 0 }
         }
         // One block per row.
         Kernel::Gather { rows, .. } => g(rows, 1, 256),
@@ -106,7 +140,7 @@ pub fn launch_geometry(kernel: &Kernel, _bufs: &[BufArg]) -> Geometry {
             if rows <= LINEAR_GEMV_MAX_ROWS {
                 let blocks = out_features.div_ceil(LINEAR_GEMV_FEATURES);
                 let threads = if blocks < LINEAR_GEMV_WIDE_BELOW_BLOCKS { LINEAR_GEMV_WIDE_THREADS } else { LINEAR_GEMV_THREADS };
-                g(blocks, 1, threads)
+                Geometry { occupancy: gemv_occupancy(blocks, threads), ..g(blocks, 1, threads) }
             } else {
                 g(out_features.div_ceil(LINEAR_TILE), rows.div_ceil(LINEAR_TILE), 256)
             }
@@ -130,7 +164,7 @@ pub fn launch_geometry(kernel: &Kernel, _bufs: &[BufArg]) -> Geometry {
         Kernel::QkvLinear { out_features: [q, k, v], .. } => {
             let blocks = (q + k + v).div_ceil(LINEAR_GEMV_FEATURES);
             let threads = if blocks < LINEAR_GEMV_WIDE_BELOW_BLOCKS { LINEAR_GEMV_WIDE_THREADS } else { LINEAR_GEMV_THREADS };
-            g(blocks, 1, threads)
+            Geometry { occupancy: gemv_occupancy(blocks, threads), ..g(blocks, 1, threads) }
         }
         // One block; one thread per row.
         Kernel::Advance { rows, .. } => g(1, 1, rows.div_ceil(32) * 32),
@@ -196,6 +230,18 @@ mod tests {
         assert_eq!(geometry(8), [7, 1, 1]);
         assert_eq!(geometry(9), [2, 1, 1]);
         assert_eq!(geometry(130), [2, 3, 1]);
+    }
+
+    #[test]
+    fn gemvs_take_the_dense_variant_only_where_its_waves_are_fuller() {
+        let occ =
+            |rows, out_features| launch_geometry(&Kernel::Linear { rows, in_features: 896, out_features, bias: false }, &[]).occupancy;
+        assert_eq!(occ(1, 4864), GEMV_DENSE_BLOCKS_PER_SM); // 304 blocks: 1.15 waves of 264, 0.77 of 396
+        assert_eq!(occ(1, 6144), GEMV_DENSE_BLOCKS_PER_SM); // 384 blocks: 1.45 of 264, 0.97 of 396
+        assert_eq!(occ(1, 8192), 0); // 512 blocks: 1.94 waves of 264
+        assert_eq!(occ(1, 14336), 0); // 896 blocks: 3.39 of 264 (0.85) vs 2.26 of 396 (0.75)
+        assert_eq!(occ(1, 2048), 0); // 128 blocks of 512 threads: one per SM either way
+        assert_eq!(occ(9, 4864), 0); // tiled, not a GEMV
     }
 
     #[test]

@@ -229,6 +229,9 @@ pub struct Launch {
     pub grid: [u32; 3],
     pub block: [u32; 3],
     pub shared_bytes: u32,
+    /// Blocks per SM the kernel variant is compiled for: 0 the kernel's default; 3 the dense GEMV
+    /// (`geometry::gemv_occupancy`, symbol suffix `_o3`, 256-thread blocks only).
+    pub occupancy: u32,
 }
 
 /// Where one temp of a program lives in the arena, and when.

@@ -481,7 +481,15 @@ fn plan_program(p: &Program, persistent: &BTreeMap<&str, &PlannedTensor>, max_co
             bufs.insert(start, BufArg { bytes, ..run[0] });
         }
         let g = super::geometry::launch_geometry(&spec.kernel, &bufs);
-        launches.push(Launch { name: spec.name, kernel: spec.kernel, bufs, grid: g.grid, block: g.block, shared_bytes: g.shared_bytes });
+        launches.push(Launch {
+            name: spec.name,
+            kernel: spec.kernel,
+            bufs,
+            grid: g.grid,
+            block: g.block,
+            shared_bytes: g.shared_bytes,
+            occupancy: g.occupancy,
+        });
     }
     let deps = dependencies(&launches);
     Ok(ProgramPlan {

@@ -202,13 +202,21 @@ pub fn pointers(kernel: &Kernel, bufs: &[BufArg], region_base: &[u64; crate::pla
     p
 }
 
+/// The symbol a launch calls: [`symbol`], with `_o3` for the dense GEMV variant
+/// (`Launch::occupancy` 3: `__launch_bounds__(256, 3)` in linear.cu / linear_fused.cu).
+pub fn launch_symbol(l: &crate::plan::Launch) -> String {
+    let s = symbol(&l.kernel, &l.bufs);
+    if l.occupancy == 3 {
+        format!("{s}_o3")
+    } else {
+        s
+    }
+}
+
 /// All CUDA symbols a plan needs (library launches need none), sorted and deduplicated.
 pub fn symbols(plan: &crate::plan::Plan) -> Vec<String> {
-    let mut s: Vec<String> = plan
-        .programs
-        .iter()
-        .flat_map(|p| p.launches.iter().filter(|l| !l.kernel.is_library()).map(|l| symbol(&l.kernel, &l.bufs)))
-        .collect();
+    let mut s: Vec<String> =
+        plan.programs.iter().flat_map(|p| p.launches.iter().filter(|l| !l.kernel.is_library()).map(launch_symbol)).collect();
     s.sort();
     s.dedup();
     s

@@ -286,7 +286,7 @@ impl CudaExecutor {
         let mut max_shared: BTreeMap<String, u32> = BTreeMap::new();
         for p in &plan.programs {
             for l in p.launches.iter().filter(|l| !l.kernel.is_library()) {
-                let s = abi::symbol(&l.kernel, &l.bufs);
+                let s = abi::launch_symbol(l);
                 let m = max_shared.entry(s).or_insert(0);
                 *m = (*m).max(l.shared_bytes);
             }
@@ -307,7 +307,7 @@ impl CudaExecutor {
             .map(|p| {
                 p.launches
                     .iter()
-                    .map(|l| if l.kernel.is_library() { std::ptr::null_mut() } else { by_symbol[&abi::symbol(&l.kernel, &l.bufs)] })
+                    .map(|l| if l.kernel.is_library() { std::ptr::null_mut() } else { by_symbol[&abi::launch_symbol(l)] })
                     .collect()
             })
             .collect();
@@ -526,7 +526,7 @@ impl CudaExecutor {
                 std::ptr::null_mut(),
             )
         })
-        .with_context(|| format!("launching `{}` ({})", l.name, abi::symbol(&l.kernel, &l.bufs)))
+        .with_context(|| format!("launching `{}` ({})", l.name, abi::launch_symbol(l)))
     }
 
     fn download_outputs_eager(&self, program: usize) -> Result<()> {
