@@ -18,7 +18,9 @@
 //   per KILN_LINEAR_GEMV_FEATURES (16) output features; grid (ceil(out_features / 16), 1), block
 //   256 threads (8 warps), or 512 (16 warps) when that grid has fewer blocks than the GPU has
 //   SMs (132: a 2048-wide output gives 128 blocks), so that each block keeps twice the bytes in
-//   flight. Everything below holds for either warp count.
+//   flight. Everything below holds for either warp count. Each kernel also exists as `_o3`
+//   (at most 80 registers, three 256-thread blocks per SM; see KILN_GEMV_DENSE_BOUNDS below),
+//   which the planner picks for 256-thread grids whose waves that fills better.
 //   * f16 / bf16 with in_features % 8 == 0 and 16-byte aligned x and weight: tensor cores. The
 //     block's 16 weight rows are the M = 16 side of `mma.m16n8k16` and the (up to 8) rows of x
 //     the N = 8 side; k is split over the block's warps in runs of KILN_LINEAR_GEMV_UNROLL 32-wide

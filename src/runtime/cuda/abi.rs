@@ -3,7 +3,8 @@
 //!
 //! - Symbol: `kiln_{kernel}_{dt}` where `dt` is the dtype of the launch's first float operand
 //!   (`f32`, `f16`, `bf16`); `linear` appends the output dtype (`kiln_linear_bf16_f32` for
-//!   logits); `sample` is always `kiln_sample_f32`.
+//!   logits); `sample` is always `kiln_sample_f32`; a launch with `occupancy` 3 calls the dense
+//!   variant of a linear-family kernel, the same name with `_o3` appended ([`launch_symbol`]).
 //! - Parameters: one device pointer (`u64`) per operand, in `Launch::bufs` order, then the
 //!   kernel's scalars in the order of [`scalars`]. `u32` as `unsigned int`, `i32` as `int`,
 //!   `f32` as `float`; a `bool` is an `unsigned int` 0/1.
