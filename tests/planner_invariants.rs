@@ -347,6 +347,30 @@ fn inconsistent_plan_in_a_valid_envelope_is_rejected() {
     assert!(msg.contains("plan check"), "{msg}");
 }
 
+/// Kernel variants: a launch may ask for the dense GEMV (three blocks per SM) only where that
+/// variant exists, a 256-thread linear-family launch; the checker refuses it anywhere else.
+#[test]
+fn dense_gemv_variant_only_on_256_thread_linears() {
+    let (plan, _) = plan_file();
+    let p = plan.program(Phase::Decode, 1).unwrap();
+    check_plan(&plan).unwrap();
+    let launches = &plan.programs[p].launches;
+    let linear = launches.iter().position(|l| l.kernel.name() == "linear").unwrap();
+    let other = launches.iter().position(|l| l.kernel.name() == "rms_norm").unwrap();
+    for (at, block) in [(linear, [512, 1, 1]), (other, launches[other].block)] {
+        let mut bad = plan.clone();
+        let l = &mut bad.programs[p].launches[at];
+        (l.occupancy, l.block) = (3, block);
+        let name = l.name.clone();
+        let msg = format!("{:#}", check_plan(&bad).unwrap_err());
+        assert!(msg.contains("blocks per SM") && msg.contains(&name), "{msg}");
+    }
+    let mut good = plan.clone();
+    let l = &mut good.programs[p].launches[linear];
+    (l.occupancy, l.block) = (3, [256, 1, 1]);
+    check_plan(&good).unwrap();
+}
+
 /// Which kernel each prefill op becomes: linears over more rows than the GEMV takes run as
 /// library GEMMs with a workspace as their last operand; attention takes the tensor-core
 /// prefill kernel only where it covers the dtype and head_dim; decode keeps its kernels.
