@@ -24,6 +24,7 @@
 //! 8. A launch asks for a kernel variant only where one exists: the dense GEMV (3 blocks per
 //!    SM, compiled for at most 256 threads) only for the linear kernels with 256-thread blocks.
 
+use super::geometry::{GEMV_DENSE_BLOCKS_PER_SM, LINEAR_GEMV_THREADS};
 use super::{Access, BufArg, Kernel, Plan, ProgramPlan, RegionKind, ALIGN};
 use crate::ir::ValueClass;
 use anyhow::{bail, ensure, Result};
@@ -86,7 +87,7 @@ fn check_program(plan: &Plan, p: &ProgramPlan) -> Result<()> {
         let linear =
             matches!(l.kernel, Kernel::Linear { .. } | Kernel::FusedLinear { .. } | Kernel::GatedLinear { .. } | Kernel::QkvLinear { .. });
         ensure!(
-            l.occupancy == 0 || (l.occupancy == 3 && linear && l.block == [256, 1, 1]),
+            l.occupancy == 0 || (l.occupancy == GEMV_DENSE_BLOCKS_PER_SM && linear && l.block == [LINEAR_GEMV_THREADS, 1, 1]),
             "launch {i} `{}` ({}, block {:?}) asks for {} blocks per SM, a variant no kernel has",
             l.name,
             l.kernel.name(),

@@ -204,11 +204,12 @@ pub fn pointers(kernel: &Kernel, bufs: &[BufArg], region_base: &[u64; crate::pla
 }
 
 /// The symbol a launch calls: [`symbol`], with `_o3` for the dense GEMV variant
-/// (`Launch::occupancy` 3: `__launch_bounds__(256, 3)` in linear.cu / linear_fused.cu).
+/// (`Launch::occupancy` = `GEMV_DENSE_BLOCKS_PER_SM`: `__launch_bounds__(256, 3)` in linear.cu /
+/// linear_fused.cu).
 pub fn launch_symbol(l: &crate::plan::Launch) -> String {
     let s = symbol(&l.kernel, &l.bufs);
-    if l.occupancy == 3 {
-        format!("{s}_o3")
+    if l.occupancy == crate::plan::geometry::GEMV_DENSE_BLOCKS_PER_SM {
+        format!("{s}_o{}", l.occupancy)
     } else {
         s
     }
