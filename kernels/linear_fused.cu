@@ -37,6 +37,7 @@
 //   (ceil(out / 64), ceil(rows / 64)). Correctness first.
 // Reduction orders depend only on the shapes: deterministic, no atomics.
 #include "linear.cu"  // the tensor-core GEMV main loop (gemv_mma_loop)
+#include "rope.cuh"   // the rotary angle of QkvRope's epilogue (the bits of rope.cu)
 
 namespace kiln {
 
@@ -564,6 +565,243 @@ __device__ void qkv_linear(const T* x, const T* nw, const T* wq, const T* wk, co
   qkv_simt<T>(x, nw, qo, rows, in, eps, has_norm, has_bias, inv_s);
 }
 
+// ---- QKV with RoPE and the KV write (Op::QkvRope) ----------------------------------------------
+// The packed QKV GEMV (fused_linear over the three weights laid out back to back, rows q | k | v),
+// then rope_kv_write's arithmetic in the epilogue: q rotated into q_out, k rotated and v written
+// to cache row cache_base[r] + positions[r] (no KV write when p < 0 or the row is outside the
+// cache; q copied unrotated when p < 0). No qkv tensor in between: each output is rounded to T as
+// fused_linear stores it, then rotated and rounded as rope_pair stores it, so the results are
+// the bits of the two launches. Needs head_dim % 16 == 0 and rotary_dim == head_dim (the fusion
+// pass checks both).
+//
+// Features are numbered q | k | v (nq = heads * head_dim, nk = nv = kv_heads * head_dim); block b
+// computes 16 of them. A q or k block holds 8 rotary pairs of one head: slot j < 8 is the first
+// element of pair i = 8 c + j (c: the block's 16-feature chunk of its head), slot j + 8 the
+// second ((i, i + head_dim / 2) halved, (2i, 2i + 1) interleaved), so that both elements of every
+// pair land in one block. A v block holds 16 consecutive features. Grid: (nq + 2 nk) / 16 blocks,
+// fused_linear's GEMV geometry. Per output, fused_linear's arithmetic (the same main loop, norm
+// staging and warp-order sum), whichever slot computes it.
+//
+// Planned early reads (`early`, Kernel::QkvRope): the positions and cache bases are step fields
+// that no launch of the program writes before this one (the host or the previous step or loop
+// iteration did, all finished before the program began), so they are read through the L2, and
+// the rotation angles computed (f64 pow and sincos: microseconds of latency), before
+// kiln::wait_prior_grids(), off the critical path.
+struct QkvRopeTile {
+  unsigned int heads, kv_heads, head_dim, interleaved;
+  __device__ __forceinline__ bool rotated(unsigned int b) const { return 16 * b < (heads + kv_heads) * head_dim; }
+  // Pair index of slot j (< 8) of rotated block b.
+  __device__ __forceinline__ unsigned int pair(unsigned int b, unsigned int j) const {
+    return 8 * ((16 * b) % head_dim / 16) + j;
+  }
+  __device__ __forceinline__ unsigned int feature(unsigned int b, unsigned int j) const {
+    const unsigned int f0 = 16 * b;
+    if (!rotated(b)) return f0 + j;
+    const unsigned int i = pair(b, j & 7), second = j >> 3;
+    return f0 - f0 % head_dim + (interleaved ? 2 * i + second : i + second * (head_dim / 2));
+  }
+};
+
+struct QkvRopeArgs {
+  const int* positions;
+  const int* cache_base;
+  unsigned int kv_rows, rotary_dim, scaling_kind, orig;
+  float theta, factor, low, high;
+};
+
+// What one epilogue thread needs of its row: the position, the cache row (-1: no KV write) and,
+// for a rotated block's thread, the rotation of its pair.
+struct QkvRopeLane {
+  int p;
+  long long row;
+  RopeAngle a;
+};
+
+// Thread t's epilogue slot: rotated blocks use threads < 64 (pair t % 8, row t / 8), v blocks
+// threads < 128 (slot t % 16, row t / 16). `active` is false for threads without one.
+__device__ __forceinline__ void qkv_rope_slot(const QkvRopeTile& tile, unsigned int nr, unsigned int& j,
+                                              unsigned int& r, bool& active) {
+  if (tile.rotated(blockIdx.x)) {
+    j = threadIdx.x & 7;
+    r = threadIdx.x >> 3;
+    active = threadIdx.x < 64 && r < nr;
+  } else {
+    j = threadIdx.x & 15;
+    r = threadIdx.x >> 4;
+    active = threadIdx.x < 128 && r < nr;
+  }
+}
+
+__device__ __forceinline__ QkvRopeLane qkv_rope_lane(const QkvRopeTile& tile, const QkvRopeArgs& a, unsigned int j,
+                                                     unsigned int r) {
+  QkvRopeLane l{-1, -1, RopeAngle{0.0f, 1.0f}};
+  l.p = __ldcg(a.positions + r);
+  if (l.p >= 0) {
+    const long long row = (long long)__ldcg(a.cache_base + r) + l.p;
+    l.row = row < 0 || row >= (long long)a.kv_rows ? -1 : row;
+    if (tile.rotated(blockIdx.x))
+      l.a = rope_angle(l.p, tile.pair(blockIdx.x, j), a.rotary_dim, a.theta, a.scaling_kind, a.factor, a.low, a.high,
+                       a.orig);
+  }
+  return l;
+}
+
+// The epilogue of one slot: acc[j][rl] is the f32 sum of slot j, row rl of this pass (row r0 + rl).
+template <typename T>
+__device__ __forceinline__ void qkv_rope_store(const float (*acc)[KILN_FUSED_GEMV_MAX_ROWS], const T* bias,
+                                               const QkvRopeTile& tile, const QkvRopeLane& l, unsigned int j,
+                                               unsigned int rl, size_t row, bool has_bias, T* q_out, T* k_cache,
+                                               T* v_cache) {
+  const unsigned int b = blockIdx.x;
+  const unsigned int nq = tile.heads * tile.head_dim, nkv = tile.kv_heads * tile.head_dim;
+  // Output as fused_linear stores it: T(acc (+ bias)), read back as f32.
+  auto value = [&](unsigned int slot) -> float {
+    const float v = acc[slot][rl];
+    return to_f32(from_f32<T>(has_bias ? v + to_f32(bias[tile.feature(b, slot)]) : v));
+  };
+  if (tile.rotated(b)) {
+    const unsigned int fa = tile.feature(b, j), fb = tile.feature(b, j + 8);
+    const float x0 = value(j), x1 = value(j + 8);
+    const float2 o = l.p >= 0 ? rope_rotate(x0, x1, l.a) : make_float2(x0, x1);
+    if (fa < nq) {
+      q_out[row * nq + fa] = from_f32<T>(o.x);
+      q_out[row * nq + fb] = from_f32<T>(o.y);
+    } else if (l.row >= 0) {
+      k_cache[(size_t)l.row * nkv + fa - nq] = from_f32<T>(o.x);
+      k_cache[(size_t)l.row * nkv + fb - nq] = from_f32<T>(o.y);
+    }
+  } else if (l.row >= 0) {
+    v_cache[(size_t)l.row * nkv + tile.feature(b, j) - nq - nkv] = from_f32<T>(value(j));
+  }
+}
+
+// Tensor-core path (f16 / bf16, rows <= 8, in % 8 == 0, aligned): fused_gemv_mma's main loop and
+// sum with the rows of QkvRopeTile, the sums to `acc`.
+template <typename T, int WARPS, bool NORM, bool STAGED>
+__device__ void qkv_rope_gemv_mma(const T* x, const T* nw, const T* w, const QkvRopeTile& tile, unsigned int rows,
+                                  unsigned int in, float eps, float* inv_s, float* smem, T* hs,
+                                  float (*acc)[KILN_FUSED_GEMV_MAX_ROWS]) {
+  constexpr int U = KILN_LINEAR_GEMV_UNROLL;
+  constexpr int D = KILN_FUSED_DEPTH;
+  const unsigned int g = (threadIdx.x & 31) >> 2;
+  const unsigned int ra = tile.feature(blockIdx.x, g), rb = tile.feature(blockIdx.x, g + 8);
+  const unsigned int rx = g < rows ? g : 0;
+  const unsigned int first = gemv_mma_first<WARPS, U>();
+  FusedNormX<T, NORM, STAGED> xop{x, x + (size_t)rx * in + first, nw + first, nw, rows, in, rx, eps, inv_s, smem,
+                                  1.0f, hs, hs + (size_t)rx * in + first};
+  float c[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
+  const T* wq[1] = {w};
+  gemv_mma_loop<T, 1, WARPS, D, (D % U == 0 ? U : 1), KILN_LINEAR_GEMV_XPRE != 0>(wq, ra, rb, in, xop, c);
+  float s[1];
+  gemv_mma_sum<1, WARPS>(c, smem, s);
+  if (threadIdx.x < 128) {
+    const unsigned int i = threadIdx.x >> 5, l = threadIdx.x & 31;
+    acc[(l >> 2) + 8 * (i >> 1)][2 * (l & 3) + (i & 1)] = s[0];
+  }
+}
+
+template <typename T>
+__device__ void qkv_rope(const T* x, const T* nw, const T* w, const T* bias, const int* positions,
+                         const int* cache_base, T* q_out, T* k_cache, T* v_cache, unsigned int rows, unsigned int in,
+                         unsigned int heads, unsigned int kv_heads, unsigned int head_dim, unsigned int kv_rows,
+                         unsigned int has_norm_u, float eps, unsigned int has_bias_u, unsigned int early,
+                         unsigned int rotary_dim, unsigned int interleaved, float theta, unsigned int scaling_kind,
+                         float factor, float low, float high, unsigned int orig) {
+  __shared__ __align__(16) float smem[KILN_FUSED_SMEM];
+  __shared__ float inv_s[KILN_FUSED_TILE];
+  __shared__ float acc[KILN_FUSED_GEMV_FEATURES][KILN_FUSED_GEMV_MAX_ROWS];
+  const bool has_norm = has_norm_u != 0 && nw != nullptr;
+  const bool has_bias = has_bias_u != 0 && bias != nullptr;
+  const QkvRopeTile tile{heads, kv_heads, head_dim, interleaved};
+  const QkvRopeArgs a{positions, cache_base, kv_rows, rotary_dim, scaling_kind, orig, theta, factor, low, high};
+  // Shapes the fusion pass never emits: nothing to do (the plan checker refuses them first).
+  if (head_dim == 0 || head_dim % 16 != 0 || rotary_dim != head_dim || rows == 0 || in == 0 ||
+      blockIdx.x >= (heads + 2 * kv_heads) * head_dim / 16) {
+    allow_dependents();
+    wait_prior_grids();
+    return;
+  }
+  if constexpr (IsHalf16<T>::value) {
+    const bool aligned = aligned16(x) && aligned16(w) && (!has_norm || aligned16(nw));
+    if (rows <= KILN_FUSED_GEMV_MAX_ROWS && in % 8 == 0 && aligned) {
+      unsigned int j, r;
+      bool active;
+      qkv_rope_slot(tile, rows, j, r, active);
+      QkvRopeLane l{-1, -1, RopeAngle{0.0f, 1.0f}};
+      if (early != 0 && active) l = qkv_rope_lane(tile, a, j, r);
+      __shared__ __align__(16) unsigned char stage[KILN_FUSED_NORM_STAGE > 0 ? KILN_FUSED_NORM_STAGE : 16];
+      T* hs = reinterpret_cast<T*>(stage);
+      const bool staged = (size_t)rows * in * sizeof(T) <= KILN_FUSED_NORM_STAGE;
+      // Waits for the prior grids inside, after its first weight loads.
+#define KILN_QKV_ROPE_CALL(WARPS, NORM, STAGED) \
+  qkv_rope_gemv_mma<T, WARPS, NORM, STAGED>(x, nw, w, tile, rows, in, eps, inv_s, smem, hs, acc)
+      if (blockDim.x == 32 * KILN_FUSED_GEMV_MAX_WARPS) {
+        if (has_norm && staged) {
+          KILN_QKV_ROPE_CALL(KILN_FUSED_GEMV_MAX_WARPS, true, true);
+        } else if (has_norm) {
+          KILN_QKV_ROPE_CALL(KILN_FUSED_GEMV_MAX_WARPS, true, false);
+        } else {
+          KILN_QKV_ROPE_CALL(KILN_FUSED_GEMV_MAX_WARPS, false, false);
+        }
+      } else if (has_norm && staged) {
+        KILN_QKV_ROPE_CALL(8, true, true);
+      } else if (has_norm) {
+        KILN_QKV_ROPE_CALL(8, true, false);
+      } else {
+        KILN_QKV_ROPE_CALL(8, false, false);
+      }
+#undef KILN_QKV_ROPE_CALL
+      if (early == 0 && active) l = qkv_rope_lane(tile, a, j, r);
+      __syncthreads();
+      if (active) qkv_rope_store<T>(acc, bias, tile, l, j, r, r, has_bias, q_out, k_cache, v_cache);
+      return;
+    }
+  }
+  allow_dependents();
+  wait_prior_grids();
+  // SIMT: fused_gemv_simt's arithmetic (a warp per feature, lanes strided over k), 8 rows at a time.
+  constexpr int R = KILN_FUSED_GEMV_MAX_ROWS;
+  const unsigned int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  for (unsigned int r0 = 0; r0 < rows; r0 += R) {
+    const unsigned int nr = min(rows - r0, (unsigned int)R);
+    if (has_norm) fused_row_inv<T>(x, r0, nr, in, eps, inv_s);
+    for (unsigned int j = warp; j < KILN_FUSED_GEMV_FEATURES; j += warps) {
+      const T* wr = w + (size_t)tile.feature(blockIdx.x, j) * in;
+      float sum[R];
+#pragma unroll
+      for (int r = 0; r < R; ++r) sum[r] = 0.0f;
+      for (unsigned int k = lane; k < in; k += 32) {
+        const float wf = to_f32(wr[k]);
+        const float nwk = has_norm ? to_f32(nw[k]) : 0.0f;
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          if ((unsigned int)r < nr) {
+            float h = to_f32(x[(size_t)(r0 + r) * in + k]);
+            if (has_norm) h = norm_h<T>(h, inv_s[r], nwk);
+            sum[r] = __fmaf_rn(h, wf, sum[r]);
+          }
+        }
+      }
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        if ((unsigned int)r < nr) {
+          const float v = warp_sum(sum[r]);
+          if (lane == 0) acc[j][r] = v;
+        }
+      }
+    }
+    __syncthreads();
+    unsigned int j, rl;
+    bool active;
+    qkv_rope_slot(tile, nr, j, rl, active);
+    if (active) {
+      const QkvRopeArgs ar{positions + r0, cache_base + r0, kv_rows, rotary_dim, scaling_kind, orig, theta, factor, low, high};
+      qkv_rope_store<T>(acc, bias, tile, qkv_rope_lane(tile, ar, j, rl), j, rl, r0 + rl, has_bias, q_out, k_cache, v_cache);
+    }
+    __syncthreads();  // acc and inv_s are rewritten for the next 8 rows
+  }
+}
+
 }  // namespace kiln
 
 // Each kernel in its default and `_o3` variants (see linear.cu: KILN_GEMV_DENSE_BOUNDS).
@@ -610,3 +848,25 @@ KILN_FOR_EACH_DTYPE(KILN_GATED_LINEAR)
   KILN_QKV_LINEAR_VARIANT(dt, T, , KILN_FUSED_BOUNDS)                                                             \
   KILN_QKV_LINEAR_VARIANT(dt, T, _o3, KILN_GEMV_DENSE_BOUNDS)
 KILN_FOR_EACH_DTYPE(KILN_QKV_LINEAR)
+
+// (x, norm_w|0, weight, bias|0, positions, cache_base, q_out, k_cache, v_cache, rows, in_features,
+//  heads, kv_heads, head_dim, kv_rows, has_norm, eps, has_bias, early, rotary_dim, interleaved,
+//  theta, scaling_kind, factor, low_freq_factor, high_freq_factor, original_max_position):
+//  Op::QkvRope, weight [(heads + 2 kv_heads) * head_dim, in_features] (q | k | v rows), grid
+//  ((heads + 2 kv_heads) * head_dim / 16).
+#define KILN_QKV_ROPE_VARIANT(dt, T, SUFFIX, BOUNDS)                                                              \
+  extern "C" __global__ void BOUNDS kiln_qkv_rope_##dt##SUFFIX(                                                 \
+      const T* x, const T* norm_w, const T* weight, const T* bias, const int* positions, const int* cache_base,    \
+      T* q_out, T* k_cache, T* v_cache, unsigned int rows, unsigned int in_features, unsigned int heads,          \
+      unsigned int kv_heads, unsigned int head_dim, unsigned int kv_rows, unsigned int has_norm, float eps,       \
+      unsigned int has_bias, unsigned int early, unsigned int rotary_dim, unsigned int interleaved, float theta,  \
+      unsigned int scaling_kind, float factor, float low_freq_factor, float high_freq_factor,                     \
+      unsigned int original_max_position) {                                                                       \
+    kiln::qkv_rope<T>(x, norm_w, weight, bias, positions, cache_base, q_out, k_cache, v_cache, rows, in_features,  \
+                      heads, kv_heads, head_dim, kv_rows, has_norm, eps, has_bias, early, rotary_dim, interleaved, \
+                      theta, scaling_kind, factor, low_freq_factor, high_freq_factor, original_max_position);      \
+  }
+// Default variant only: the epilogue's angle code needs more than the dense variant's 80
+// registers (ptxas: about 1 KB of spills), so the planner never asks for `_o3` here.
+#define KILN_QKV_ROPE(dt, T) KILN_QKV_ROPE_VARIANT(dt, T, , KILN_FUSED_BOUNDS)
+KILN_FOR_EACH_DTYPE(KILN_QKV_ROPE)

@@ -43,46 +43,12 @@
 // kv_stride are the elements between consecutive rows of q and of k / v: heads * head_dim and
 // kv_heads * head_dim for three tensors, the packed width for one packed qkv (q, k and v are
 // then column ranges of one [rows, (heads + 2 kv_heads) * head_dim] tensor).
-#include "common.cuh"
+#include "rope.cuh"
 
 namespace kiln {
 
-__device__ __forceinline__ float rope_inv_freq(unsigned int i, unsigned int rotary_dim, float theta,
-                                               unsigned int scaling_kind, float factor, float low, float high,
-                                               unsigned int orig) {
-  const float d = (float)rotary_dim;
-  const float e = __fdiv_rn((float)(2 * i), d);
-  const float pw = (float)pow((double)theta, (double)e);
-  const float base = __fdiv_rn(1.0f, pw);
-  if (scaling_kind != 1) return base;
-  const float old = (float)orig;
-  const float low_freq_wavelen = __fdiv_rn(old, low);
-  const float high_freq_wavelen = __fdiv_rn(old, high);
-  const float two_pi = 6.28318548202514648f;  // 2.0f * std::f32::consts::PI, exact
-  const float wavelen = __fdiv_rn(two_pi, base);
-  if (wavelen < high_freq_wavelen) return base;
-  if (wavelen > low_freq_wavelen) return __fdiv_rn(base, factor);
-  const float smooth = __fdiv_rn(__fsub_rn(__fdiv_rn(old, wavelen), low), __fsub_rn(high, low));
-  return __fadd_rn(__fdiv_rn(__fmul_rn(__fsub_rn(1.0f, smooth), base), factor), __fmul_rn(smooth, base));
-}
-
 // Heads per block (src/plan/geometry.rs ROPE_HEADS).
 #define KILN_ROPE_HEADS 8
-
-// The rotation of pair i at position p (p >= 0): sin and cos of pos(p) * inv_freq(i).
-struct RopeAngle {
-  float s, c;
-};
-__device__ __forceinline__ RopeAngle rope_angle(int p, unsigned int i, unsigned int rotary_dim, float theta,
-                                                unsigned int scaling_kind, float factor, float low, float high,
-                                                unsigned int orig) {
-  const float pos = scaling_kind == 2 ? __fdiv_rn((float)p, factor) : (float)p;
-  const float inv_freq = rope_inv_freq(i, rotary_dim, theta, scaling_kind, factor, low, high, orig);
-  const float angle = __fmul_rn(pos, inv_freq);
-  double sd, cd;
-  sincos((double)angle, &sd, &cd);
-  return RopeAngle{(float)sd, (float)cd};
-}
 
 // Pair i of one head: oh[ia], oh[ib] = the rotation of xh[ia], xh[ib].
 template <typename T>
@@ -90,9 +56,9 @@ __device__ __forceinline__ void rope_pair(const T* xh, T* oh, unsigned int i, un
                                           unsigned int interleaved, RopeAngle a) {
   const unsigned int ia = interleaved ? 2 * i : i;
   const unsigned int ib = interleaved ? 2 * i + 1 : i + half;
-  const float x0 = kiln::to_f32(xh[ia]), x1 = kiln::to_f32(xh[ib]);
-  oh[ia] = kiln::from_f32<T>(__fsub_rn(__fmul_rn(x0, a.c), __fmul_rn(x1, a.s)));
-  oh[ib] = kiln::from_f32<T>(__fadd_rn(__fmul_rn(x0, a.s), __fmul_rn(x1, a.c)));
+  const float2 r = rope_rotate(kiln::to_f32(xh[ia]), kiln::to_f32(xh[ib]), a);
+  oh[ia] = kiln::from_f32<T>(r.x);
+  oh[ib] = kiln::from_f32<T>(r.y);
 }
 
 // Heads [h0, h1) of one row (the heads of one block): head h reads src(h) and writes dst(h)

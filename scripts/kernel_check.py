@@ -579,6 +579,64 @@ class Checker:
                 self.report.compare(f"qkv_linear {path} {R}x{K}->{ns} {part}", dt.name, dt.load(outs[i].get()), acc, tol,
                                     2e-5 + (4 * dt.unit if has_norm and dt is not F32 else 0))
 
+    def qkv_rope(self, dt):
+        """Op::QkvRope: bitwise the launches it replaces in a decode plan (fused_linear over the packed
+        weights, then rope_kv_write of the packed qkv), at 512 and 256 threads, with the positions
+        read after the wait and before it (`early`); padding rows (p < 0) and rows outside the cache
+        write no KV."""
+        eps = 1e-5
+        cases = [  # name, rows, in, heads, kv_heads, head_dim, norm, bias, (interleaved, theta, kind, factor, low, high, orig)
+            ("qwen2.5 hd64 bias", 1, 896, 14, 2, 64, True, True, (0, 1e6, 0, 1.0, 0.0, 0.0, 0)),
+            ("llama3 hd128 scaling", 4, 2048, 32, 8, 128, True, False, (0, 5e5, 1, 32.0, 1.0, 4.0, 8192)),
+            ("interleaved hd32 8 rows", 8, 256, 4, 2, 32, True, True, (1, 1e4, 0, 1.0, 0.0, 0.0, 0)),
+            ("no norm, linear scaling", 3, 512, 8, 8, 16, False, True, (0, 1e4, 2, 4.0, 0.0, 0.0, 0)),
+            ("odd in (SIMT path)", 2, 100, 4, 2, 16, True, False, (0, 1e4, 0, 1.0, 0.0, 0.0, 0)),
+        ]
+        KVR = 64
+        for name, R, K, H, KVH, HD, has_norm, has_bias, rope in cases:
+            inter, theta, kind, factor, low, high, orig = rope
+            pos = np.array(([5, -1, 3000, 7, 0, 12, 63, 9])[:R], dtype=np.int32)
+            base = np.array(([0, 0, 0, 60, 8, 1, 0, 40])[:R], dtype=np.int32)  # row 67 is outside: skipped
+            nq, nk = H * HD, KVH * HD
+            N = nq + 2 * nk
+            x = self.dev(dt.store(self.rand(R, K, scale=2.0)))
+            nw = self.dev(dt.store(self.rand(K) * 0.5 + 1.0))
+            wd = self.dev(dt.store(self.rand(N, K, scale=1.0 / math.sqrt(K))))
+            bd = self.dev(dt.store(self.rand(N)))
+            es = wd.itemsize
+            pd, cd = self.dev(pos), self.dev(base)
+            kc0, vc0 = dt.store(self.rand(KVR, nk)), dt.store(self.rand(KVR, nk))
+            rope_args = (np.uint32(HD), np.uint32(inter), np.float32(theta), np.uint32(kind), np.float32(factor),
+                         np.float32(low), np.float32(high), np.uint32(orig))
+            blocks = N // 16
+            for threads in sorted({512 if blocks < 132 else 256, 256}):
+                # The unfused launches, at the same block size (the GEMV's k split follows the warps).
+                qkv = self.dev(dt.poison((R, N)))
+                self.fn(f"kiln_fused_linear_{dt.name}_{dt.name}")(
+                    (blocks, 1, 1), (threads, 1, 1),
+                    (x, nw if has_norm else np.uint64(0), wd, bd if has_bias else np.uint64(0), np.uint64(0), qkv,
+                     np.uint32(R), np.uint32(K), np.uint32(N), np.uint32(int(has_norm)), np.float32(eps),
+                     np.uint32(int(has_bias)), np.uint32(0)))
+                ref_q, ref_k, ref_v = self.dev(dt.poison((R, nq))), self.dev(kc0), self.dev(vc0)
+                p0 = qkv.data.ptr
+                self.launch(f"kiln_rope_kv_write_{dt.name}", "rope_kv_write",
+                            (np.uint64(p0), np.uint64(p0 + nq * es), np.uint64(p0 + (nq + nk) * es), pd, cd, ref_q,
+                             ref_k, ref_v, np.uint32(R), np.uint32(H), np.uint32(KVH), np.uint32(HD), np.uint32(KVR),
+                             np.uint32(N), np.uint32(N), *rope_args), rows=R, heads=H, kv_heads=KVH)
+                ref = (ref_q.get().tobytes(), ref_k.get().tobytes(), ref_v.get().tobytes())
+                for early in (0, 1):
+                    q_out, kc, vc = self.dev(dt.poison((R, nq))), self.dev(kc0), self.dev(vc0)
+                    self.fn(f"kiln_qkv_rope_{dt.name}")(
+                        (blocks, 1, 1), (threads, 1, 1),
+                        (x, nw if has_norm else np.uint64(0), wd, bd if has_bias else np.uint64(0), pd, cd, q_out, kc,
+                         vc, np.uint32(R), np.uint32(K), np.uint32(H), np.uint32(KVH), np.uint32(HD), np.uint32(KVR),
+                         np.uint32(int(has_norm)), np.float32(eps), np.uint32(int(has_bias)), np.uint32(early),
+                         *rope_args))
+                    self.cp.cuda.Device().synchronize()
+                    got = (q_out.get().tobytes(), kc.get().tobytes(), vc.get().tobytes())
+                    self.report.record(f"qkv_rope {name} {R}x{K} {threads}t early={early}", dt.name, got == ref,
+                                       "q_out, k_cache, v_cache == fused_linear + rope_kv_write, bitwise")
+
     # kv_write -------------------------------------------------------------------------------
     def kv_write(self, dt):
         KVD, KVR = 256, 64
@@ -1511,7 +1569,7 @@ def main():
     print(f"compiled the kernels ({how}) in {time.time() - t0:.1f} s")
 
     checker = Checker(cp, module, np.random.default_rng(seed), report)
-    per_dtype = ["gather", "rms_norm", "add_rms_norm", "head_rms_norm", "linear", "dense", "fused", "qkv", "rope", "rope_kv_write", "kv_write", "attention",
+    per_dtype = ["gather", "rms_norm", "add_rms_norm", "head_rms_norm", "linear", "dense", "fused", "qkv", "qkv_rope", "rope", "rope_kv_write", "kv_write", "attention",
                  "attention_prefill",
                  "attention_split",
                  "swiglu", "add"]

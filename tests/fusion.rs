@@ -17,7 +17,8 @@ use kiln::synth::MemWeights;
 #[test]
 fn fused_plans_match_unfused_bit_for_bit() {
     // The last two have Q/K/V weights and biases of whole 256-byte blocks: their QKV is packed
-    // (one linear over the three weights laid out back to back, read by a packed rope_kv_write).
+    // (one linear over the three weights laid out back to back, read by a packed rope_kv_write)
+    // in prefill, and one qkv_rope in decode (head_dim 64).
     let shapes = [
         (false, false, true, RopeStyle::Interleaved, false),
         (true, false, true, RopeStyle::HalfSplit, false),
@@ -58,9 +59,14 @@ fn fused_plans_match_unfused_bit_for_bit() {
             for prog in &fused.programs {
                 let packed_rkv = prog.launches.iter().filter(|l| matches!(l.kernel, Kernel::RopeKvWrite { packed: true, .. })).count();
                 let split_qkv = prog.launches.iter().filter(|l| l.kernel.name() == "qkv_linear").count();
+                let qkv_rope = prog.launches.iter().filter(|l| matches!(l.kernel, Kernel::QkvRope { .. })).count();
+                // Packable shapes have head_dim 64: their decode QKV also takes RoPE and the KV
+                // write (rewrite 7, head_dim % 16 == 0); prefill keeps the packed rope_kv_write.
                 let want_packed = packable && !qk_norm;
-                assert_eq!(packed_rkv, if want_packed { cfg.n_layers } else { 0 }, "packed rope_kv_writes in {}", prog.label());
-                let want_split = if prog.phase == Phase::Decode && !want_packed { cfg.n_layers } else { 0 };
+                let decode = prog.phase == Phase::Decode;
+                assert_eq!(packed_rkv, if want_packed && !decode { cfg.n_layers } else { 0 }, "packed rope_kv_writes in {}", prog.label());
+                assert_eq!(qkv_rope, if want_packed && decode { cfg.n_layers } else { 0 }, "qkv_ropes in {}", prog.label());
+                let want_split = if decode && !want_packed { cfg.n_layers } else { 0 };
                 assert_eq!(split_qkv, want_split, "three-output qkv_linears in {}", prog.label());
             }
             assert!(count(&fused, 0) < count(&plain, 0), "fusion should cut launches: {} vs {}", count(&fused, 0), count(&plain, 0));

@@ -409,3 +409,32 @@ fn prefill_kernels_are_chosen_by_rows_dtype_and_head_dim() {
     let plan = build_plan(&small_config(), &PlanOptions { prefill_buckets: vec![16], dtype: DType::BF16, ..small_options() }).unwrap();
     assert!(kinds(&plan, Phase::Prefill, 16).contains(&"attention"));
 }
+
+/// Invariant 9: in fused decode plans the QKV-with-RoPE reads the positions and cache bases
+/// (and computes its rotation angles) before its wait: no launch of the program writes them
+/// before it. The checker refuses an early read of bytes an earlier launch writes.
+#[test]
+fn early_reads_only_of_values_that_predate_the_program() {
+    use kiln::plan::Kernel;
+    let cfg = ModelConfig::preset("qwen2.5-0.5b").unwrap();
+    let opts =
+        PlanOptions { decode_buckets: vec![1], prefill_buckets: vec![16], max_context: 256, fuse: true, burst: 16, ..small_options() };
+    let plan = build_plan(&cfg, &PlanOptions { dtype: DType::BF16, ..opts }).unwrap();
+    for phase in [Phase::Decode, Phase::DecodeLoop] {
+        let launches = &plan.programs[plan.program(phase, 1).unwrap()].launches;
+        let qkv_rope: Vec<bool> =
+            launches.iter().filter_map(|l| if let Kernel::QkvRope { early, .. } = l.kernel { Some(early) } else { None }).collect();
+        assert_eq!(qkv_rope, vec![true; cfg.n_layers], "{phase:?}");
+    }
+    let p = plan.program(Phase::Decode, 1).unwrap();
+    let launches = &plan.programs[p].launches;
+    let at = launches.iter().position(|l| matches!(l.kernel, Kernel::QkvRope { .. })).unwrap();
+    let written = *launches[0].bufs.iter().find(|b| b.access == Access::Write).unwrap();
+    let mut bad = plan.clone();
+    let l = &mut bad.programs[p].launches[at];
+    let n = l.bufs.len();
+    l.bufs[n - 5] = kiln::plan::BufArg { access: Access::Read, ..written };
+    let name = l.name.clone();
+    let msg = format!("{:#}", check_plan(&bad).unwrap_err());
+    assert!(msg.contains("before its wait") && msg.contains(&name), "{msg}");
+}

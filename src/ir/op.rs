@@ -151,6 +151,26 @@ pub enum Op {
         head_dim: u32,
         rope: RopeSpec,
     },
+    /// The attention's input projections with RoPE and the KV write in their epilogue (made by
+    /// `lower::fuse`, decode programs only): `QkvLinear` followed by `RopeKvWrite` of its three
+    /// outputs, with no q / k / v tensors in between. Each projection is rounded to `q_out`'s
+    /// dtype as `QkvLinear` stores it, then rotated and written as `RopeKvWrite` does: bit for
+    /// bit the two ops. Only where `rope.rotary_dim == head_dim` and `head_dim % 16 == 0` (the GPU
+    /// kernel keeps both elements of every rotary pair in one block); head counts come from
+    /// `q_out` and `k_cache`.
+    QkvRope {
+        x: ValueId,
+        norm: Option<(ValueId, f32)>,
+        weights: [ValueId; 3],
+        biases: Option<[ValueId; 3]>,
+        positions: ValueId,
+        cache_base: ValueId,
+        q_out: ValueId,
+        k_cache: ValueId,
+        v_cache: ValueId,
+        head_dim: u32,
+        rope: RopeSpec,
+    },
     /// `out = silu(g) * u` with `g = h · gateᵀ`, `u = h · upᵀ` (each rounded to `out`'s dtype)
     /// and `h` as in `FusedLinear`: a gated MLP's up projection in one pass over `x`.
     GatedLinear { x: ValueId, norm: Option<(ValueId, f32)>, gate: ValueId, up: ValueId, out: ValueId },
@@ -218,6 +238,7 @@ impl Op {
             Op::Rope { .. } => "rope",
             Op::KvWrite { .. } => "kv_write",
             Op::RopeKvWrite { .. } => "rope_kv_write",
+            Op::QkvRope { .. } => "qkv_rope",
             Op::Attention { .. } => "attention",
             Op::SwiGlu { .. } => "swiglu",
             Op::Add { .. } => "add",
@@ -258,6 +279,14 @@ impl Op {
                 v.extend([gate, up]);
                 v
             }
+            Op::QkvRope { x, norm, weights, biases, positions, cache_base, .. } => {
+                let mut v = vec![x];
+                v.extend(norm.map(|n| n.0));
+                v.extend(weights);
+                v.extend(biases.into_iter().flatten());
+                v.extend([positions, cache_base]);
+                v
+            }
             Op::Rope { x, positions, .. } => vec![x, positions],
             Op::KvWrite { k, v, positions, cache_base, .. } => vec![k, v, positions, cache_base],
             Op::RopeKvWrite { qkv, positions, cache_base, .. } => [qkv.values(), vec![positions, cache_base]].concat(),
@@ -289,7 +318,9 @@ impl Op {
             | Op::Add { out, .. }
             | Op::Sample { out, .. } => vec![out],
             Op::KvWrite { k_cache, v_cache, .. } => vec![k_cache, v_cache],
-            Op::RopeKvWrite { q_out, k_cache, v_cache, .. } => vec![q_out, k_cache, v_cache],
+            Op::RopeKvWrite { q_out, k_cache, v_cache, .. } | Op::QkvRope { q_out, k_cache, v_cache, .. } => {
+                vec![q_out, k_cache, v_cache]
+            }
             Op::QkvLinear { outs, .. } => outs.values(),
             Op::Advance { token_ids, positions, counter, control, ring, .. } => vec![token_ids, positions, counter, control, ring],
             Op::AddRmsNorm { sum, out, .. } => vec![sum, out],
@@ -316,13 +347,17 @@ impl Op {
             Op::HeadRmsNorm { head_dim, eps, .. } => {
                 vec![("head_dim", head_dim.to_string()), ("eps", format!("{eps:e}"))]
             }
-            Op::Rope { head_dim, rope, .. } | Op::RopeKvWrite { head_dim, rope, .. } => {
-                let mut a = vec![
+            Op::Rope { head_dim, rope, .. } | Op::RopeKvWrite { head_dim, rope, .. } | Op::QkvRope { head_dim, rope, .. } => {
+                let mut a = match self {
+                    Op::QkvRope { norm: Some((_, eps)), .. } => vec![("norm_eps", format!("{eps:e}"))],
+                    _ => Vec::new(),
+                };
+                a.extend([
                     ("head_dim", head_dim.to_string()),
                     ("style", format!("{:?}", rope.style).to_lowercase()),
                     ("theta", format!("{}", rope.theta)),
                     ("rotary_dim", rope.rotary_dim.to_string()),
-                ];
+                ]);
                 match rope.scaling {
                     RopeScaling::None => {}
                     RopeScaling::Llama3 { factor, low_freq_factor, high_freq_factor, original_max_position } => {

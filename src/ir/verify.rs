@@ -59,8 +59,8 @@ fn verify_inner(p: &Program) -> Result<()> {
                     v.name
                 ),
                 ValueClass::State => ensure!(
-                    matches!(node.op, Op::KvWrite { .. } | Op::RopeKvWrite { .. }),
-                    "op `{}` ({}) writes state `{}`; only kv_write and rope_kv_write may",
+                    matches!(node.op, Op::KvWrite { .. } | Op::RopeKvWrite { .. } | Op::QkvRope { .. }),
+                    "op `{}` ({}) writes state `{}`; only kv_write, rope_kv_write and qkv_rope may",
                     node.name,
                     node.op.mnemonic(),
                     v.name
@@ -241,6 +241,45 @@ fn check_op(p: &Program, name: &str, op: &Op) -> Result<()> {
                 ctx(format!("rotary_dim {} must be even and at most head_dim {head_dim}", rope.rotary_dim))
             );
             ensure!(rope.theta > 0.0, ctx("rope theta must be positive".into()));
+        }
+        Op::QkvRope { x, norm, weights, biases, positions, cache_base, q_out, k_cache, v_cache, head_dim, rope } => {
+            let (r, k) = want_2d(x)?;
+            let (rq, qd) = want_2d(q_out)?;
+            let (_, kd) = want_2d(k_cache)?;
+            ensure!(rq == r, ctx(format!("q_out has {rq} rows but x has {r}")));
+            if let Some((nw, eps)) = norm {
+                want_vec(nw, k)?;
+                ensure!(eps > 0.0, ctx(format!("eps must be positive, is {eps}")));
+            }
+            want_float(x)?;
+            for (i, want) in [qd, kd, kd].into_iter().enumerate() {
+                let (nf, kw) = want_2d(weights[i])?;
+                ensure!(k == kw, ctx(format!("x has {k} features but weight `{}` expects {kw}", v(weights[i]).name)));
+                ensure!(
+                    nf == want,
+                    ctx(format!("weight `{}` has {nf} outputs but its cache / q_out rows have {want}", v(weights[i]).name))
+                );
+                if let Some(b) = biases {
+                    want_vec(b[i], nf)?;
+                }
+                want_float(weights[i])?;
+            }
+            want_dtype(positions, DType::I32)?;
+            want_dtype(cache_base, DType::I32)?;
+            want_vec(positions, r)?;
+            want_vec(cache_base, r)?;
+            ensure!(
+                head_dim > 0 && head_dim % 16 == 0 && qd % head_dim as usize == 0 && kd % head_dim as usize == 0,
+                ctx(format!("row lengths {qd} / {kd} are not multiples of head_dim {head_dim}, a multiple of 16"))
+            );
+            ensure!(rope.rotary_dim == head_dim, ctx(format!("rotary_dim {} must equal head_dim {head_dim}", rope.rotary_dim)));
+            ensure!(rope.theta > 0.0, ctx("rope theta must be positive".into()));
+            same_shape(k_cache, v_cache)?;
+            for c in [k_cache, v_cache] {
+                ensure!(v(c).class == ValueClass::State, ctx(format!("`{}` must be state", v(c).name)));
+                ensure!(v(c).dtype == v(q_out).dtype, ctx("q_out and the caches must share a dtype".to_string()));
+            }
+            want_float(q_out)?;
         }
         Op::RopeKvWrite { qkv, positions, cache_base, q_out, k_cache, v_cache, head_dim, rope } => {
             let (r, qd) = want_2d(q_out)?;

@@ -29,6 +29,11 @@
 //!    instead of two. Only where the residual adds and norms are still separate ops: prefill
 //!    programs (decode's adds and norms were folded into the linears by rewrites 1 and 3).
 //!
+//! 7. decode: a packed `QkvLinear` whose output only a `RopeKvWrite` reads, with `rotary_dim == head_dim`, `head_dim % 16 == 0`, at most
+//!    `geometry::LINEAR_GEMV_MAX_ROWS` rows and one dtype for q and the caches -> one `QkvRope`
+//!    at the `RopeKvWrite`'s place: the projections, RoPE and the KV write in one launch, and no
+//!    q / k / v temps.
+//!
 //! Values are renumbered densely in order of first use afterwards, so dumps stay canonical.
 //!
 //! Prefill programs take rewrites 4, 6 and the packed form of 5 (RoPE, the KV write, adds and
@@ -240,6 +245,37 @@ pub fn fuse(p: &Program) -> Result<Program> {
         ops[g[2]] = None;
     }
 
+    // 7. Decode: the Q/K/V projections and the RoPE + KV write of their outputs.
+    if decode {
+        for m in 0..ops.len() {
+            let Some(OpNode { name, op: Op::RopeKvWrite { qkv, positions, cache_base, q_out, k_cache, v_cache, head_dim, rope } }) =
+                ops[m].clone()
+            else {
+                continue;
+            };
+            let Some(j) = qkv.values().first().and_then(|&v| producer(&ops, v)) else { continue };
+            let Some(Op::QkvLinear { x, norm, weights, biases, outs }) = ops[j].as_ref().map(|o| o.op.clone()) else { continue };
+            let rows = p.value(x).shape.rows();
+            let fits = rope.rotary_dim == head_dim
+                && head_dim.is_multiple_of(16)
+                && rows <= crate::plan::geometry::LINEAR_GEMV_MAX_ROWS as usize
+                && p.value(q_out).dtype == p.value(k_cache).dtype;
+            // A packed qkv is one of this pass's values (`extra`): a temp.
+            let temp = |v: ValueId| v.index() >= p.values.len() || is_temp(v);
+            // Packed only: the kernel reads the three weights as one matrix (`plan::Kernel::QkvRope`).
+            if outs != qkv || !matches!(outs, Qkv::Packed(_)) || !fits || !qkv.values().iter().all(|&v| temp(v) && readers(&ops, v) == [m])
+            {
+                continue;
+            }
+            let fused_name = name.strip_suffix("rope_kv_write").map(|s| format!("{s}qkv_rope")).unwrap_or_else(|| format!("{name}.qkv"));
+            ops[m] = Some(OpNode {
+                name: fused_name,
+                op: Op::QkvRope { x, norm, weights, biases, positions, cache_base, q_out, k_cache, v_cache, head_dim, rope },
+            });
+            ops[j] = None;
+        }
+    }
+
     // 6. Residual adds with the norm of their sum.
     for i in 0..ops.len() {
         let Some(OpNode { name: norm_name, op: Op::RmsNorm { x: s, weight, out, eps } }) = ops[i].clone() else { continue };
@@ -316,6 +352,14 @@ fn op_values_mut(op: &mut Op) -> Vec<&mut ValueId> {
             v.extend(weights.iter_mut());
             v.extend(biases.iter_mut().flatten());
             v.extend(outs.values_mut());
+            v
+        }
+        Op::QkvRope { x, norm, weights, biases, positions, cache_base, q_out, k_cache, v_cache, .. } => {
+            let mut v = vec![x];
+            v.extend(norm.as_mut().map(|n| &mut n.0));
+            v.extend(weights.iter_mut());
+            v.extend(biases.iter_mut().flatten());
+            v.extend([positions, cache_base, q_out, k_cache, v_cache]);
             v
         }
         Op::Rope { x, positions, out, .. } => vec![x, positions, out],

@@ -23,6 +23,10 @@
 //!    byte. (Invariant 5 alone cannot tell two same-sized buffers at one offset apart.)
 //! 8. A launch asks for a kernel variant only where one exists: the dense GEMV (3 blocks per
 //!    SM, compiled for at most 256 threads) only for the linear kernels with 256-thread blocks.
+//! 9. Planned early reads (`QkvRope`'s `early`: positions and cache bases read before the kernel
+//!    waits for the grids before it) only where no earlier launch of the program writes those
+//!    bytes: the values then predate the program (GEMV kernels let their dependents launch
+//!    before they wait, so a grid several launches back may still be running).
 
 use super::geometry::{GEMV_DENSE_BLOCKS_PER_SM, LINEAR_GEMV_THREADS};
 use super::{Access, BufArg, Kernel, Plan, ProgramPlan, RegionKind, ALIGN};
@@ -94,6 +98,22 @@ fn check_program(plan: &Plan, p: &ProgramPlan) -> Result<()> {
             l.block,
             l.occupancy
         );
+        // 9: planned early reads.
+        let n = l.bufs.len();
+        let early: Vec<usize> = match l.kernel {
+            Kernel::QkvRope { early: true, .. } => vec![n - 5, n - 4],
+            _ => Vec::new(),
+        };
+        for k in early {
+            let b = &l.bufs[k];
+            if let Some(j) = (0..i).rev().find(|&j| p.launches[j].bufs.iter().any(|o| o.access == Access::Write && touches(o, b))) {
+                bail!(
+                    "launch {i} `{}` reads operand {k} before its wait, but launch {j} `{}` writes it and may still run",
+                    l.name,
+                    p.launches[j].name
+                );
+            }
+        }
         for (j, b) in l.bufs.iter().enumerate() {
             ensure!(b.offset.is_multiple_of(ALIGN), "launch {i} `{}` operand {j} offset {} is not aligned", l.name, b.offset);
             ensure!(

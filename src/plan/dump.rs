@@ -115,6 +115,10 @@ fn kernel_params(k: &Kernel) -> String {
             format!("rows={rows} in={in_features} out={out_features} norm={norm} eps={eps:e}")
         }
         Kernel::KvWrite { rows, kv_dim, kv_rows } => format!("rows={rows} kv_dim={kv_dim} kv_rows={kv_rows}"),
+        Kernel::QkvRope { rows, in_features, heads, kv_heads, head_dim, kv_rows, norm, eps, bias, early, rope } => format!(
+            "rows={rows} in={in_features} heads={heads} kv_heads={kv_heads} head_dim={head_dim} kv_rows={kv_rows} norm={norm} eps={eps:e} bias={bias} early={early} style={:?} theta={} rotary_dim={} scaling={:?}",
+            rope.style, rope.theta, rope.rotary_dim, rope.scaling
+        ),
         Kernel::RopeKvWrite { rows, heads, kv_heads, head_dim, kv_rows, rope, packed } => format!(
             "rows={rows} heads={heads} kv_heads={kv_heads} head_dim={head_dim} kv_rows={kv_rows} style={:?} theta={} rotary_dim={} packed={packed}",
             rope.style, rope.theta, rope.rotary_dim

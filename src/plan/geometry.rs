@@ -161,6 +161,12 @@ pub fn launch_geometry(kernel: &Kernel, _bufs: &[BufArg]) -> Geometry {
         Kernel::AttentionMerge { rows, heads, .. } => g(rows, heads, ATTENTION_MERGE_THREADS),
         // `qkv_linear` (linear_fused.cu): the GEMV grid over all three outputs, whatever the rows
         // (more than 8 rows take its SIMT path, 8 rows at a time).
+        // `qkv_rope` (linear_fused.cu): the GEMV grid over its outputs, default variant only (its
+        // epilogue needs more registers than the dense variant has).
+        Kernel::QkvRope { heads, kv_heads, head_dim, .. } => {
+            let blocks = ((heads + 2 * kv_heads) * head_dim).div_ceil(LINEAR_GEMV_FEATURES);
+            g(blocks, 1, if blocks < LINEAR_GEMV_WIDE_BELOW_BLOCKS { LINEAR_GEMV_WIDE_THREADS } else { LINEAR_GEMV_THREADS })
+        }
         Kernel::QkvLinear { out_features: [q, k, v], .. } => {
             let blocks = (q + k + v).div_ceil(LINEAR_GEMV_FEATURES);
             let threads = if blocks < LINEAR_GEMV_WIDE_BELOW_BLOCKS { LINEAR_GEMV_WIDE_THREADS } else { LINEAR_GEMV_THREADS };

@@ -173,6 +173,24 @@ pub enum Kernel {
     RopeKvWrite { rows: u32, heads: u32, kv_heads: u32, head_dim: u32, kv_rows: u32, rope: crate::ir::RopeSpec, packed: bool },
     /// bufs: a, b, weight, sum, out (see `Op::AddRmsNorm`).
     AddRmsNorm { rows: u32, dim: u32, eps: f32 },
+    /// bufs: x, `[norm weight]`, weight, `[bias]`, positions, cache_base, q_out, k_cache, v_cache
+    /// (see `Op::QkvRope`): the three weights (and biases) laid out back to back and read as one
+    /// `[(heads + 2 kv_heads) * head_dim, in_features]` matrix, like a packed `QkvLinear`.
+    /// `early`: positions and cache bases may be read (and the rotation angles computed) before the
+    /// launch waits for the grids before it ([`early_reads_safe`]).
+    QkvRope {
+        rows: u32,
+        in_features: u32,
+        heads: u32,
+        kv_heads: u32,
+        head_dim: u32,
+        kv_rows: u32,
+        norm: bool,
+        eps: f32,
+        bias: bool,
+        early: bool,
+        rope: crate::ir::RopeSpec,
+    },
 }
 
 impl Kernel {
@@ -202,6 +220,7 @@ impl Kernel {
             Kernel::Linear { .. } => "linear",
             Kernel::FusedLinear { .. } => "fused_linear",
             Kernel::QkvLinear { .. } => "qkv_linear",
+            Kernel::QkvRope { .. } => "qkv_rope",
             Kernel::RopeKvWrite { .. } => "rope_kv_write",
             Kernel::Gemm { .. } => "gemm",
             Kernel::GatedLinear { .. } => "gated_linear",
@@ -217,6 +236,33 @@ impl Kernel {
             Kernel::Advance { .. } => "advance",
         }
     }
+}
+
+/// The operands of a launch that its kernel may read before it waits for the grids before it
+/// (programmatic dependent launch), when [`early_reads_safe`] holds: a `QkvRope`'s positions and
+/// cache bases. Indices into `Launch::bufs`.
+pub fn early_read_operands(l: &Launch) -> Vec<usize> {
+    let n = l.bufs.len();
+    match l.kernel {
+        Kernel::QkvRope { .. } if n >= 5 => vec![n - 5, n - 4],
+        _ => Vec::new(),
+    }
+}
+
+/// Whether launch `i` may read its [`early_read_operands`] before waiting: no launch before `i`
+/// in the program writes any of them, so their values were written before the program began (by
+/// the host, or by the previous step or device-loop iteration, which a graph launch or the next
+/// iteration follows as a whole). Nothing weaker is safe: the GEMV kernels let their dependents
+/// launch before they wait themselves (to start the next weight stream early), so under
+/// programmatic dependent launch a kernel may start while a grid several launches back still runs.
+pub fn early_reads_safe(launches: &[Launch], i: usize) -> bool {
+    let ops = early_read_operands(&launches[i]);
+    !ops.is_empty()
+        && ops.iter().all(|&k| {
+            let b = &launches[i].bufs[k];
+            let overlaps = |o: &BufArg| o.region == b.region && o.offset < b.offset + b.bytes && b.offset < o.offset + o.bytes;
+            !launches[..i].iter().any(|l| l.bufs.iter().any(|o| o.access == Access::Write && overlaps(o)))
+        })
 }
 
 /// One launch record: everything an executor needs, nothing it must compute.

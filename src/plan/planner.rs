@@ -173,7 +173,7 @@ fn layout_persistent(cfg: &ModelConfig, opts: &PlanOptions, programs: &[Program]
     let mut packs: Vec<Vec<&str>> = Vec::new();
     for p in programs {
         for node in &p.ops {
-            if let Op::QkvLinear { weights, biases, outs: Qkv::Packed(_), .. } = &node.op {
+            if let Op::QkvLinear { weights, biases, outs: Qkv::Packed(_), .. } | Op::QkvRope { weights, biases, .. } = &node.op {
                 let names = |ids: &[ValueId]| ids.iter().map(|&v| p.value(v).name.as_str()).collect::<Vec<_>>();
                 packs.push(names(weights));
                 packs.extend(biases.as_ref().map(|b| names(b)));
@@ -303,7 +303,7 @@ fn launches_of(p: &Program, name: &str, op: &Op, max_context: usize, workspaces:
     let mut kernel = kernel_of(p, op);
     // A packed QKV reads its three weights (and biases), consecutive operands, as one buffer.
     let packs = match *op {
-        Op::QkvLinear { weights, biases, outs: Qkv::Packed(_), .. } => {
+        Op::QkvLinear { weights, biases, outs: Qkv::Packed(_), .. } | Op::QkvRope { weights, biases, .. } => {
             let at = |v: ValueId| operands.iter().position(|&(o, _)| o == Operand::Value(v)).expect("an operand of its op");
             [Some(weights), biases].into_iter().flatten().map(|run| (at(run[0]), run.len())).collect()
         }
@@ -492,6 +492,13 @@ fn plan_program(p: &Program, persistent: &BTreeMap<&str, &PlannedTensor>, max_co
         });
     }
     let deps = dependencies(&launches);
+    // Planned early reads: operands written before the program began (`plan::early_reads_safe`).
+    for i in 0..launches.len() {
+        let safe = super::early_reads_safe(&launches, i);
+        if let Kernel::QkvRope { early, .. } = &mut launches[i].kernel {
+            *early = safe;
+        }
+    }
     Ok(ProgramPlan {
         phase: p.phase,
         bucket: p.bucket,
@@ -562,6 +569,22 @@ fn kernel_of(p: &Program, op: &Op) -> Kernel {
                 norm: norm.is_some(),
                 eps: norm.map(|n| n.1).unwrap_or(0.0),
                 bias: biases.is_some(),
+            }
+        }
+        Op::QkvRope { x, norm, biases, q_out, k_cache, head_dim, rope, .. } => {
+            let (dx, dq, dc) = (dims(x), dims(q_out), dims(k_cache));
+            Kernel::QkvRope {
+                rows: u(dx[0]),
+                in_features: u(dx[1]),
+                heads: u(dq[1]) / head_dim,
+                kv_heads: u(dc[1]) / head_dim,
+                head_dim,
+                kv_rows: u(dc[0]),
+                norm: norm.is_some(),
+                eps: norm.map(|n| n.1).unwrap_or(0.0),
+                bias: biases.is_some(),
+                early: false,
+                rope,
             }
         }
         Op::GatedLinear { x, norm, gate, .. } => {

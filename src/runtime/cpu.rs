@@ -528,6 +528,66 @@ fn execute(regions: &mut [Vec<u8>; N_REGIONS], s: &mut Scratch, launch: &Launch)
             }
             Ok(())
         }
+        // The packed QKV's projections (FusedLinear's arithmetic over the three weights as one
+        // matrix), rounded as it stores them, then RopeKvWrite's rotation and KV write.
+        Kernel::QkvRope { rows, in_features, heads, kv_heads, head_dim, kv_rows, norm, eps, bias, rope, .. } => {
+            let (rows, k, hd) = (rows as usize, in_features as usize, head_dim as usize);
+            let (qw, kvw) = (heads as usize * hd, kv_heads as usize * hd);
+            let width = qw + 2 * kvw;
+            let bufs = arity(launch, 4 + norm as usize + bias as usize, 3)?;
+            let n = bufs.len();
+            let (x, weight, positions, cache_base) = (&bufs[0], &bufs[1 + norm as usize], &bufs[n - 5], &bufs[n - 4]);
+            let (q_out, k_cache, v_cache) = (&bufs[n - 3], &bufs[n - 2], &bufs[n - 1]);
+            float_operand(x, "x", rows * k)?;
+            float_operand(weight, "weight", width * k)?;
+            typed_operand(positions, "positions", DType::I32, rows)?;
+            typed_operand(cache_base, "cache_base", DType::I32, rows)?;
+            float_operand(q_out, "q_out", rows * qw)?;
+            float_operand(k_cache, "k_cache", kv_rows as usize * kvw)?;
+            float_operand(v_cache, "v_cache", kv_rows as usize * kvw)?;
+            ensure!(rope.rotary_dim as usize == hd, "qkv_rope needs rotary_dim {} == head_dim {hd}", rope.rotary_dim);
+            load_ints(operand(regions, positions)?, &mut s.ints_a);
+            load_ints(operand(regions, cache_base)?, &mut s.ints_b);
+            check_kv_rows(&s.ints_a[..rows], &s.ints_b, kv_rows)?;
+            load_all(operand(regions, x)?, x.dtype, &mut s.a);
+            if norm {
+                let nw = &bufs[1];
+                float_operand(nw, "norm weight", k)?;
+                load_all(operand(regions, nw)?, nw.dtype, &mut s.b);
+                let mut h = vec![0.0f32; rows * k];
+                rms_norm_rows(&s.a, &s.b, &mut h, k, eps, x.dtype);
+                s.a.clear();
+                s.a.extend(h.iter().map(|&v| round_to(x.dtype, v)));
+            }
+            let bias_v = if bias {
+                let b = &bufs[2 + norm as usize];
+                float_operand(b, "bias", width)?;
+                let mut v = Vec::new();
+                load_all(operand(regions, b)?, b.dtype, &mut v);
+                v
+            } else {
+                Vec::new()
+            };
+            let dt = q_out.dtype;
+            let mut packed = vec![0.0f32; rows * width];
+            gemv_each(&s.a, operand(regions, weight)?, weight.dtype, k, width, rows, &mut s.row, |r, col, acc| {
+                packed[r * width + col] = round_to(dt, if bias { acc + bias_v[col] } else { acc });
+            });
+            let part = |lo: usize, n: usize| -> Vec<f32> {
+                (0..rows).flat_map(|r| packed[r * width + lo..r * width + lo + n].iter().copied()).collect()
+            };
+            let (mut q, mut kk, v) = (part(0, qw), part(qw, kvw), part(qw + kvw, kvw));
+            s.b.clear();
+            s.b.extend((0..hd / 2).map(|i| rope.inv_freq(i)));
+            let pos = &s.ints_a[..rows];
+            rotate_rows(&mut q, qw, hd, &s.b, &rope, pos);
+            store(regions, q_out, &q)?;
+            rotate_rows(&mut kk, kvw, hd, &s.b, &rope, pos);
+            for x in kk.iter_mut() {
+                *x = round_to(dt, *x);
+            }
+            write_kv_rows(regions, [(k_cache, &kk), (v_cache, &v)], pos, &s.ints_b, kvw)
+        }
         Kernel::GatedLinear { rows, in_features, out_features, norm, eps } => {
             let (rows, k, n) = (rows as usize, in_features as usize, out_features as usize);
             let bufs = arity(launch, 3 + norm as usize, 1)?;

@@ -107,6 +107,25 @@ pub fn scalars(kernel: &Kernel) -> Vec<Scalar> {
         Kernel::QkvLinear { rows, in_features, out_features: [q, k, v], norm, eps, bias } => {
             vec![U32(rows), U32(in_features), U32(q), U32(k), U32(v), U32(norm as u32), F32(eps), U32(bias as u32)]
         }
+        // (x, norm_w|0, weight, bias|0, positions, cache_base, q_out, k_cache, v_cache, rows,
+        //  in_features, heads, kv_heads, head_dim, kv_rows, has_norm, eps, has_bias, early, then
+        //  Rope's rotary_dim .. original_max_position)
+        Kernel::QkvRope { rows, in_features, heads, kv_heads, head_dim, kv_rows, norm, eps, bias, early, rope } => [
+            vec![
+                U32(rows),
+                U32(in_features),
+                U32(heads),
+                U32(kv_heads),
+                U32(head_dim),
+                U32(kv_rows),
+                U32(norm as u32),
+                F32(eps),
+                U32(bias as u32),
+                U32(early as u32),
+            ],
+            rope_scalars(&rope),
+        ]
+        .concat(),
         // (x, norm_w|0, gate, up, out, rows, in_features, out_features, has_norm, eps)
         Kernel::GatedLinear { rows, in_features, out_features, norm, eps } => {
             vec![U32(rows), U32(in_features), U32(out_features), U32(norm as u32), F32(eps)]
@@ -161,6 +180,7 @@ pub fn pointer_slots(kernel: &Kernel, bufs: &[BufArg]) -> usize {
         Kernel::Linear { bias: false, .. } => bufs.len() + 1,
         Kernel::FusedLinear { .. } => 6,
         Kernel::QkvLinear { .. } => 11,
+        Kernel::QkvRope { .. } => 9,
         Kernel::RopeKvWrite { .. } => 8,
         Kernel::GatedLinear { .. } => 5,
         _ => bufs.len(),
@@ -197,6 +217,15 @@ pub fn pointers(kernel: &Kernel, bufs: &[BufArg], region_base: &[u64; crate::pla
             let b = [next(bias), next(bias), next(bias)];
             let o = [next(true), next(true), next(true)];
             return [vec![x, nw], w.to_vec(), b.to_vec(), o.to_vec()].concat();
+        }
+        // Fixed slots x, norm_w, weight, bias, positions, cache_base, q_out, k_cache, v_cache;
+        // absent ones are null.
+        Kernel::QkvRope { norm, bias, .. } => {
+            let mut it = p.into_iter();
+            let mut next = |present: bool| if present { it.next().unwrap_or(0) } else { 0 };
+            let head = [next(true), next(norm), next(true), next(bias)];
+            let rest = [next(true), next(true), next(true), next(true), next(true)];
+            return [head.to_vec(), rest.to_vec()].concat();
         }
         _ => {}
     }
