@@ -63,8 +63,8 @@ pub struct BenchArgs {
     /// Timed runs per number (after one warm-up); the median is reported.
     #[arg(long, default_value_t = 5)]
     pub repeats: usize,
-    /// Plan with the fusion pass (`kiln plan --fuse`): norm prologues, gated MLP and residual
-    /// epilogues in the decode programs.
+    /// Plan with the fusion pass (`kiln plan --fuse`): norm prologues, gated MLP, residual
+    /// epilogues, packed Q/K/V with RoPE and the KV write in the decode programs.
     #[arg(long)]
     pub fuse: bool,
     /// Which decode rows the torch competitor runs: `all`, or `first` (batch 1 at --prompt, the

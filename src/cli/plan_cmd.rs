@@ -31,8 +31,9 @@ pub struct PlanArgs {
     #[arg(long, default_value_t = 64)]
     pub burst: usize,
     /// Run the fusion pass (norm prologues, gated MLP, residual epilogues, packed Q/K/V, RoPE
-    /// with the KV write): fewer launches, the same results on the CPU reference, and in `kiln
-    /// gate`. The H200 numbers in bench/results are measured with fused plans.
+    /// with the KV write, in decode inside the Q/K/V projection): fewer launches, the same
+    /// results on the CPU reference, and in `kiln gate`. The H200 numbers in bench/results are
+    /// measured with fused plans.
     #[arg(long)]
     pub fuse: bool,
 }

@@ -31,7 +31,8 @@ pub struct PlanOptions {
     /// Tokens per row one device-loop launch may produce (0: no device loops). Each decode
     /// bucket gets a `loop.b{B}` program with a ring of `burst` tokens per row.
     pub burst: usize,
-    /// Run the fusion pass (`lower::fuse`): norm prologues, gated MLP, residual epilogues.
+    /// Run the fusion pass (`lower::fuse`): norm prologues, gated MLP, residual epilogues,
+    /// packed Q/K/V, RoPE with the KV write (in decode, in the Q/K/V epilogue).
     pub fuse: bool,
 }
 
