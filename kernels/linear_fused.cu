@@ -1,14 +1,18 @@
-// linear_fused.cu: the fused decode/prefill projections of Op::FusedLinear and Op::GatedLinear.
+// linear_fused.cu: the fused decode/prefill projections of Op::FusedLinear, Op::GatedLinear,
+// Op::QkvLinear and Op::QkvRope.
 //   kiln_fused_linear_{dt}_{outdt}(x, norm_w, weight, bias, residual, out, rows, in_features,
 //                                  out_features, has_norm, eps, has_bias, has_residual)
 //   kiln_gated_linear_{dt}(x, norm_w, gate, up, out, rows, in_features, out_features, has_norm, eps)
 //   kiln_qkv_linear_{dt}(x, norm_w, wq, wk, wv, bq, bk, bv, out_q, out_k, out_v, rows, in_features,
-//                        nq, nk, nv, has_norm, eps, has_bias)   (Op::QkvLinear, at the end)
+//                        nq, nk, nv, has_norm, eps, has_bias)   (Op::QkvLinear, near the end)
+//   kiln_qkv_rope_{dt}(x, norm_w, weight, bias, positions, cache_base, q_out, k_cache, v_cache, rows,
+//                      in_features, heads, kv_heads, head_dim, kv_rows, has_norm, eps, has_bias,
+//                      early, <rope scalars>)   (Op::QkvRope, at the end; default variant only)
 //   Absent operands are null pointers (see src/runtime/cuda/abi.rs `pointers`). x, norm_w,
 //   weight / gate / up and bias are dt; out and residual are outdt (gated: dt).
 //
-// Check on a GPU: python3 scripts/kernel_check.py --only fused   (NVRTC build, no GPU:
-// cargo test --test kernels_compile)
+// Check on a GPU: python3 scripts/kernel_check.py --only fused,qkv,qkv_rope,dense   (NVRTC
+// build, no GPU: cargo test --test kernels_compile)
 //
 // Semantics (CPU reference, src/runtime/cpu.rs), per row r, in f32:
 //   h = x                                                        without a norm
