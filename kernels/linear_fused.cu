@@ -221,20 +221,18 @@ __device__ __forceinline__ O fused_finish(float s, float su, const T* bias, cons
   }
 }
 
-// Tensor-core GEMV (f16 / bf16, in % 8 == 0, aligned), WARPS = blockDim.x / 32: the main loop of
-// linear.cu (gemv_mma_loop, which also waits for the prior grids after its first weight loads).
-template <typename T, typename O, bool GATED, int WARPS, bool NORM, bool STAGED>
-__device__ void fused_gemv_mma(const T* x, const T* nw, const T* w,
-                               const T* wu, const T* bias, const O* residual,
-                               O* __restrict__ out, unsigned int rows, unsigned int in, unsigned int outf, float eps, bool has_bias, bool has_res, float* inv_s, float* smem, T* hs) {
+// The tensor-core GEMV's sums (f16 / bf16, in % 8 == 0, aligned), WARPS = blockDim.x / 32: the
+// main loop of linear.cu (gemv_mma_loop, which also waits for the prior grids after its first
+// weight loads) over this lane's weight rows ra (tile rows 0-7) and rb (8-15) of the Q matrices
+// wq, against x normed when NORM, then the warp-order sum: s[q] in threads < 128 as
+// gemv_mma_sum returns it. Q = 2 is the gated pair (gate, up).
+template <typename T, int Q, int WARPS, bool NORM, bool STAGED>
+__device__ __forceinline__ void fused_gemv_sums(const T* x, const T* nw, const T* const (&wq)[Q], unsigned int ra,
+                                                unsigned int rb, unsigned int rows, unsigned int in, float eps,
+                                                float* inv_s, float* smem, T* hs, float (&s)[Q]) {
   constexpr int U = KILN_LINEAR_GEMV_UNROLL;
-  constexpr int Q = GATED ? 2 : 1;
-  constexpr int D = GATED ? KILN_GATED_DEPTH : KILN_FUSED_DEPTH;
-  const unsigned int lane = threadIdx.x & 31;
-  const unsigned int g = lane >> 2;
-  const unsigned int n0 = blockIdx.x * KILN_FUSED_GEMV_FEATURES;
-  // Rows past the ends read row 0: their outputs are never stored.
-  const unsigned int ra = n0 + g < outf ? n0 + g : 0, rb = n0 + g + 8 < outf ? n0 + g + 8 : 0;
+  constexpr int D = Q == 2 ? KILN_GATED_DEPTH : KILN_FUSED_DEPTH;
+  const unsigned int g = (threadIdx.x & 31) >> 2;
   const unsigned int rx = g < rows ? g : 0;
   const unsigned int first = gemv_mma_first<WARPS, U>();
   // The norm's scratch and the partial tiles share `smem`: the scratch is last read before the
@@ -246,18 +244,66 @@ __device__ void fused_gemv_mma(const T* x, const T* nw, const T* w,
   for (int q = 0; q < Q; ++q)
 #pragma unroll
     for (int i = 0; i < 4; ++i) c[q][i] = 0.0f;
+  gemv_mma_loop<T, Q, WARPS, D, (D % U == 0 ? U : 1), KILN_LINEAR_GEMV_XPRE != 0>(wq, ra, rb, in, xop, c);
+  gemv_mma_sum<Q, WARPS>(c, smem, s);
+}
+
+// Tensor-core GEMV (f16 / bf16, in % 8 == 0, aligned): fused_gemv_sums over 16 consecutive
+// features per block, then the epilogue.
+template <typename T, typename O, bool GATED, int WARPS, bool NORM, bool STAGED>
+__device__ void fused_gemv_mma(const T* x, const T* nw, const T* w,
+                               const T* wu, const T* bias, const O* residual,
+                               O* __restrict__ out, unsigned int rows, unsigned int in, unsigned int outf, float eps, bool has_bias, bool has_res, float* inv_s, float* smem, T* hs) {
+  constexpr int Q = GATED ? 2 : 1;
+  const unsigned int g = (threadIdx.x & 31) >> 2;
+  const unsigned int n0 = blockIdx.x * KILN_FUSED_GEMV_FEATURES;
+  // Rows past the ends read row 0: their outputs are never stored.
+  const unsigned int ra = n0 + g < outf ? n0 + g : 0, rb = n0 + g + 8 < outf ? n0 + g + 8 : 0;
   const T* wq[Q];
   wq[0] = w;
   if constexpr (GATED) wq[Q - 1] = wu;
-  gemv_mma_loop<T, Q, WARPS, D, (D % U == 0 ? U : 1), KILN_LINEAR_GEMV_XPRE != 0>(wq, ra, rb, in, xop, c);
   float s[Q];
-  gemv_mma_sum<Q, WARPS>(c, smem, s);
+  fused_gemv_sums<T, Q, WARPS, NORM, STAGED>(x, nw, wq, ra, rb, rows, in, eps, inv_s, smem, hs, s);
   if (threadIdx.x < 128) {
     const unsigned int i = threadIdx.x >> 5, l = threadIdx.x & 31;
     const unsigned int n = n0 + (l >> 2) + 8 * (i >> 1), r = 2 * (l & 3) + (i & 1);
     if (r < rows && n < outf) {
       const size_t idx = (size_t)r * outf + n;
       out[idx] = fused_finish<T, O, GATED>(s[0], s[Q - 1], bias, residual, idx, n, has_bias, has_res);
+    }
+  }
+}
+
+// The sums of one weight row `wr` against rows [r0, r0 + nr) of x (nr <= 8), normed by inv_s (the
+// rows' inverse RMS, indexed from r0) and nw when has_norm: lanes strided over k, f32 FMAs in k
+// order, then a warp sum, handed to done(r, sum) in lane 0 for each r < nr. The SIMT path of
+// qkv_linear and qkv_rope.
+template <typename T, typename Done>
+__device__ __forceinline__ void simt_row_sums(const T* wr, const T* x, const T* nw, const float* inv_s,
+                                              unsigned int r0, unsigned int nr, unsigned int in, bool has_norm,
+                                              Done done) {
+  constexpr int R = KILN_FUSED_GEMV_MAX_ROWS;
+  const unsigned int lane = threadIdx.x & 31;
+  float sum[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) sum[r] = 0.0f;
+  for (unsigned int k = lane; k < in; k += 32) {
+    const float wf = to_f32(wr[k]);
+    const float nwk = has_norm ? to_f32(nw[k]) : 0.0f;
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      if ((unsigned int)r < nr) {
+        float h = to_f32(x[(size_t)(r0 + r) * in + k]);
+        if (has_norm) h = norm_h<T>(h, inv_s[r], nwk);
+        sum[r] = __fmaf_rn(h, wf, sum[r]);
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    if ((unsigned int)r < nr) {
+      const float s = warp_sum(sum[r]);
+      if (lane == 0) done((unsigned int)r, s);
     }
   }
 }
@@ -500,7 +546,7 @@ template <typename T>
 __device__ void qkv_simt(const T* x, const T* nw, const QkvOut<T>& qo, unsigned int rows, unsigned int in, float eps,
                          bool has_norm, bool has_bias, float* inv_s) {
   constexpr int R = KILN_FUSED_GEMV_MAX_ROWS;
-  const unsigned int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  const unsigned int warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
   const unsigned int total = qo.n[0] + qo.n[1] + qo.n[2];
   for (unsigned int r0 = 0; r0 < rows; r0 += R) {
     const unsigned int nr = min(rows - r0, (unsigned int)R);
@@ -508,29 +554,8 @@ __device__ void qkv_simt(const T* x, const T* nw, const QkvOut<T>& qo, unsigned 
     for (unsigned int f = warp; f < KILN_FUSED_GEMV_FEATURES; f += warps) {
       const unsigned int n = blockIdx.x * KILN_FUSED_GEMV_FEATURES + f;
       if (n >= total) break;
-      const T* wr = qo.row(n, in);
-      float acc[R];
-#pragma unroll
-      for (int r = 0; r < R; ++r) acc[r] = 0.0f;
-      for (unsigned int k = lane; k < in; k += 32) {
-        const float wf = to_f32(wr[k]);
-        const float nwk = has_norm ? to_f32(nw[k]) : 0.0f;
-#pragma unroll
-        for (int r = 0; r < R; ++r) {
-          if ((unsigned int)r < nr) {
-            float h = to_f32(x[(size_t)(r0 + r) * in + k]);
-            if (has_norm) h = norm_h<T>(h, inv_s[r], nwk);
-            acc[r] = __fmaf_rn(h, wf, acc[r]);
-          }
-        }
-      }
-#pragma unroll
-      for (int r = 0; r < R; ++r) {
-        if ((unsigned int)r < nr) {
-          const float s = warp_sum(acc[r]);
-          if (lane == 0) qo.store(n, r0 + r, s, has_bias);
-        }
-      }
+      simt_row_sums<T>(qo.row(n, in), x, nw, inv_s, r0, nr, in, has_norm,
+                       [&](unsigned int r, float s) { qo.store(n, r0 + r, s, has_bias); });
     }
     __syncthreads();  // inv_s is rewritten for the next 8 rows
   }
@@ -679,25 +704,17 @@ __device__ __forceinline__ void qkv_rope_store(const float (*acc)[KILN_FUSED_GEM
   }
 }
 
-// Tensor-core path (f16 / bf16, rows <= 8, in % 8 == 0, aligned): fused_gemv_mma's main loop and
-// sum with the rows of QkvRopeTile, the sums to `acc`.
+// Tensor-core path (f16 / bf16, rows <= 8, in % 8 == 0, aligned): fused_gemv_sums over the rows of
+// QkvRopeTile, the sums to `acc`.
 template <typename T, int WARPS, bool NORM, bool STAGED>
 __device__ void qkv_rope_gemv_mma(const T* x, const T* nw, const T* w, const QkvRopeTile& tile, unsigned int rows,
                                   unsigned int in, float eps, float* inv_s, float* smem, T* hs,
                                   float (*acc)[KILN_FUSED_GEMV_MAX_ROWS]) {
-  constexpr int U = KILN_LINEAR_GEMV_UNROLL;
-  constexpr int D = KILN_FUSED_DEPTH;
   const unsigned int g = (threadIdx.x & 31) >> 2;
   const unsigned int ra = tile.feature(blockIdx.x, g), rb = tile.feature(blockIdx.x, g + 8);
-  const unsigned int rx = g < rows ? g : 0;
-  const unsigned int first = gemv_mma_first<WARPS, U>();
-  FusedNormX<T, NORM, STAGED> xop{x, x + (size_t)rx * in + first, nw + first, nw, rows, in, rx, eps, inv_s, smem,
-                                  1.0f, hs, hs + (size_t)rx * in + first};
-  float c[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
   const T* wq[1] = {w};
-  gemv_mma_loop<T, 1, WARPS, D, (D % U == 0 ? U : 1), KILN_LINEAR_GEMV_XPRE != 0>(wq, ra, rb, in, xop, c);
   float s[1];
-  gemv_mma_sum<1, WARPS>(c, smem, s);
+  fused_gemv_sums<T, 1, WARPS, NORM, STAGED>(x, nw, wq, ra, rb, rows, in, eps, inv_s, smem, hs, s);
   if (threadIdx.x < 128) {
     const unsigned int i = threadIdx.x >> 5, l = threadIdx.x & 31;
     acc[(l >> 2) + 8 * (i >> 1)][2 * (l & 3) + (i & 1)] = s[0];
@@ -765,34 +782,13 @@ __device__ void qkv_rope(const T* x, const T* nw, const T* w, const T* bias, con
   wait_prior_grids();
   // SIMT: fused_gemv_simt's arithmetic (a warp per feature, lanes strided over k), 8 rows at a time.
   constexpr int R = KILN_FUSED_GEMV_MAX_ROWS;
-  const unsigned int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  const unsigned int warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
   for (unsigned int r0 = 0; r0 < rows; r0 += R) {
     const unsigned int nr = min(rows - r0, (unsigned int)R);
     if (has_norm) fused_row_inv<T>(x, r0, nr, in, eps, inv_s);
     for (unsigned int j = warp; j < KILN_FUSED_GEMV_FEATURES; j += warps) {
-      const T* wr = w + (size_t)tile.feature(blockIdx.x, j) * in;
-      float sum[R];
-#pragma unroll
-      for (int r = 0; r < R; ++r) sum[r] = 0.0f;
-      for (unsigned int k = lane; k < in; k += 32) {
-        const float wf = to_f32(wr[k]);
-        const float nwk = has_norm ? to_f32(nw[k]) : 0.0f;
-#pragma unroll
-        for (int r = 0; r < R; ++r) {
-          if ((unsigned int)r < nr) {
-            float h = to_f32(x[(size_t)(r0 + r) * in + k]);
-            if (has_norm) h = norm_h<T>(h, inv_s[r], nwk);
-            sum[r] = __fmaf_rn(h, wf, sum[r]);
-          }
-        }
-      }
-#pragma unroll
-      for (int r = 0; r < R; ++r) {
-        if ((unsigned int)r < nr) {
-          const float v = warp_sum(sum[r]);
-          if (lane == 0) acc[j][r] = v;
-        }
-      }
+      simt_row_sums<T>(w + (size_t)tile.feature(blockIdx.x, j) * in, x, nw, inv_s, r0, nr, in, has_norm,
+                       [&](unsigned int r, float s) { acc[j][r] = s; });
     }
     __syncthreads();
     unsigned int j, rl;
