@@ -448,16 +448,7 @@ fn execute(regions: &mut [Vec<u8>; N_REGIONS], s: &mut Scratch, launch: &Launch)
             float_operand(x, "x", rows * k)?;
             float_operand(weight, "weight", n * k)?;
             float_operand(out, "out", rows * n)?;
-            load_all(operand(regions, x)?, x.dtype, &mut s.a);
-            if let Some(nw) = norm_w {
-                // Exactly what `RmsNorm` would have stored for the linear to read.
-                float_operand(nw, "norm weight", k)?;
-                load_all(operand(regions, nw)?, nw.dtype, &mut s.b);
-                let mut h = vec![0.0f32; rows * k];
-                rms_norm_rows(&s.a, &s.b, &mut h, k, eps, x.dtype);
-                s.a.clear();
-                s.a.extend(h.iter().map(|&v| round_to(x.dtype, v)));
-            }
+            load_linear_input(regions, s, x, norm_w, rows, k, eps)?;
             let bias_v = match bias_b {
                 Some(b) => {
                     float_operand(b, "bias", n)?;
@@ -492,16 +483,7 @@ fn execute(regions: &mut [Vec<u8>; N_REGIONS], s: &mut Scratch, launch: &Launch)
             let bufs = arity(launch, 4 + norm as usize + 3 * bias as usize, 3)?;
             let x = &bufs[0];
             float_operand(x, "x", rows * k)?;
-            load_all(operand(regions, x)?, x.dtype, &mut s.a);
-            if norm {
-                let nw = &bufs[1];
-                float_operand(nw, "norm weight", k)?;
-                load_all(operand(regions, nw)?, nw.dtype, &mut s.b);
-                let mut h = vec![0.0f32; rows * k];
-                rms_norm_rows(&s.a, &s.b, &mut h, k, eps, x.dtype);
-                s.a.clear();
-                s.a.extend(h.iter().map(|&v| round_to(x.dtype, v)));
-            }
+            load_linear_input(regions, s, x, norm.then(|| &bufs[1]), rows, k, eps)?;
             let w0 = 1 + norm as usize;
             for i in 0..3 {
                 let n = out_features[i] as usize;
@@ -549,16 +531,7 @@ fn execute(regions: &mut [Vec<u8>; N_REGIONS], s: &mut Scratch, launch: &Launch)
             load_ints(operand(regions, positions)?, &mut s.ints_a);
             load_ints(operand(regions, cache_base)?, &mut s.ints_b);
             check_kv_rows(&s.ints_a[..rows], &s.ints_b, kv_rows)?;
-            load_all(operand(regions, x)?, x.dtype, &mut s.a);
-            if norm {
-                let nw = &bufs[1];
-                float_operand(nw, "norm weight", k)?;
-                load_all(operand(regions, nw)?, nw.dtype, &mut s.b);
-                let mut h = vec![0.0f32; rows * k];
-                rms_norm_rows(&s.a, &s.b, &mut h, k, eps, x.dtype);
-                s.a.clear();
-                s.a.extend(h.iter().map(|&v| round_to(x.dtype, v)));
-            }
+            load_linear_input(regions, s, x, norm.then(|| &bufs[1]), rows, k, eps)?;
             let bias_v = if bias {
                 let b = &bufs[2 + norm as usize];
                 float_operand(b, "bias", width)?;
@@ -576,17 +549,9 @@ fn execute(regions: &mut [Vec<u8>; N_REGIONS], s: &mut Scratch, launch: &Launch)
             let part = |lo: usize, n: usize| -> Vec<f32> {
                 (0..rows).flat_map(|r| packed[r * width + lo..r * width + lo + n].iter().copied()).collect()
             };
-            let (mut q, mut kk, v) = (part(0, qw), part(qw, kvw), part(qw + kvw, kvw));
-            s.b.clear();
-            s.b.extend((0..hd / 2).map(|i| rope.inv_freq(i)));
-            let pos = &s.ints_a[..rows];
-            rotate_rows(&mut q, qw, hd, &s.b, &rope, pos);
-            store(regions, q_out, &q)?;
-            rotate_rows(&mut kk, kvw, hd, &s.b, &rope, pos);
-            for x in kk.iter_mut() {
-                *x = round_to(dt, *x);
-            }
-            write_kv_rows(regions, [(k_cache, &kk), (v_cache, &v)], pos, &s.ints_b, kvw)
+            let parts = [part(0, qw), part(qw, kvw), part(qw + kvw, kvw)];
+            let step = (&s.ints_a[..rows], &s.ints_b[..]);
+            rope_write_kv(regions, &rope, hd, parts, dt, step, [q_out, k_cache, v_cache])
         }
         Kernel::GatedLinear { rows, in_features, out_features, norm, eps } => {
             let (rows, k, n) = (rows as usize, in_features as usize, out_features as usize);
@@ -597,16 +562,7 @@ fn execute(regions: &mut [Vec<u8>; N_REGIONS], s: &mut Scratch, launch: &Launch)
             float_operand(gate, "gate", n * k)?;
             float_operand(up, "up", n * k)?;
             float_operand(out, "out", rows * n)?;
-            load_all(operand(regions, x)?, x.dtype, &mut s.a);
-            if norm {
-                let nw = &bufs[1];
-                float_operand(nw, "norm weight", k)?;
-                load_all(operand(regions, nw)?, nw.dtype, &mut s.b);
-                let mut h = vec![0.0f32; rows * k];
-                rms_norm_rows(&s.a, &s.b, &mut h, k, eps, x.dtype);
-                s.a.clear();
-                s.a.extend(h.iter().map(|&v| round_to(x.dtype, v)));
-            }
+            load_linear_input(regions, s, x, norm.then(|| &bufs[1]), rows, k, eps)?;
             let (gb, ub) = (operand(regions, gate)?, operand(regions, up)?);
             s.out.clear();
             s.out.resize(rows * n, 0.0);
@@ -691,20 +647,13 @@ fn execute(regions: &mut [Vec<u8>; N_REGIONS], s: &mut Scratch, launch: &Launch)
                     float_operand(x, what, rows * n)?;
                 }
             }
-            s.b.clear();
-            s.b.extend((0..rotary / 2).map(|i| rope.inv_freq(i)));
-            let pos = &s.ints_a[..rows];
-            qkv_part(regions, inputs, &s.row, rows, w, (0, 0, qw), &mut s.a)?;
-            rotate_rows(&mut s.a, qw, hd, &s.b, &rope, pos);
-            store(regions, q_out, &s.a)?;
-            qkv_part(regions, inputs, &s.row, rows, w, (1, qw, kvw), &mut s.a)?;
-            qkv_part(regions, inputs, &s.row, rows, w, (2, qw + kvw, kvw), &mut s.out)?;
-            rotate_rows(&mut s.a, kvw, hd, &s.b, &rope, pos);
-            let kv_dtype = inputs[if packed { 0 } else { 1 }].dtype;
-            for x in s.a.iter_mut() {
-                *x = round_to(kv_dtype, *x);
+            let mut parts: [Vec<f32>; 3] = Default::default();
+            for (i, (lo, n)) in [(0, qw), (qw, kvw), (qw + kvw, kvw)].into_iter().enumerate() {
+                qkv_part(regions, inputs, &s.row, rows, w, (i, lo, n), &mut parts[i])?;
             }
-            write_kv_rows(regions, [(k_cache, &s.a), (v_cache, &s.out)], pos, &s.ints_b, kvw)
+            let kv_dtype = inputs[if packed { 0 } else { 1 }].dtype;
+            let step = (&s.ints_a[..rows], &s.ints_b[..]);
+            rope_write_kv(regions, &rope, hd, parts, kv_dtype, step, [q_out, k_cache, v_cache])
         }
         // The tensor-core prefill kernel has the semantics of `Attention`.
         Kernel::Attention { rows, heads, kv_heads, head_dim, scale, kv_rows }
@@ -995,6 +944,54 @@ fn execute(regions: &mut [Vec<u8>; N_REGIONS], s: &mut Scratch, launch: &Launch)
             Ok(())
         }
     }
+}
+
+/// The input a fused linear multiplies, into `s.a`: x (`rows x k`), or, with a norm weight, exactly
+/// what `RmsNorm` would have stored for the linear to read (normed, rounded to x's dtype).
+fn load_linear_input(
+    regions: &[Vec<u8>; N_REGIONS],
+    s: &mut Scratch,
+    x: &BufArg,
+    norm_w: Option<&BufArg>,
+    rows: usize,
+    k: usize,
+    eps: f32,
+) -> Result<()> {
+    load_all(operand(regions, x)?, x.dtype, &mut s.a);
+    if let Some(nw) = norm_w {
+        float_operand(nw, "norm weight", k)?;
+        load_all(operand(regions, nw)?, nw.dtype, &mut s.b);
+        let mut h = vec![0.0f32; rows * k];
+        rms_norm_rows(&s.a, &s.b, &mut h, k, eps, x.dtype);
+        s.a.clear();
+        s.a.extend(h.iter().map(|&v| round_to(x.dtype, v)));
+    }
+    Ok(())
+}
+
+/// `RopeKvWrite` once its inputs are decoded (`[q, k, v]`, rows of `heads * head_dim` and
+/// `kv_heads * head_dim` from `q_out` and `k_cache`): q rotated into `q_out`; k rotated and
+/// rounded to `kv_dtype` (as `Rope` stores it before `KvWrite` copies it), then k and v written
+/// to cache row `cache_base[t] + positions[t]` of every non-padding token (`step`, rows checked).
+fn rope_write_kv(
+    regions: &mut [Vec<u8>; N_REGIONS],
+    rope: &RopeSpec,
+    head_dim: usize,
+    [mut q, mut k, v]: [Vec<f32>; 3],
+    kv_dtype: DType,
+    (positions, cache_base): (&[i32], &[i32]),
+    [q_out, k_cache, v_cache]: [&BufArg; 3],
+) -> Result<()> {
+    let rows = positions.len().max(1);
+    let (qw, kvw) = (q.len() / rows, k.len() / rows);
+    let inv_freq: Vec<f32> = (0..rope.rotary_dim as usize / 2).map(|i| rope.inv_freq(i)).collect();
+    rotate_rows(&mut q, qw, head_dim, &inv_freq, rope, positions);
+    store(regions, q_out, &q)?;
+    rotate_rows(&mut k, kvw, head_dim, &inv_freq, rope, positions);
+    for x in k.iter_mut() {
+        *x = round_to(kv_dtype, *x);
+    }
+    write_kv_rows(regions, [(k_cache, &k), (v_cache, &v)], positions, cache_base, kvw)
 }
 
 /// RMSNorm of each consecutive `dim`-long row of `x` with weight `w` (see the module doc for
