@@ -350,6 +350,7 @@ __device__ void attention_split(const T* q, const T* k_cache, const T* v_cache, 
                                 unsigned int kv_heads, unsigned int head_dim, float scale, unsigned int kv_rows,
                                 unsigned int splits, unsigned int split_len) {
   __shared__ SplitShared sh;
+  KILN_ABLATED(16);
   if (kv_heads == 0 || heads % kv_heads != 0 || head_dim == 0 || head_dim > KILN_ATTN_SPLIT_MAX_HEAD_DIM ||
       split_len == 0)
     return;
@@ -393,6 +394,7 @@ __device__ void attention_merge(const float* workspace, const int* positions,
                                 T* __restrict__ out, unsigned int rows, unsigned int heads, unsigned int head_dim,
                                 unsigned int splits, unsigned int split_len) {
   __shared__ float sh_m[KILN_ATTN_MERGE_THREADS], sh_l[KILN_ATTN_MERGE_THREADS], sh_acc[KILN_ATTN_MERGE_THREADS];
+  KILN_ABLATED(32);
   const unsigned int t = blockIdx.x, h = blockIdx.y;
   if (t >= rows || h >= heads || head_dim == 0) return;
   T* o = out + ((size_t)t * heads + h) * head_dim;

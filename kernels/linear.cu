@@ -405,6 +405,7 @@ template <typename T, typename O>
 __device__ void linear(const T* x, const T* w, const T* bias, O* out, unsigned int rows, unsigned int in,
                        unsigned int outf, unsigned int has_bias_u) {
   __shared__ __align__(16) float smem[KILN_LINEAR_SMEM];
+  KILN_ABLATED(64);
   const bool has_bias = has_bias_u != 0 && bias != nullptr;
   if constexpr (IsHalf16<T>::value) {
     if (rows != 0 && rows <= KILN_LINEAR_GEMV_MAX_ROWS && in % 8 == 0 && aligned16(w) && aligned16(x)) {

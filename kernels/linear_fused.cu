@@ -431,7 +431,8 @@ __device__ void fused_linear(const T* x, const T* nw, const T* w, const T* wu, c
                              unsigned int has_bias_u, unsigned int has_res_u) {
   __shared__ __align__(16) float smem[KILN_FUSED_SMEM];
   __shared__ float inv_s[KILN_FUSED_TILE];
-  const bool has_norm = has_norm_u != 0 && nw != nullptr;
+  KILN_ABLATED(GATED ? 1 : (sizeof(O) == 4 && sizeof(T) != 4 ? 4 : 2));
+  const bool has_norm = has_norm_u != 0 && nw != nullptr && !((KILN_ABLATE) & 256);
   const bool has_bias = has_bias_u != 0 && bias != nullptr;
   const bool has_res = has_res_u != 0 && residual != nullptr;
   if constexpr (IsHalf16<T>::value) {
@@ -570,6 +571,7 @@ __device__ void qkv_linear(const T* x, const T* nw, const T* wq, const T* wk, co
   const bool has_norm = has_norm_u != 0 && nw != nullptr;
   const bool has_bias = has_bias_u != 0 && bq != nullptr && bk != nullptr && bv != nullptr;
   const QkvOut<T> qo{{wq, wk, wv}, {bq, bk, bv}, {oq, ok, ov}, {nq, nk, nv}};
+  KILN_ABLATED(8);
   if constexpr (IsHalf16<T>::value) {
     const bool aligned = aligned16(x) && aligned16(wq) && aligned16(wk) && aligned16(wv) && (!has_norm || aligned16(nw));
     if (rows != 0 && rows <= KILN_FUSED_GEMV_MAX_ROWS && in != 0 && in % 8 == 0 && aligned) {
@@ -731,7 +733,8 @@ __device__ void qkv_rope(const T* x, const T* nw, const T* w, const T* bias, con
   __shared__ __align__(16) float smem[KILN_FUSED_SMEM];
   __shared__ float inv_s[KILN_FUSED_TILE];
   __shared__ float acc[KILN_FUSED_GEMV_FEATURES][KILN_FUSED_GEMV_MAX_ROWS];
-  const bool has_norm = has_norm_u != 0 && nw != nullptr;
+  KILN_ABLATED(8);
+  const bool has_norm = has_norm_u != 0 && nw != nullptr && !((KILN_ABLATE) & 256);
   const bool has_bias = has_bias_u != 0 && bias != nullptr;
   const QkvRopeTile tile{heads, kv_heads, head_dim, interleaved};
   const QkvRopeArgs a{positions, cache_base, kv_rows, rotary_dim, scaling_kind, orig, theta, factor, low, high};
