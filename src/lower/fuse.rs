@@ -30,7 +30,8 @@
 //!    programs (decode's adds and norms were folded into the linears by rewrites 1 and 3).
 //!
 //! 7. decode: a packed `QkvLinear` whose output only a `RopeKvWrite` reads, with `rotary_dim == head_dim`, `head_dim % 16 == 0`, at most
-//!    `geometry::LINEAR_GEMV_MAX_ROWS` rows and one dtype for q and the caches -> one `QkvRope`
+//!    `geometry::LINEAR_GEMV_MAX_ROWS` rows, one dtype for q and the caches, and a QKV GEMV
+//!    grid that does not take the dense (three blocks per SM) variant -> one `QkvRope`
 //!    at the `RopeKvWrite`'s place: the projections, RoPE and the KV write in one launch, and no
 //!    q / k / v temps.
 //!
@@ -256,7 +257,18 @@ pub fn fuse(p: &Program) -> Result<Program> {
             let Some(j) = qkv.values().first().and_then(|&v| producer(&ops, v)) else { continue };
             let Some(Op::QkvLinear { x, norm, weights, biases, outs }) = ops[j].as_ref().map(|o| o.op.clone()) else { continue };
             let rows = p.value(x).shape.rows();
-            let fits = rope.rotary_dim == head_dim
+            // Where the packed QKV GEMV takes the dense variant (three blocks per SM), keep it:
+            // `qkv_rope` has no such variant (its epilogue does not fit 80 registers).
+            let features: usize = weights.iter().map(|&w| p.value(w).shape.rows()).sum();
+            let blocks = features.div_ceil(crate::plan::geometry::LINEAR_GEMV_FEATURES as usize) as u32;
+            let threads = if blocks < crate::plan::geometry::LINEAR_GEMV_WIDE_BELOW_BLOCKS {
+                crate::plan::geometry::LINEAR_GEMV_WIDE_THREADS
+            } else {
+                crate::plan::geometry::LINEAR_GEMV_THREADS
+            };
+            let dense = crate::plan::geometry::gemv_occupancy(blocks, threads) != 0;
+            let fits = !dense
+                && rope.rotary_dim == head_dim
                 && head_dim.is_multiple_of(16)
                 && rows <= crate::plan::geometry::LINEAR_GEMV_MAX_ROWS as usize
                 && p.value(q_out).dtype == p.value(k_cache).dtype;
