@@ -101,6 +101,7 @@ __device__ __forceinline__ uint4 load16_stream_ordered(const void* p) {
 // The x operand (the MMA's B side) of the plain GEMV: 16 bytes of x row rx at element `first + off`.
 template <typename T> struct GemvPlainX {
   const T* px;  // x + rx * in + first
+  __device__ __forceinline__ void prefetch() {}
   __device__ __forceinline__ void prepare() {}
   __device__ __forceinline__ uint4 load(unsigned int off) const { return load16_act(px + off); }
   __device__ __forceinline__ uint4 finish(const uint4& v, unsigned int) const { return v; }
@@ -121,7 +122,8 @@ template <int WARPS, int U> __device__ __forceinline__ unsigned int gemv_mma_fir
 // chunk (in % 32 != 0; lanes past `in` contribute zeros) is done after the ring by its warp.
 //
 // PDL: the first D chunks' weight loads are issued before kiln::wait_prior_grids() (weights never
-// depend on an earlier kernel); x, and whatever xop.prepare() reads, come after it. Every thread
+// depend on an earlier kernel), and so are xop.prefetch()'s (weights too); x, and whatever
+// xop.prepare() reads, come after it. Every thread
 // of the block must call this (xop.prepare() may hold barriers).
 // gemv_mma_loop_rows takes the start of each lane's two weight rows itself (rows_a[q], rows_b[q]):
 // the QKV GEMV's rows come from three matrices.
@@ -157,6 +159,7 @@ __device__ __forceinline__ void gemv_mma_loop_rows(const T* const (&rows_a)[Q], 
       }
     }
   }
+  xop.prefetch();  // operands that depend on no kernel (the norm weight), before the wait too
   allow_dependents();
   wait_prior_grids();
   xop.prepare();

@@ -160,7 +160,19 @@ __device__ void fused_row_inv16(const T* x, unsigned int rows, unsigned int in, 
 //   normed element of x to shared memory once per block (`hs`, rows x in of T), and the main loop
 //   reads it from there as the plain GEMV reads x: no norm arithmetic between a chunk's load and
 //   its MMAs. Same values: each element is norm16 of the same inputs.
+//   Where each thread has at most 2 of the rows' 16-byte vectors (rows x ceil(in / 8 / threads):
+//   batch 1 up to in = 16 x threads, every shape kiln benches; KILN_FUSED_NORM_ONE_PASS=0 turns
+//   it off), one pass:
+//   prefetch() loads the thread's norm-weight vectors before the wait (a weight: no kernel writes
+//   it), prepare() loads its x vectors once, keeps them in registers for the sums of squares and
+//   norms them from there into `hs`: one read of x after the wait and two barriers, where the
+//   two-pass path (fused_row_inv16, then the staging loop) reads x twice, the norm weight after the
+//   wait, and has three. The sums are fused_row_inv16's, in its order (a thread's vectors in
+//   ascending order, 8 FMAs each, warp sums, then the warps' in warp order): the same bits.
 // - otherwise the norm weight is read (from L1) and x normed as each chunk is consumed.
+#ifndef KILN_FUSED_NORM_ONE_PASS
+#define KILN_FUSED_NORM_ONE_PASS 1
+#endif
 template <typename T, bool NORM, bool STAGED = false> struct FusedNormX {
   const T* x;
   const T* px;  // x + rx * in + first
@@ -173,9 +185,31 @@ template <typename T, bool NORM, bool STAGED = false> struct FusedNormX {
   float inv;
   T* hs;        // STAGED: the block's normed rows, [rows][in]
   const T* phs; // STAGED: hs + rx * in + first
+  uint4 wv0, wv1;  // one pass: the norm weight's vectors at x vectors v0 and v1 (prepare_one_pass)
+  // Vectors per row each thread takes (ceil(in / 8 / threads)); one pass when rows x that <= P.
+  __device__ __forceinline__ unsigned int per_thread() const { return (in / 8 + blockDim.x - 1) / blockDim.x; }
+  __device__ __forceinline__ bool one_pass() const {
+    return KILN_FUSED_NORM_ONE_PASS != 0 && rows * per_thread() <= 2;
+  }
+  __device__ __forceinline__ void prefetch() {
+    if constexpr (NORM && STAGED) {
+      if (one_pass()) {
+        // Two rows: both x vectors of the thread are at v0 (see prepare_one_pass).
+        const unsigned int v0 = threadIdx.x, v1 = rows == 2 ? threadIdx.x : threadIdx.x + blockDim.x;
+        if (v0 < in / 8) wv0 = __ldg(reinterpret_cast<const uint4*>(nw + 8 * (size_t)v0));
+        if (v1 < in / 8) wv1 = __ldg(reinterpret_cast<const uint4*>(nw + 8 * (size_t)v1));
+      }
+    }
+  }
   __device__ __forceinline__ void prepare() {
     inv = 1.0f;
     if constexpr (NORM) {
+      if constexpr (STAGED) {
+        if (one_pass()) {
+          prepare_one_pass();
+          return;
+        }
+      }
       fused_row_inv16<T>(x, rows, in, eps, inv_s, scratch);
       inv = inv_s[rx];
       if constexpr (STAGED) {
@@ -184,12 +218,65 @@ template <typename T, bool NORM, bool STAGED = false> struct FusedNormX {
           const unsigned int r = v / per_row;
           const size_t e = (size_t)(v - r * per_row) * 8;
           const uint4 xv = load16_act(x + (size_t)r * in + e);
-          const uint4 wv = __ldg(reinterpret_cast<const uint4*>(nw + e));
-          *reinterpret_cast<uint4*>(hs + (size_t)r * in + e) = norm16<T>(xv, wv, inv_s[r]);
+          const uint4 wv2 = __ldg(reinterpret_cast<const uint4*>(nw + e));
+          *reinterpret_cast<uint4*>(hs + (size_t)r * in + e) = norm16<T>(xv, wv2, inv_s[r]);
         }
         __syncthreads();
       }
     }
+  }
+  // rows x per_thread() <= 2: either one row and vectors v0 = threadIdx.x, v1 = v0 + blockDim.x
+  // (both of row 0), or two rows and v0 = v1 = threadIdx.x (x vector j of row j). No register
+  // array is indexed by a runtime value (that would put it in local memory).
+  __device__ __forceinline__ void prepare_one_pass() {
+    const unsigned int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    const unsigned int per_row = in / 8;
+    const bool two_rows = rows == 2;
+    const unsigned int v0 = threadIdx.x, v1 = two_rows ? threadIdx.x : threadIdx.x + blockDim.x;
+    const bool h0 = v0 < per_row, h1 = v1 < per_row && (two_rows || per_thread() == 2);
+    const T* x1 = x + (two_rows ? (size_t)in : 0);
+    uint4 xv0 = make_uint4(0u, 0u, 0u, 0u), xv1 = xv0;
+    if (h0) xv0 = load16_act(x + 8 * (size_t)v0);
+    if (h1) xv1 = load16_act(x1 + 8 * (size_t)v1);
+    // Each row's sum: its vectors in ascending order, 8 FMAs each (fused_row_inv16's order).
+    float ss0 = 0.0f, ss1 = 0.0f;
+    if (h0) {
+      float f[8];
+      unpack16<T>(xv0, f);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) ss0 = __fmaf_rn(f[k], f[k], ss0);
+    }
+    if (h1) {
+      float f[8];
+      unpack16<T>(xv1, f);
+      float a = two_rows ? 0.0f : ss0;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) a = __fmaf_rn(f[k], f[k], a);
+      if (two_rows) ss1 = a; else ss0 = a;
+    }
+    ss0 = warp_sum(ss0);
+    ss1 = warp_sum(ss1);
+    if (lane == 0) {
+      scratch[warp * KILN_FUSED_GEMV_MAX_ROWS] = ss0;
+      if (two_rows) scratch[warp * KILN_FUSED_GEMV_MAX_ROWS + 1] = ss1;
+    }
+    __syncthreads();
+    float t0 = 0.0f, t1 = 0.0f;
+    for (unsigned int w2 = 0; w2 < warps; ++w2) t0 += scratch[w2 * KILN_FUSED_GEMV_MAX_ROWS];
+    const float inv0 = 1.0f / sqrtf(t0 / (float)in + eps);
+    float inv1 = inv0;
+    if (two_rows) {
+      for (unsigned int w2 = 0; w2 < warps; ++w2) t1 += scratch[w2 * KILN_FUSED_GEMV_MAX_ROWS + 1];
+      inv1 = 1.0f / sqrtf(t1 / (float)in + eps);
+    }
+    if (threadIdx.x < rows) inv_s[threadIdx.x] = threadIdx.x == 0 ? inv0 : inv1;
+    inv = rx == 1 ? inv1 : inv0;
+    if (h0) *reinterpret_cast<uint4*>(hs + 8 * (size_t)v0) = norm16<T>(xv0, wv0, inv0);
+    if (h1) {
+      T* h1p = hs + (two_rows ? (size_t)in : 0) + 8 * (size_t)v1;
+      *reinterpret_cast<uint4*>(h1p) = norm16<T>(xv1, wv1, two_rows ? inv1 : inv0);
+    }
+    __syncthreads();
   }
   __device__ __forceinline__ uint4 load(unsigned int off) const {
     if constexpr (NORM && STAGED) {
@@ -238,7 +325,7 @@ __device__ __forceinline__ void fused_gemv_sums(const T* x, const T* nw, const T
   // The norm's scratch and the partial tiles share `smem`: the scratch is last read before the
   // barrier that ends fused_row_inv16, the partials first written after the main loop.
   FusedNormX<T, NORM, STAGED> xop{x, x + (size_t)rx * in + first, nw + first, nw, rows, in, rx, eps, inv_s, smem,
-                                  1.0f, hs, hs + (size_t)rx * in + first};
+                                  1.0f, hs, hs + (size_t)rx * in + first, {}, {}};
   float c[Q][4];
 #pragma unroll
   for (int q = 0; q < Q; ++q)

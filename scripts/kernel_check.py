@@ -318,6 +318,46 @@ class Checker:
                     same = outs[0].tobytes() == outs[1].tobytes()
                     self.report.record(f"{name}: deterministic", f"{dt.name}->{outdt.name}", same, "two runs, bitwise")
 
+    # one-pass norm prologue -----------------------------------------------------------------
+    def norm_pass(self, dt):
+        """The fused GEMVs' one-pass norm prologue (linear_fused.cu FusedNormX, default) gives the bytes
+        of the two-pass one (compiled with KILN_FUSED_NORM_ONE_PASS=0): fused_linear and gated_linear,
+        default and `_o3` variants, one row (one or two vectors per thread), two rows, and shapes that
+        take the two-pass path either way."""
+        if dt is F32:
+            return  # f32 takes the SIMT path: no prologue to compare
+        if not hasattr(self, "two_pass"):
+            self.two_pass, _ = load_module(self.cp, self.report, only=["linear.cu", "linear_fused.cu"],
+                                           defines=["KILN_FUSED_NORM_ONE_PASS=0"])
+        eps = 1e-5
+        for R, K, N, threads, variant in ((1, 896, 4864, 256, "_o3"), (1, 896, 1152, 512, ""), (1, 2048, 512, 256, ""),
+                                          (1, 4096, 1024, 256, ""), (1, 4096, 1024, 256, "_o3"), (1, 8192, 512, 512, ""),
+                                          (2, 2048, 512, 256, ""), (2, 2048, 512, 512, ""),
+                                          (2, 4096, 512, 256, ""), (3, 1000, 200, 256, ""), (1, 72, 40, 256, "")):
+            grid, block = (cdiv(N, 16), 1, 1), (threads, 1, 1)
+            x = self.dev(dt.store(self.rand(R, K, scale=2.0)))
+            nw = self.dev(dt.store(self.rand(K) * 0.5 + 1.0))
+            w = self.dev(dt.store(self.rand(N, K, scale=1.0 / math.sqrt(K))))
+            wu = self.dev(dt.store(self.rand(N, K, scale=1.0 / math.sqrt(K))))
+            b = self.dev(dt.store(self.rand(N)))
+            res = self.dev(dt.store(self.rand(R, N)))
+            cases = [
+                (f"kiln_fused_linear_{dt.name}_{dt.name}", lambda o: (x, nw, w, b, res, o, np.uint32(R), np.uint32(K),
+                                                                      np.uint32(N), np.uint32(1), np.float32(eps),
+                                                                      np.uint32(1), np.uint32(1))),
+                (f"kiln_gated_linear_{dt.name}", lambda o: (x, nw, w, wu, o, np.uint32(R), np.uint32(K), np.uint32(N),
+                                                            np.uint32(1), np.float32(eps))),
+            ]
+            for sym, args in cases:
+                outs = []
+                for module in (self.module, self.two_pass):
+                    o = self.dev(dt.poison((R, N)))
+                    module.get_function(sym + variant)(grid, block, args(o))
+                    self.cp.cuda.Device().synchronize()
+                    outs.append(o.get())
+                self.report.record(f"norm one pass {sym[5:]}{variant} {R}x{K}->{N} ({threads} threads)", dt.name,
+                                   outs[0].tobytes() == outs[1].tobytes(), "== two-pass, bitwise")
+
     # dense variants ---------------------------------------------------------------------------
     def dense(self, dt):
         """The `_o3` variants (three 256-thread blocks per SM, src/plan/geometry.rs `gemv_occupancy`)
@@ -1569,7 +1609,7 @@ def main():
     print(f"compiled the kernels ({how}) in {time.time() - t0:.1f} s")
 
     checker = Checker(cp, module, np.random.default_rng(seed), report)
-    per_dtype = ["gather", "rms_norm", "add_rms_norm", "head_rms_norm", "linear", "dense", "fused", "qkv", "qkv_rope", "rope", "rope_kv_write", "kv_write", "attention",
+    per_dtype = ["gather", "rms_norm", "add_rms_norm", "head_rms_norm", "linear", "dense", "norm_pass", "fused", "qkv", "qkv_rope", "rope", "rope_kv_write", "kv_write", "attention",
                  "attention_prefill",
                  "attention_split",
                  "swiglu", "add"]
