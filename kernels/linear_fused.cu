@@ -335,6 +335,26 @@ __device__ __forceinline__ void fused_gemv_sums(const T* x, const T* nw, const T
   gemv_mma_sum<Q, WARPS>(c, smem, s);
 }
 
+// Expands CALL(WARPS, NORM, STAGED) with the tensor-core fused GEMV variant of this block size
+// (16 warps for 512-thread blocks, else 8), norm and staging (the norm's staging only where it has
+// one): the one dispatch of fused_linear, qkv_linear and qkv_rope.
+#define KILN_FUSED_GEMV_DISPATCH(has_norm, staged, CALL)      \
+  if (blockDim.x == 32 * KILN_FUSED_GEMV_MAX_WARPS) {         \
+    if ((has_norm) && (staged)) {                             \
+      CALL(KILN_FUSED_GEMV_MAX_WARPS, true, true);            \
+    } else if (has_norm) {                                    \
+      CALL(KILN_FUSED_GEMV_MAX_WARPS, true, false);           \
+    } else {                                                  \
+      CALL(KILN_FUSED_GEMV_MAX_WARPS, false, false);          \
+    }                                                         \
+  } else if ((has_norm) && (staged)) {                        \
+    CALL(8, true, true);                                      \
+  } else if (has_norm) {                                      \
+    CALL(8, true, false);                                     \
+  } else {                                                    \
+    CALL(8, false, false);                                    \
+  }
+
 // Tensor-core GEMV (f16 / bf16, in % 8 == 0, aligned): fused_gemv_sums over 16 consecutive
 // features per block, then the epilogue.
 template <typename T, typename O, bool GATED, int WARPS, bool NORM, bool STAGED>
@@ -518,7 +538,7 @@ __device__ void fused_linear(const T* x, const T* nw, const T* w, const T* wu, c
                              unsigned int has_bias_u, unsigned int has_res_u) {
   __shared__ __align__(16) float smem[KILN_FUSED_SMEM];
   __shared__ float inv_s[KILN_FUSED_TILE];
-  KILN_ABLATED(GATED ? 1 : (sizeof(O) == 4 && sizeof(T) != 4 ? 4 : 2));
+  KILN_ABLATED(GATED ? 1 : 2);
   const bool has_norm = has_norm_u != 0 && nw != nullptr && !((KILN_ABLATE) & 256);
   const bool has_bias = has_bias_u != 0 && bias != nullptr;
   const bool has_res = has_res_u != 0 && residual != nullptr;
@@ -526,26 +546,12 @@ __device__ void fused_linear(const T* x, const T* nw, const T* w, const T* wu, c
     const bool aligned = aligned16(x) && aligned16(w) && (!GATED || aligned16(wu)) && (!has_norm || aligned16(nw));
     if (rows != 0 && rows <= KILN_FUSED_GEMV_MAX_ROWS && in != 0 && in % 8 == 0 && aligned) {
       // Waits for the prior grids inside, after its first weight loads.
-#define KILN_FUSED_GEMV_CALL(WARPS, NORM, STAGED)                                                          \
-  fused_gemv_mma<T, O, GATED, WARPS, NORM, STAGED>(x, nw, w, wu, bias, residual, out, rows, in, outf, eps, has_bias, \
-                                                   has_res, inv_s, smem, reinterpret_cast<T*>(stage))
       __shared__ __align__(16) unsigned char stage[KILN_FUSED_NORM_STAGE > 0 ? KILN_FUSED_NORM_STAGE : 16];
       const bool staged = (size_t)rows * in * sizeof(T) <= KILN_FUSED_NORM_STAGE;
-      if (blockDim.x == 32 * KILN_FUSED_GEMV_MAX_WARPS) {
-        if (has_norm && staged) {
-          KILN_FUSED_GEMV_CALL(KILN_FUSED_GEMV_MAX_WARPS, true, true);
-        } else if (has_norm) {
-          KILN_FUSED_GEMV_CALL(KILN_FUSED_GEMV_MAX_WARPS, true, false);
-        } else {
-          KILN_FUSED_GEMV_CALL(KILN_FUSED_GEMV_MAX_WARPS, false, false);
-        }
-      } else if (has_norm && staged) {
-        KILN_FUSED_GEMV_CALL(8, true, true);
-      } else if (has_norm) {
-        KILN_FUSED_GEMV_CALL(8, true, false);
-      } else {
-        KILN_FUSED_GEMV_CALL(8, false, false);
-      }
+#define KILN_FUSED_GEMV_CALL(WARPS, NORM, STAGED)                                                               \
+  fused_gemv_mma<T, O, GATED, WARPS, NORM, STAGED>(x, nw, w, wu, bias, residual, out, rows, in, outf, eps, has_bias, \
+                                                   has_res, inv_s, smem, reinterpret_cast<T*>(stage))
+      KILN_FUSED_GEMV_DISPATCH(has_norm, staged, KILN_FUSED_GEMV_CALL)
 #undef KILN_FUSED_GEMV_CALL
       return;
     }
@@ -663,17 +669,10 @@ __device__ void qkv_linear(const T* x, const T* nw, const T* wq, const T* wk, co
     const bool aligned = aligned16(x) && aligned16(wq) && aligned16(wk) && aligned16(wv) && (!has_norm || aligned16(nw));
     if (rows != 0 && rows <= KILN_FUSED_GEMV_MAX_ROWS && in != 0 && in % 8 == 0 && aligned) {
       // Waits for the prior grids inside, after its first weight loads.
-      if (blockDim.x == 32 * KILN_FUSED_GEMV_MAX_WARPS) {
-        if (has_norm) {
-          qkv_gemv_mma<T, KILN_FUSED_GEMV_MAX_WARPS, true>(x, nw, qo, rows, in, eps, has_bias, inv_s, smem);
-        } else {
-          qkv_gemv_mma<T, KILN_FUSED_GEMV_MAX_WARPS, false>(x, nw, qo, rows, in, eps, has_bias, inv_s, smem);
-        }
-      } else if (has_norm) {
-        qkv_gemv_mma<T, 8, true>(x, nw, qo, rows, in, eps, has_bias, inv_s, smem);
-      } else {
-        qkv_gemv_mma<T, 8, false>(x, nw, qo, rows, in, eps, has_bias, inv_s, smem);
-      }
+#define KILN_QKV_GEMV_CALL(WARPS, NORM, STAGED) \
+  qkv_gemv_mma<T, WARPS, NORM>(x, nw, qo, rows, in, eps, has_bias, inv_s, smem)
+      KILN_FUSED_GEMV_DISPATCH(has_norm, false, KILN_QKV_GEMV_CALL)  // never staged
+#undef KILN_QKV_GEMV_CALL
       return;
     }
   }
@@ -846,21 +845,7 @@ __device__ void qkv_rope(const T* x, const T* nw, const T* w, const T* bias, con
       // Waits for the prior grids inside, after its first weight loads.
 #define KILN_QKV_ROPE_CALL(WARPS, NORM, STAGED) \
   qkv_rope_gemv_mma<T, WARPS, NORM, STAGED>(x, nw, w, tile, rows, in, eps, inv_s, smem, hs, acc)
-      if (blockDim.x == 32 * KILN_FUSED_GEMV_MAX_WARPS) {
-        if (has_norm && staged) {
-          KILN_QKV_ROPE_CALL(KILN_FUSED_GEMV_MAX_WARPS, true, true);
-        } else if (has_norm) {
-          KILN_QKV_ROPE_CALL(KILN_FUSED_GEMV_MAX_WARPS, true, false);
-        } else {
-          KILN_QKV_ROPE_CALL(KILN_FUSED_GEMV_MAX_WARPS, false, false);
-        }
-      } else if (has_norm && staged) {
-        KILN_QKV_ROPE_CALL(8, true, true);
-      } else if (has_norm) {
-        KILN_QKV_ROPE_CALL(8, true, false);
-      } else {
-        KILN_QKV_ROPE_CALL(8, false, false);
-      }
+      KILN_FUSED_GEMV_DISPATCH(has_norm, staged, KILN_QKV_ROPE_CALL)
 #undef KILN_QKV_ROPE_CALL
       if (early == 0 && active) l = qkv_rope_lane(tile, a, j, r);
       __syncthreads();
