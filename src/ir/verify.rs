@@ -13,7 +13,7 @@
 //!    heads dividing evenly, even rotary dims, and no zero-sized value.
 //! 5. The program's `tokens` and `sample_rows` agree with its step inputs and outputs.
 
-use super::{DType, Op, Program, Qkv, ValueClass, ValueId};
+use super::{DType, Op, Program, Qkv, RopeSpec, ValueClass, ValueId};
 use anyhow::{bail, ensure, Result};
 use std::collections::HashSet;
 
@@ -127,6 +127,35 @@ fn check_op(p: &Program, name: &str, op: &Op) -> Result<()> {
     let same_shape = |a: ValueId, b: ValueId| -> Result<()> {
         if v(a).shape != v(b).shape {
             return Err(ctx(format!("`{}` {} and `{}` {} must have the same shape", v(a).name, v(a).shape, v(b).name, v(b).shape)));
+        }
+        Ok(())
+    };
+    // The RoPE and KV-write half of `RopeKvWrite` and `QkvRope`: `r` rows of q (`qd` wide) and k
+    // (`kd` wide) rotated at `positions` and written to the caches at `cache_base + positions`.
+    let rope_kv_write = |r: usize,
+                         qd: usize,
+                         kd: usize,
+                         (positions, cache_base): (ValueId, ValueId),
+                         (k_cache, v_cache): (ValueId, ValueId),
+                         head_dim: u32,
+                         rope: &RopeSpec|
+     -> Result<()> {
+        want_dtype(positions, DType::I32)?;
+        want_dtype(cache_base, DType::I32)?;
+        want_vec(positions, r)?;
+        want_vec(cache_base, r)?;
+        ensure!(
+            head_dim > 0 && qd.is_multiple_of(head_dim as usize) && kd.is_multiple_of(head_dim as usize),
+            ctx(format!("row lengths {qd} / {kd} are not multiples of head_dim {head_dim}"))
+        );
+        ensure!(
+            rope.rotary_dim > 0 && rope.rotary_dim.is_multiple_of(2) && rope.rotary_dim <= head_dim,
+            ctx(format!("rotary_dim {} must be even and at most head_dim {head_dim}", rope.rotary_dim))
+        );
+        ensure!(rope.theta > 0.0, ctx("rope theta must be positive".into()));
+        same_shape(k_cache, v_cache)?;
+        for c in [k_cache, v_cache] {
+            ensure!(v(c).class == ValueClass::State, ctx(format!("`{}` must be state", v(c).name)));
         }
         Ok(())
     };
@@ -264,19 +293,11 @@ fn check_op(p: &Program, name: &str, op: &Op) -> Result<()> {
                 }
                 want_float(weights[i])?;
             }
-            want_dtype(positions, DType::I32)?;
-            want_dtype(cache_base, DType::I32)?;
-            want_vec(positions, r)?;
-            want_vec(cache_base, r)?;
-            ensure!(
-                head_dim > 0 && head_dim % 16 == 0 && qd % head_dim as usize == 0 && kd % head_dim as usize == 0,
-                ctx(format!("row lengths {qd} / {kd} are not multiples of head_dim {head_dim}, a multiple of 16"))
-            );
+            rope_kv_write(r, qd, kd, (positions, cache_base), (k_cache, v_cache), head_dim, &rope)?;
+            // The GPU kernel keeps both elements of every rotary pair in one 16-row block.
+            ensure!(head_dim.is_multiple_of(16), ctx(format!("head_dim {head_dim} must be a multiple of 16")));
             ensure!(rope.rotary_dim == head_dim, ctx(format!("rotary_dim {} must equal head_dim {head_dim}", rope.rotary_dim)));
-            ensure!(rope.theta > 0.0, ctx("rope theta must be positive".into()));
-            same_shape(k_cache, v_cache)?;
             for c in [k_cache, v_cache] {
-                ensure!(v(c).class == ValueClass::State, ctx(format!("`{}` must be state", v(c).name)));
                 ensure!(v(c).dtype == v(q_out).dtype, ctx("q_out and the caches must share a dtype".to_string()));
             }
             want_float(q_out)?;
@@ -297,23 +318,7 @@ fn check_op(p: &Program, name: &str, op: &Op) -> Result<()> {
                     ensure!(v(p).dtype == v(q_out).dtype, ctx("packed qkv and q_out must share a dtype".to_string()));
                 }
             }
-            want_dtype(positions, DType::I32)?;
-            want_dtype(cache_base, DType::I32)?;
-            want_vec(positions, r)?;
-            want_vec(cache_base, r)?;
-            ensure!(
-                head_dim > 0 && qd % head_dim as usize == 0 && kd % head_dim as usize == 0,
-                ctx(format!("row lengths {qd} / {kd} are not multiples of head_dim {head_dim}"))
-            );
-            ensure!(
-                rope.rotary_dim > 0 && rope.rotary_dim % 2 == 0 && rope.rotary_dim <= head_dim,
-                ctx(format!("rotary_dim {} must be even and at most head_dim {head_dim}", rope.rotary_dim))
-            );
-            ensure!(rope.theta > 0.0, ctx("rope theta must be positive".into()));
-            same_shape(k_cache, v_cache)?;
-            for c in [k_cache, v_cache] {
-                ensure!(v(c).class == ValueClass::State, ctx(format!("`{}` must be state", v(c).name)));
-            }
+            rope_kv_write(r, qd, kd, (positions, cache_base), (k_cache, v_cache), head_dim, &rope)?;
             for x in qkv.values() {
                 want_float(x)?;
             }
