@@ -260,13 +260,7 @@ pub fn fuse(p: &Program) -> Result<Program> {
             // Where the packed QKV GEMV takes the dense variant (three blocks per SM), keep it:
             // `qkv_rope` has no such variant (its epilogue does not fit 80 registers).
             let features: usize = weights.iter().map(|&w| p.value(w).shape.rows()).sum();
-            let blocks = features.div_ceil(crate::plan::geometry::LINEAR_GEMV_FEATURES as usize) as u32;
-            let threads = if blocks < crate::plan::geometry::LINEAR_GEMV_WIDE_BELOW_BLOCKS {
-                crate::plan::geometry::LINEAR_GEMV_WIDE_THREADS
-            } else {
-                crate::plan::geometry::LINEAR_GEMV_THREADS
-            };
-            let dense = crate::plan::geometry::gemv_occupancy(blocks, threads) != 0;
+            let dense = crate::plan::geometry::gemv_grid(features as u32).2 != 0;
             let fits = !dense
                 && rope.rotary_dim == head_dim
                 && head_dim.is_multiple_of(16)

@@ -31,6 +31,15 @@ fn wave_fill(blocks: u32, slots: u32) -> f64 {
     blocks as f64 / (blocks.div_ceil(slots) * slots) as f64
 }
 
+/// The decode GEMV grid over `features` outputs (linear, fused, gated, QKV, `qkv_rope`): blocks
+/// of [`LINEAR_GEMV_FEATURES`], 512 threads when they cannot fill the GPU, else 256, and the
+/// variant those take ([`gemv_occupancy`]). Returns (blocks, threads, occupancy).
+pub fn gemv_grid(features: u32) -> (u32, u32, u32) {
+    let blocks = features.div_ceil(LINEAR_GEMV_FEATURES);
+    let threads = if blocks < LINEAR_GEMV_WIDE_BELOW_BLOCKS { LINEAR_GEMV_WIDE_THREADS } else { LINEAR_GEMV_THREADS };
+    (blocks, threads, gemv_occupancy(blocks, threads))
+}
+
 /// Which GEMV variant a 256-thread grid of `blocks` takes: the dense one (3 per SM) when its
 /// waves are fuller by more than 5%, else the default (0). Measured on the H200 (2026-11-30,
 /// bench/NOTES-decode.md): capping every GEMV at 80 registers took the 0.5B shape from 942 to
@@ -138,9 +147,8 @@ pub fn launch_geometry(kernel: &Kernel, _bufs: &[BufArg]) -> Geometry {
         | Kernel::FusedLinear { rows, out_features, .. }
         | Kernel::GatedLinear { rows, out_features, .. } => {
             if rows <= LINEAR_GEMV_MAX_ROWS {
-                let blocks = out_features.div_ceil(LINEAR_GEMV_FEATURES);
-                let threads = if blocks < LINEAR_GEMV_WIDE_BELOW_BLOCKS { LINEAR_GEMV_WIDE_THREADS } else { LINEAR_GEMV_THREADS };
-                Geometry { occupancy: gemv_occupancy(blocks, threads), ..g(blocks, 1, threads) }
+                let (blocks, threads, occupancy) = gemv_grid(out_features);
+                Geometry { occupancy, ..g(blocks, 1, threads) }
             } else {
                 g(out_features.div_ceil(LINEAR_TILE), rows.div_ceil(LINEAR_TILE), 256)
             }
@@ -164,13 +172,12 @@ pub fn launch_geometry(kernel: &Kernel, _bufs: &[BufArg]) -> Geometry {
         // `qkv_rope` (linear_fused.cu): the GEMV grid over its outputs, default variant only (its
         // epilogue needs more registers than the dense variant has).
         Kernel::QkvRope { heads, kv_heads, head_dim, .. } => {
-            let blocks = ((heads + 2 * kv_heads) * head_dim).div_ceil(LINEAR_GEMV_FEATURES);
-            g(blocks, 1, if blocks < LINEAR_GEMV_WIDE_BELOW_BLOCKS { LINEAR_GEMV_WIDE_THREADS } else { LINEAR_GEMV_THREADS })
+            let (blocks, threads, _) = gemv_grid((heads + 2 * kv_heads) * head_dim);
+            g(blocks, 1, threads)
         }
         Kernel::QkvLinear { out_features: [q, k, v], .. } => {
-            let blocks = (q + k + v).div_ceil(LINEAR_GEMV_FEATURES);
-            let threads = if blocks < LINEAR_GEMV_WIDE_BELOW_BLOCKS { LINEAR_GEMV_WIDE_THREADS } else { LINEAR_GEMV_THREADS };
-            Geometry { occupancy: gemv_occupancy(blocks, threads), ..g(blocks, 1, threads) }
+            let (blocks, threads, occupancy) = gemv_grid(q + k + v);
+            Geometry { occupancy, ..g(blocks, 1, threads) }
         }
         // One block; one thread per row.
         Kernel::Advance { rows, .. } => g(1, 1, rows.div_ceil(32) * 32),
