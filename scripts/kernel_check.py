@@ -318,6 +318,26 @@ class Checker:
                     same = outs[0].tobytes() == outs[1].tobytes()
                     self.report.record(f"{name}: deterministic", f"{dt.name}->{outdt.name}", same, "two runs, bitwise")
 
+    # bitwise comparisons of GEMV builds --------------------------------------------------------
+    def gemv_operands(self, dt, R, K, N, eps):
+        """Random device operands of one R x K -> N GEMV shape, (x, norm_w, weight, up weight, bias),
+        and the (symbol, args(out)) launches of fused_linear (norm, bias, residual) and gated_linear
+        (norm) over them: what norm_pass and dense compare between two builds or variants."""
+        x = self.dev(dt.store(self.rand(R, K, scale=2.0)))
+        nw = self.dev(dt.store(self.rand(K) * 0.5 + 1.0))
+        w = self.dev(dt.store(self.rand(N, K, scale=1.0 / math.sqrt(K))))
+        wu = self.dev(dt.store(self.rand(N, K, scale=1.0 / math.sqrt(K))))
+        b = self.dev(dt.store(self.rand(N)))
+        res = self.dev(dt.store(self.rand(R, N)))
+        cases = [
+            (f"kiln_fused_linear_{dt.name}_{dt.name}", lambda o: (x, nw, w, b, res, o, np.uint32(R), np.uint32(K),
+                                                                  np.uint32(N), np.uint32(1), np.float32(eps),
+                                                                  np.uint32(1), np.uint32(1))),
+            (f"kiln_gated_linear_{dt.name}", lambda o: (x, nw, w, wu, o, np.uint32(R), np.uint32(K), np.uint32(N),
+                                                        np.uint32(1), np.float32(eps))),
+        ]
+        return (x, nw, w, wu, b), cases
+
     # one-pass norm prologue -----------------------------------------------------------------
     def norm_pass(self, dt):
         """The fused GEMVs' one-pass norm prologue (linear_fused.cu FusedNormX, default) gives the bytes
@@ -335,19 +355,7 @@ class Checker:
                                           (2, 2048, 512, 256, ""), (2, 2048, 512, 512, ""),
                                           (2, 4096, 512, 256, ""), (3, 1000, 200, 256, ""), (1, 72, 40, 256, "")):
             grid, block = (cdiv(N, 16), 1, 1), (threads, 1, 1)
-            x = self.dev(dt.store(self.rand(R, K, scale=2.0)))
-            nw = self.dev(dt.store(self.rand(K) * 0.5 + 1.0))
-            w = self.dev(dt.store(self.rand(N, K, scale=1.0 / math.sqrt(K))))
-            wu = self.dev(dt.store(self.rand(N, K, scale=1.0 / math.sqrt(K))))
-            b = self.dev(dt.store(self.rand(N)))
-            res = self.dev(dt.store(self.rand(R, N)))
-            cases = [
-                (f"kiln_fused_linear_{dt.name}_{dt.name}", lambda o: (x, nw, w, b, res, o, np.uint32(R), np.uint32(K),
-                                                                      np.uint32(N), np.uint32(1), np.float32(eps),
-                                                                      np.uint32(1), np.uint32(1))),
-                (f"kiln_gated_linear_{dt.name}", lambda o: (x, nw, w, wu, o, np.uint32(R), np.uint32(K), np.uint32(N),
-                                                            np.uint32(1), np.float32(eps))),
-            ]
+            _, cases = self.gemv_operands(dt, R, K, N, eps)
             for sym, args in cases:
                 outs = []
                 for module in (self.module, self.two_pass):
@@ -366,21 +374,12 @@ class Checker:
         block = (256, 1, 1)
         for R, K, N in ((1, 896, 4864), (8, 2048, 4352), (3, 1000, 2200)):
             grid = (cdiv(N, 16), 1, 1)
-            x = self.dev(dt.store(self.rand(R, K, scale=2.0)))
-            nw = self.dev(dt.store(self.rand(K) * 0.5 + 1.0))
-            w = self.dev(dt.store(self.rand(N, K, scale=1.0 / math.sqrt(K))))
-            wu = self.dev(dt.store(self.rand(N, K, scale=1.0 / math.sqrt(K))))
-            b = self.dev(dt.store(self.rand(N)))
-            res = self.dev(dt.store(self.rand(R, N)))
+            (x, nw, w, wu, b), fused_cases = self.gemv_operands(dt, R, K, N, eps)
             nq, nk = N - 2 * (N // 8), N // 8
             cases = [
                 (f"kiln_linear_{dt.name}_{dt.name}", lambda o: (x, w, b, o, np.uint32(R), np.uint32(K), np.uint32(N),
                                                                 np.uint32(1))),
-                (f"kiln_fused_linear_{dt.name}_{dt.name}", lambda o: (x, nw, w, b, res, o, np.uint32(R), np.uint32(K),
-                                                                      np.uint32(N), np.uint32(1), np.float32(eps),
-                                                                      np.uint32(1), np.uint32(1))),
-                (f"kiln_gated_linear_{dt.name}", lambda o: (x, nw, w, wu, o, np.uint32(R), np.uint32(K), np.uint32(N),
-                                                            np.uint32(1), np.float32(eps))),
+                *fused_cases,
             ]
             for sym, args in cases:
                 outs = []
