@@ -1,8 +1,10 @@
 // attention_split.cu: decode attention split over the KV length, in two launches.
 //
 //   kiln_attention_split_{dt}(q, k_cache, v_cache, positions, cache_base, workspace,
-//                             rows, heads, kv_heads, head_dim, scale, kv_rows, splits, split_len)
-//   kiln_attention_merge_{dt}(workspace, positions, out, rows, heads, head_dim, splits, split_len)
+//                             rows, heads, kv_heads, head_dim, scale, kv_rows, splits, split_len,
+//                             min_split_len)
+//   kiln_attention_merge_{dt}(workspace, positions, out, rows, heads, head_dim, splits, split_len,
+//                             min_split_len)
 //   dt in {f32, f16, bf16}: q / cache storage for the split, out storage for the merge.
 //
 // Check on a GPU: python3 scripts/kernel_check.py --only attention_split --bench   (NVRTC build,
@@ -10,22 +12,26 @@
 //
 // Semantics (Kernel::AttentionSplit / AttentionMerge; together they equal Op::Attention for one
 // query row per sequence). workspace is f32 [rows][heads][splits][head_dim + 2]. For row t with
-// p = positions[t], base = cache_base[t], head h (kv head g = h / (heads / kv_heads)), split s:
-// - split s is active iff p >= 0 and s * split_len <= p; an inactive split writes nothing (the
-//   merge never reads it). Over j in [s * split_len, min((s + 1) * split_len, p + 1)):
+// p = positions[t], base = cache_base[t], head h (kv head g = h / (heads / kv_heads)), split s,
+// and the live split length L = live_split_len(p) (src/plan/mod.rs `live_split_len`: the p + 1
+// keys spread over the splits, rounded up to 16, clamped to [min_split_len, split_len]; split
+// and merge compute it alike, so short contexts take more, shorter splits in the same grid):
+// - split s is active iff p >= 0 and s * L <= p; an inactive split writes nothing (the
+//   merge never reads it). Over j in [s * L, min((s + 1) * L, p + 1)):
 //     score_j = scale * dot(q[t, h], k_cache[base + j, g])                       (f32)
 //     slot = (acc[0..head_dim], m, l): m = max_j score_j, l = sum_j exp(score_j - m),
 //            acc = sum_j exp(score_j - m) * v_cache[base + j, g]
 //   Cache rows outside [0, kv_rows) are never read: those positions are dropped, and a split
 //   left with none writes (acc = 0, m = -inf, l = 0).
-// - merge: n_active = p < 0 ? 0 : min(p / split_len + 1, splits); M = max over active m_s;
+// - merge: n_active = p < 0 ? 0 : min(p / L + 1, splits); M = max over active m_s;
 //     out[t, h] = T(sum_s exp(m_s - M) * acc_s / sum_s exp(m_s - M) * l_s)   (splits with
 //     m_s = -inf weigh 0); a zero row when n_active == 0 or nothing was weighed.
 // The live length p + 1 is read from device memory: one plan serves every length up to
-// splits * split_len.
+// splits * split_len. KILN_ATTN_SPLIT_MIN_LEN_OVERRIDE (a -D for timing sweeps only) replaces the
+// plan's min_split_len; the CPU reference then still uses the plan's.
 //
 // CPU reference (src/runtime/cpu.rs, sequential):
-//   split: for t, h, s active: lo = s * split_len, hi = min(lo + split_len, p + 1)
+//   split: for t, h, s active: lo = s * L, hi = min(lo + L, p + 1)
 //            sc[j] = scale * sum_d f32(q[t,h,d]) * f32(k[base+j,g,d]);  m = max sc
 //            l = sum_j exp(sc[j] - m);  acc[d] = sum_j exp(sc[j] - m) * f32(v[base+j,g,d])
 //   merge: M = max_s m_s;  w_s = exp(m_s - M);  out[d] = T(sum_s w_s acc_s[d] / sum_s w_s l_s)
@@ -71,6 +77,18 @@
 #define KILN_ATTN_MERGE_BATCH 8
 
 namespace kiln {
+
+// The live split length (src/plan/mod.rs `live_split_len`, the same integer arithmetic).
+__device__ __forceinline__ unsigned int live_split_len(int p, unsigned int splits, unsigned int split_len,
+                                                       unsigned int min_split_len) {
+#ifdef KILN_ATTN_SPLIT_MIN_LEN_OVERRIDE
+  min_split_len = KILN_ATTN_SPLIT_MIN_LEN_OVERRIDE;
+#endif
+  const unsigned int keys = (unsigned int)max(p, 0) + 1u;
+  const unsigned int even = (keys + max(splits, 1u) - 1u) / max(splits, 1u);
+  const unsigned int q = (even + 15u) / 16u * 16u;
+  return max(min(max(q, min_split_len), split_len), 1u);
+}
 
 // Storage bits of 8 consecutive elements of T: 16 bytes (f16, bf16) or 32 (f32).
 template <typename T> struct Raw8 {
@@ -348,11 +366,11 @@ template <typename T>
 __device__ void attention_split(const T* q, const T* k_cache, const T* v_cache, const int* positions,
                                 const int* cache_base, float* workspace, unsigned int rows, unsigned int heads,
                                 unsigned int kv_heads, unsigned int head_dim, float scale, unsigned int kv_rows,
-                                unsigned int splits, unsigned int split_len) {
+                                unsigned int splits, unsigned int planned_len, unsigned int min_split_len) {
   __shared__ SplitShared sh;
   KILN_ABLATED(16);
   if (kv_heads == 0 || heads % kv_heads != 0 || head_dim == 0 || head_dim > KILN_ATTN_SPLIT_MAX_HEAD_DIM ||
-      split_len == 0)
+      planned_len == 0)
     return;
   const unsigned int group = heads / kv_heads;
   const unsigned int head_chunks = (group + KILN_ATTN_SPLIT_MAX_GROUP - 1) / KILN_ATTN_SPLIT_MAX_GROUP;
@@ -363,6 +381,7 @@ __device__ void attention_split(const T* q, const T* k_cache, const T* v_cache, 
   const unsigned int g = bx % kv_heads, t = bx / kv_heads, s = blockIdx.y;
   if (t >= rows || s >= splits || chunk * chunk_heads >= group) return;
   const int p = positions[t];
+  const unsigned int split_len = live_split_len(p, splits, planned_len, min_split_len);
   const long long lo = (long long)s * split_len;
   if (p < 0 || lo > p) return;  // inactive: the merge never reads this slot
   const unsigned int h0 = g * group + chunk * chunk_heads;
@@ -392,14 +411,15 @@ __device__ void attention_split(const T* q, const T* k_cache, const T* v_cache, 
 template <typename T>
 __device__ void attention_merge(const float* workspace, const int* positions,
                                 T* __restrict__ out, unsigned int rows, unsigned int heads, unsigned int head_dim,
-                                unsigned int splits, unsigned int split_len) {
+                                unsigned int splits, unsigned int planned_len, unsigned int min_split_len) {
   __shared__ float sh_m[KILN_ATTN_MERGE_THREADS], sh_l[KILN_ATTN_MERGE_THREADS], sh_acc[KILN_ATTN_MERGE_THREADS];
   KILN_ABLATED(32);
   const unsigned int t = blockIdx.x, h = blockIdx.y;
   if (t >= rows || h >= heads || head_dim == 0) return;
   T* o = out + ((size_t)t * heads + h) * head_dim;
   const int p = positions[t];
-  const unsigned int n_active = (p < 0 || split_len == 0) ? 0u : min((unsigned int)p / split_len + 1, splits);
+  const unsigned int split_len = live_split_len(p, splits, planned_len, min_split_len);
+  const unsigned int n_active = (p < 0 || planned_len == 0) ? 0u : min((unsigned int)p / split_len + 1, splits);
   if (n_active == 0 || head_dim > KILN_ATTN_SPLIT_MAX_HEAD_DIM) {
     for (unsigned int d = threadIdx.x; d < head_dim; d += blockDim.x) o[d] = zero<T>();
     return;
@@ -466,15 +486,17 @@ __device__ void attention_merge(const float* workspace, const int* positions,
       kiln_attention_split_##dt(                                                                        \
       const T* q, const T* k_cache, const T* v_cache, const int* positions, const int* cache_base,      \
       float* workspace, unsigned int rows, unsigned int heads, unsigned int kv_heads, unsigned int head_dim, \
-      float scale, unsigned int kv_rows, unsigned int splits, unsigned int split_len) {                 \
+      float scale, unsigned int kv_rows, unsigned int splits, unsigned int split_len,                   \
+      unsigned int min_split_len) {                                                                     \
     kiln::wait_prior_grids();                                                                           \
     kiln::attention_split<T>(q, k_cache, v_cache, positions, cache_base, workspace, rows, heads, kv_heads,  \
-                             head_dim, scale, kv_rows, splits, split_len);                              \
+                             head_dim, scale, kv_rows, splits, split_len, min_split_len);               \
   }                                                                                                     \
   extern "C" __global__ void __launch_bounds__(KILN_ATTN_MERGE_THREADS) kiln_attention_merge_##dt(      \
       const float* workspace, const int* positions, T* out, unsigned int rows, unsigned int heads,      \
-      unsigned int head_dim, unsigned int splits, unsigned int split_len) {                             \
+      unsigned int head_dim, unsigned int splits, unsigned int split_len, unsigned int min_split_len) {  \
     kiln::wait_prior_grids();                                                                           \
-    kiln::attention_merge<T>(workspace, positions, out, rows, heads, head_dim, splits, split_len);      \
+    kiln::attention_merge<T>(workspace, positions, out, rows, heads, head_dim, splits, split_len,       \
+                             min_split_len);                                                            \
   }
 KILN_FOR_EACH_DTYPE(KILN_ATTENTION_SPLIT)

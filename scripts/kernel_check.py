@@ -920,7 +920,14 @@ class Checker:
 
     # attention_split / attention_merge ------------------------------------------------------
     @staticmethod
-    def split_attention_ref(qf, kf, vf, pos, cb, H, KVH, HD, KVR, scale, splits, split_len):
+    def live_split_len(p, splits, split_len, min_split_len):
+        """src/plan/mod.rs live_split_len: the keys spread over the splits, rounded up to 16,
+        clamped to [min_split_len, split_len]."""
+        even = cdiv(cdiv(max(p, 0) + 1, max(splits, 1)), 16) * 16
+        return max(min(max(even, min_split_len), split_len), 1)
+
+    @staticmethod
+    def split_attention_ref(qf, kf, vf, pos, cb, H, KVH, HD, KVR, scale, splits, planned_len, min_split_len):
         """float64 reference of the split kernel's workspace slots (None: inactive) and of the
         merged output, with the kernel's clamping of cache rows to [0, kv_rows)."""
         R = len(pos)
@@ -934,6 +941,7 @@ class Checker:
                 continue
             n = p + 1 if base >= 0 else 0
             n = min(n, KVR - base) if base >= 0 else 0
+            split_len = Checker.live_split_len(p, splits, planned_len, min_split_len)
             n_active = min(p // split_len + 1, splits)
             for h in range(H):
                 g = h // group
@@ -953,7 +961,11 @@ class Checker:
         return slots, out
 
     def attention_split(self, dt):
-        cases = [  # name, heads, kv_heads, head_dim, splits, split_len, positions, cache_base, kv_rows
+        cases = [  # name, heads, kv_heads, head_dim, splits, split_len, positions, cache_base, kv_rows[, min_split_len]
+            ("live splits gqa7 hd64 (Qwen2.5, 34 x 128, min 32)", 14, 2, 64, 34, 128, [129, 5, 300, 4351, 31, 32],
+             [0, 4352, 0, 4352, 0, 0], 8704, 32),
+            ("live splits gqa4 hd128 (8 x 512, min 16)", 32, 8, 128, 8, 512, [0, 15, 16, 100, 4095], [0, 0, 0, 0, 0],
+             4096, 16),
             ("gqa4 hd64 split boundaries", 8, 2, 64, 4, 64, [0, 63, 64, 65, 127, 128, 255, -1], [0, 0, 256, 0, 512, 0, 768, 0], 1024),
             ("gqa1 hd128", 4, 4, 128, 3, 128, [0, 127, 128, 383, -1, 1], [0, 384, 0, 384, 0, 0], 768),
             ("gqa7 hd64 (Qwen2.5)", 14, 2, 64, 5, 64, [319, 64, 63, 0], [0, 320, 640, 0], 960),
@@ -964,7 +976,8 @@ class Checker:
             ("cache end clamps (rows past kv_rows)", 8, 2, 64, 4, 64, [150, 200], [50, 100], 256),
             ("decode long ctx hd128 gqa4", 32, 8, 128, 8, 512, [4095, 2000, 511, 512], [0, 4096, 8192, 12288], 16384),
         ]
-        for name, H, KVH, HD, S, SL, pos, cb, KVR in cases:
+        for name, H, KVH, HD, S, SL, pos, cb, KVR, *msl in cases:
+            MSL = msl[0] if msl else SL  # min_split_len = split_len: fixed splits
             pos, cb = np.array(pos, dtype=np.int32), np.array(cb, dtype=np.int32)
             R = len(pos)
             scale = 1.0 / math.sqrt(HD)
@@ -979,16 +992,17 @@ class Checker:
                 out = self.dev(dt.poison((R, H * HD)))
                 self.launch(f"kiln_attention_split_{dt.name}", "attention_split",
                             (qd, kd, vd, pd, cd, ws, np.uint32(R), np.uint32(H), np.uint32(KVH), np.uint32(HD),
-                             np.float32(scale), np.uint32(KVR), np.uint32(S), np.uint32(SL)),
+                             np.float32(scale), np.uint32(KVR), np.uint32(S), np.uint32(SL), np.uint32(MSL)),
                             rows=R, heads=H, kv_heads=KVH, splits=S)
                 self.launch(f"kiln_attention_merge_{dt.name}", "attention_merge",
-                            (ws, pd, out, np.uint32(R), np.uint32(H), np.uint32(HD), np.uint32(S), np.uint32(SL)),
+                            (ws, pd, out, np.uint32(R), np.uint32(H), np.uint32(HD), np.uint32(S), np.uint32(SL),
+                             np.uint32(MSL)),
                             rows=R, heads=H)
                 results.append((ws.get(), out.get()))
             (wsg, outg), (wsg2, outg2) = results
             slots, ref = self.split_attention_ref(dt.load(q).reshape(R, H, HD), dt.load(kc).reshape(KVR, KVH, HD),
                                                   dt.load(vc).reshape(KVR, KVH, HD), pos, cb, H, KVH, HD, KVR,
-                                                  scale, S, SL)
+                                                  scale, S, SL, MSL)
             # Workspace: active slots against the reference, inactive ones untouched (poison bytes).
             acc_got, acc_ref, ml_got, ml_ref = [], [], [], []
             untouched = True
@@ -1263,11 +1277,12 @@ class Checker:
                                 cb = bases[i % n_sets]
                                 launches.append(lambda cb=cb, S=S, SL=SL, ws=ws, fs=fs: fs(gs, bs, (
                                     q, kc, vc, pos, cb, ws, np.uint32(R), np.uint32(H), np.uint32(KVH), np.uint32(HD),
-                                    np.float32(1.0 / math.sqrt(HD)), np.uint32(KVR), np.uint32(S), np.uint32(SL))))
+                                    np.float32(1.0 / math.sqrt(HD)), np.uint32(KVR), np.uint32(S), np.uint32(SL),
+                                    np.uint32(SL))))
                                 if what == "split+merge":
                                     launches.append(lambda S=S, SL=SL, ws=ws: fm(gm, bm, (
                                         ws, pos, out, np.uint32(R), np.uint32(H), np.uint32(HD), np.uint32(S),
-                                        np.uint32(SL))))
+                                        np.uint32(SL), np.uint32(SL))))
                             sec, how = self.graph_time(launches)
                             sec *= 2 if what == "split+merge" else 1  # per split (+ merge)
                             gbs = kv_bytes / sec / 1e9

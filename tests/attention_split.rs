@@ -68,7 +68,8 @@ fn split_decode_attention_matches_unsplit_prefill() {
     let tokens: Vec<i32> = (0..max_context as i32).map(|i| (i * 7 + 3) % cfg.vocab_size as i32).collect();
     let v = cfg.vocab_size;
 
-    for n in [1, split_len - 1, split_len, split_len + 1, 2 * split_len + 5, max_context] {
+    // Short lengths take live splits shorter than the planned split_len (plan::live_split_len).
+    for n in [1, 20, 33, 40, split_len - 1, split_len, split_len + 1, 2 * split_len + 5, max_context] {
         // Reference: one prefill step over the first n tokens (sequence 0), logits of row n-1.
         let mut step = StepBlock::new(&plan);
         let mut ids = vec![0i32; 512];
@@ -111,4 +112,24 @@ fn split_decode_attention_matches_unsplit_prefill() {
         assert!(worst <= 1e-5 * scale.max(1.0), "n={n}: {worst}");
         assert!(got[..v].iter().all(|&x| x.is_finite()), "padding row produced non-finite logits");
     }
+}
+
+#[test]
+fn live_split_len_covers_every_key_within_the_planned_splits() {
+    use kiln::plan::{live_split_len, SPLIT_LEN_QUANTUM};
+    for (splits, split_len, min) in [(34u32, 128u32, 32u32), (8, 512, 16), (8, 64, 32), (3, 64, 64), (1, 4096, 32), (5, 64, 1000)] {
+        for p in 0..(splits * split_len) as i32 {
+            let len = live_split_len(p, splits, split_len, min);
+            assert!(len <= split_len && len >= min.min(split_len), "p={p}: {len}");
+            assert!(splits as usize * len as usize > p as usize, "p={p}: {splits} x {len} misses key {p}");
+            assert!(len == split_len || len.is_multiple_of(SPLIT_LEN_QUANTUM), "p={p}: {len}");
+            if min >= split_len {
+                assert_eq!(len, split_len, "min_split_len >= split_len keeps the planned length");
+            }
+        }
+    }
+    // Planned for max context 4352 (34 x 128): at context 128 five splits of 32, at 4096 the
+    // planned 128.
+    assert_eq!(live_split_len(129, 34, 128, 32), 32);
+    assert_eq!(live_split_len(4095, 34, 128, 32), 128);
 }

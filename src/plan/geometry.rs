@@ -210,8 +210,9 @@ mod tests {
                 kv_rows: 1 << 20,
                 splits: 2048,
                 split_len: 64,
+                min_split_len: 32,
             },
-            Kernel::AttentionMerge { rows: 8, heads: 64, head_dim: 256, splits: 2048, split_len: 64 },
+            Kernel::AttentionMerge { rows: 8, heads: 64, head_dim: 256, splits: 2048, split_len: 64, min_split_len: 32 },
             Kernel::SwiGlu { n: 7 * 3072 },
             Kernel::Add { n: 7 * 1024 },
             Kernel::Sample { rows: 7, vocab: 151936 },
@@ -302,7 +303,17 @@ mod tests {
     #[test]
     fn split_attention_has_a_block_per_row_kv_head_head_chunk_and_split() {
         let split = |heads, kv_heads| {
-            let k = Kernel::AttentionSplit { rows: 3, heads, kv_heads, head_dim: 64, scale: 1.0, kv_rows: 4096, splits: 8, split_len: 512 };
+            let k = Kernel::AttentionSplit {
+                rows: 3,
+                heads,
+                kv_heads,
+                head_dim: 64,
+                scale: 1.0,
+                kv_rows: 4096,
+                splits: 8,
+                split_len: 512,
+                min_split_len: 32,
+            };
             launch_geometry(&k, &[])
         };
         // Groups of up to 4 q heads share one block's K/V reads (Llama 32/8, Qwen3 16/8).
@@ -313,7 +324,10 @@ mod tests {
         assert_eq!(split(18, 2).grid, [3 * 2 * 3, 8, 1]);
         assert_eq!(split(16, 1).grid, [3 * 4, 8, 1]);
         assert_eq!(split(4, 4).block, [ATTENTION_SPLIT_THREADS, 1, 1]);
-        let merge = launch_geometry(&Kernel::AttentionMerge { rows: 3, heads: 32, head_dim: 64, splits: 8, split_len: 512 }, &[]);
+        let merge = launch_geometry(
+            &Kernel::AttentionMerge { rows: 3, heads: 32, head_dim: 64, splits: 8, split_len: 512, min_split_len: 32 },
+            &[],
+        );
         assert_eq!((merge.grid, merge.block), ([3, 32, 1], [ATTENTION_MERGE_THREADS, 1, 1]));
     }
 }

@@ -149,12 +149,25 @@ pub enum Kernel {
     /// partial softmax state to the workspace. bufs: q, k_cache, v_cache, positions,
     /// cache_base, workspace. Workspace: f32 `[rows][heads][splits][head_dim + 2]` holding
     /// `acc` (sum of `exp(s - m) * v`), `m` (max score) and `l` (sum of `exp(s - m)`) over
-    /// positions `[split * split_len, min((split + 1) * split_len, p + 1))`; a split is active
-    /// iff `p >= 0 && split * split_len <= p`, and inactive splits write nothing.
-    AttentionSplit { rows: u32, heads: u32, kv_heads: u32, head_dim: u32, scale: f32, kv_rows: u32, splits: u32, split_len: u32 },
-    /// Decode attention, second half: combines the active splits of each (row, head).
-    /// bufs: workspace, positions, out.
-    AttentionMerge { rows: u32, heads: u32, head_dim: u32, splits: u32, split_len: u32 },
+    /// positions `[split * len, min((split + 1) * len, p + 1))`, where `len` is the live split
+    /// length [`live_split_len`]`(p, splits, split_len, min_split_len)` (at most `split_len`, the
+    /// longest, sized so that `splits * split_len` covers the plan's context; shorter while the
+    /// sequence is short, so that a short context still spreads over several splits); a split
+    /// is active iff `p >= 0 && split * len <= p`, and inactive splits write nothing.
+    AttentionSplit {
+        rows: u32,
+        heads: u32,
+        kv_heads: u32,
+        head_dim: u32,
+        scale: f32,
+        kv_rows: u32,
+        splits: u32,
+        split_len: u32,
+        min_split_len: u32,
+    },
+    /// Decode attention, second half: combines the active splits of each (row, head) (the same
+    /// live split length as the split launch). bufs: workspace, positions, out.
+    AttentionMerge { rows: u32, heads: u32, head_dim: u32, splits: u32, split_len: u32, min_split_len: u32 },
     /// bufs: gate, up, out.
     SwiGlu { n: u32 },
     /// bufs: a, b, out.
@@ -191,6 +204,21 @@ pub enum Kernel {
         early: bool,
         rope: crate::ir::RopeSpec,
     },
+}
+
+/// Quantum of the live split length of decode attention (positions).
+pub const SPLIT_LEN_QUANTUM: u32 = 16;
+
+/// The split length decode attention uses at live position `p` (`p + 1` keys): the keys spread
+/// evenly over the `splits` splits, rounded up to [`SPLIT_LEN_QUANTUM`], no shorter than
+/// `min_split_len` and no longer than the planned `split_len`. Split and merge launches (GPU
+/// kernels in `attention_split.cu` and the CPU reference) compute it the same way from the
+/// position they read, so the grid and the workspace stay fixed by the plan while a short
+/// context takes more, shorter splits. `min_split_len >= split_len` gives the fixed `split_len`.
+pub fn live_split_len(p: i32, splits: u32, split_len: u32, min_split_len: u32) -> u32 {
+    let keys = (p.max(0) as u32).saturating_add(1);
+    let even = keys.div_ceil(splits.max(1)).div_ceil(SPLIT_LEN_QUANTUM) * SPLIT_LEN_QUANTUM;
+    even.max(min_split_len).min(split_len).max(1)
 }
 
 impl Kernel {

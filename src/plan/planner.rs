@@ -297,6 +297,12 @@ pub fn attention_splits(rows: u32, heads: u32, kv_heads: u32, max_context: u32) 
     (max_context.div_ceil(split_len), split_len)
 }
 
+/// The shortest live split of decode attention ([`super::live_split_len`]): at context 128 the
+/// planned 34 splits of 128 positions (max context 4352) would leave one or two splits active,
+/// each block walking 128 positions; with splits of 32 there are 4-5, each one step of the
+/// split kernel's 8 warps x 4 positions.
+pub const ATTENTION_MIN_SPLIT_LEN: u32 = 32;
+
 /// The launches of one op: usually one; decode attention becomes split + merge.
 fn launches_of(p: &Program, name: &str, op: &Op, max_context: usize, workspaces: &mut Vec<WorkspaceSpec>) -> Vec<LaunchSpec> {
     let mut operands: Vec<(Operand, Access)> = op.reads().into_iter().map(|v| (Operand::Value(v), Access::Read)).collect();
@@ -350,6 +356,7 @@ fn launches_of(p: &Program, name: &str, op: &Op, max_context: usize, workspaces:
                 kv_rows: *kv_rows,
                 splits,
                 split_len,
+                min_split_len: ATTENTION_MIN_SPLIT_LEN.min(split_len),
             };
             let ws = workspaces.len();
             workspaces.push(WorkspaceSpec { name: format!("{name}.workspace"), bytes: split.workspace_bytes() });
@@ -363,7 +370,14 @@ fn launches_of(p: &Program, name: &str, op: &Op, max_context: usize, workspaces:
                 },
                 LaunchSpec {
                     name: format!("{name}.merge"),
-                    kernel: Kernel::AttentionMerge { rows: *rows, heads: *heads, head_dim: *head_dim, splits, split_len },
+                    kernel: Kernel::AttentionMerge {
+                        rows: *rows,
+                        heads: *heads,
+                        head_dim: *head_dim,
+                        splits,
+                        split_len,
+                        min_split_len: ATTENTION_MIN_SPLIT_LEN.min(split_len),
+                    },
                     operands: vec![(Operand::Workspace(ws), Access::Read), r(positions), (Operand::Value(out), Access::Write)],
                     packs: Vec::new(),
                 },

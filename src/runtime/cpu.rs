@@ -717,8 +717,9 @@ fn execute(regions: &mut [Vec<u8>; N_REGIONS], s: &mut Scratch, launch: &Launch)
             }
             store(regions, out, &s.out)
         }
-        Kernel::AttentionSplit { rows, heads, kv_heads, head_dim, scale, kv_rows, splits, split_len } => {
+        Kernel::AttentionSplit { rows, heads, kv_heads, head_dim, scale, kv_rows, splits, split_len, min_split_len } => {
             let (rows, heads, kv_heads, hd) = (rows as usize, heads as usize, kv_heads as usize, head_dim as usize);
+            let (splits_u, planned_len) = (splits, split_len);
             let (splits, split_len) = (splits as usize, split_len as usize);
             let [q, k_cache, v_cache, positions, cache_base, workspace] = arity(launch, 5, 1)? else { unreachable!() };
             ensure!(kv_heads > 0 && heads % kv_heads == 0, "{heads} heads are not a multiple of {kv_heads} kv heads");
@@ -749,6 +750,7 @@ fn execute(regions: &mut [Vec<u8>; N_REGIONS], s: &mut Scratch, launch: &Launch)
                     let base = kv_span(t, pos, s.ints_b[t], kv_rows)?;
                     let n_keys = pos as usize + 1;
                     ensure!(n_keys <= splits * split_len, "position {pos} is beyond the {splits} x {split_len} attention splits");
+                    let split_len = crate::plan::live_split_len(pos, splits_u, planned_len, min_split_len) as usize;
                     for h in 0..heads {
                         let g = h / group;
                         let qh = &s.a[t * qw + h * hd..t * qw + (h + 1) * hd];
@@ -792,9 +794,9 @@ fn execute(regions: &mut [Vec<u8>; N_REGIONS], s: &mut Scratch, launch: &Launch)
             }
             Ok(())
         }
-        Kernel::AttentionMerge { rows, heads, head_dim, splits, split_len } => {
-            let (rows, heads, hd, splits, split_len) =
-                (rows as usize, heads as usize, head_dim as usize, splits as usize, split_len as usize);
+        Kernel::AttentionMerge { rows, heads, head_dim, splits, split_len, min_split_len } => {
+            let (splits_u, planned_len) = (splits, split_len);
+            let (rows, heads, hd, splits) = (rows as usize, heads as usize, head_dim as usize, splits as usize);
             let [workspace, positions, out] = arity(launch, 2, 1)? else { unreachable!() };
             let slot = hd + 2;
             typed_operand(workspace, "workspace", DType::F32, rows * heads * splits * slot)?;
@@ -809,6 +811,7 @@ fn execute(regions: &mut [Vec<u8>; N_REGIONS], s: &mut Scratch, launch: &Launch)
                 if pos < 0 {
                     continue;
                 }
+                let split_len = crate::plan::live_split_len(pos, splits_u, planned_len, min_split_len) as usize;
                 let active = (pos as usize / split_len + 1).min(splits);
                 for h in 0..heads {
                     let state = |sp: usize| &s.a[((t * heads + h) * splits + sp) * slot..][..slot];

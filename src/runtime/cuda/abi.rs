@@ -132,12 +132,22 @@ pub fn scalars(kernel: &Kernel) -> Vec<Scalar> {
         }
         // (q, k_cache, v_cache, positions, cache_base, workspace, rows, heads, kv_heads, head_dim,
         //  scale, kv_rows, splits, split_len)
-        Kernel::AttentionSplit { rows, heads, kv_heads, head_dim, scale, kv_rows, splits, split_len } => {
-            vec![U32(rows), U32(heads), U32(kv_heads), U32(head_dim), F32(scale), U32(kv_rows), U32(splits), U32(split_len)]
+        Kernel::AttentionSplit { rows, heads, kv_heads, head_dim, scale, kv_rows, splits, split_len, min_split_len } => {
+            vec![
+                U32(rows),
+                U32(heads),
+                U32(kv_heads),
+                U32(head_dim),
+                F32(scale),
+                U32(kv_rows),
+                U32(splits),
+                U32(split_len),
+                U32(min_split_len),
+            ]
         }
         // (workspace, positions, out, rows, heads, head_dim, splits, split_len)
-        Kernel::AttentionMerge { rows, heads, head_dim, splits, split_len } => {
-            vec![U32(rows), U32(heads), U32(head_dim), U32(splits), U32(split_len)]
+        Kernel::AttentionMerge { rows, heads, head_dim, splits, split_len, min_split_len } => {
+            vec![U32(rows), U32(heads), U32(head_dim), U32(splits), U32(split_len), U32(min_split_len)]
         }
         // (gate, up, out, n) / (a, b, out, n)
         Kernel::SwiGlu { n } | Kernel::Add { n } => vec![U32(n)],
