@@ -29,9 +29,10 @@
 // f32, which gives the correctly rounded f32 result that a good libm (the CPU side) returns
 // in nearly all cases.
 //
-// Geometry: grid (rows, ceil(heads / KILN_ROPE_HEADS)), block 128; a block takes one row and up
-// to KILN_ROPE_HEADS heads. Thread t takes pair i = t % (rotary_dim / 2) of heads t / (rotary_dim
-// / 2), + 128 / (rotary_dim / 2), ...: the angle's sin and cos (f64) depend on the row and the
+// Geometry: grid (rows, ceil(heads / H)), block 128, H = src/plan/geometry.rs rope_heads_per_block
+// (8, or 2 for decode's few rows); a block takes one row and ceil(heads / gridDim.y) heads.
+// Thread t takes pair i = t % (rotary_dim / 2) of heads t / (rotary_dim / 2),
+// + 128 / (rotary_dim / 2), ...: the angle's sin and cos (f64) depend on the row and the
 // pair only, so each thread evaluates them once for all its heads (the per-(row, head) blocks of
 // earlier versions evaluated them once per head and were bound by f64 math and block dispatch:
 // 82 us per launch at 2048 rows x 32 heads on the H200). Results are the same bits: each element
@@ -39,7 +40,7 @@
 //
 // kiln_rope_kv_write_{dt} (Op::RopeKvWrite, made by the fusion pass): the Rope of q and of k and
 // the KvWrite of the rotated k in one launch; see rope_kv_write below. Its grid counts heads over
-// q heads then kv heads: (rows, ceil((heads + kv_heads) / KILN_ROPE_HEADS)). q_stride and
+// q heads then kv heads: (rows, ceil((heads + kv_heads) / H)). q_stride and
 // kv_stride are the elements between consecutive rows of q and of k / v: heads * head_dim and
 // kv_heads * head_dim for three tensors, the packed width for one packed qkv (q, k and v are
 // then column ranges of one [rows, (heads + 2 kv_heads) * head_dim] tensor).
@@ -47,8 +48,11 @@
 
 namespace kiln {
 
-// Heads per block (src/plan/geometry.rs ROPE_HEADS).
-#define KILN_ROPE_HEADS 8
+// Heads per block: as many as the grid's y extent leaves, ceil(heads / gridDim.y), so the plan
+// alone chooses them (src/plan/geometry.rs rope_heads_per_block); any grid covers every head.
+__device__ __forceinline__ unsigned int rope_block_heads(unsigned int total) {
+  return (total + gridDim.y - 1) / gridDim.y;
+}
 
 // Pair i of one head: oh[ia], oh[ib] = the rotation of xh[ia], xh[ib].
 template <typename T>
@@ -114,9 +118,10 @@ __device__ void rope(const T* x, const int* positions, T* __restrict__ out,
                      unsigned int rows, unsigned int heads, unsigned int head_dim, unsigned int rotary_dim,
                      unsigned int interleaved, float theta, unsigned int scaling_kind, float factor,
                      float low, float high, unsigned int orig) {
-  const unsigned int r = blockIdx.x, h0 = blockIdx.y * KILN_ROPE_HEADS;
+  const unsigned int per_block = rope_block_heads(heads);
+  const unsigned int r = blockIdx.x, h0 = blockIdx.y * per_block;
   if (r >= rows || h0 >= heads) return;
-  const unsigned int h1 = min(heads, h0 + KILN_ROPE_HEADS);
+  const unsigned int h1 = min(heads, h0 + per_block);
   const size_t row = (size_t)r * heads * head_dim;
   rope_heads<T>(h0, h1, positions[r], head_dim, rotary_dim, interleaved, theta, scaling_kind, factor, low, high, orig,
                 [&](unsigned int h) -> const T* { return x + row + (size_t)h * head_dim; },
@@ -133,10 +138,11 @@ __device__ void rope_kv_write(const T* q, const T* k, const T* v, const int* pos
                               unsigned int heads, unsigned int kv_heads, unsigned int head_dim, unsigned int kv_rows,
                               unsigned int q_stride, unsigned int kv_stride, unsigned int rotary_dim, unsigned int interleaved, float theta, unsigned int scaling_kind,
                               float factor, float low, float high, unsigned int orig) {
-  const unsigned int r = blockIdx.x, h0 = blockIdx.y * KILN_ROPE_HEADS;
   const unsigned int total = heads + kv_heads;
+  const unsigned int per_block = rope_block_heads(total);
+  const unsigned int r = blockIdx.x, h0 = blockIdx.y * per_block;
   if (r >= rows || h0 >= total) return;
-  const unsigned int h1 = min(total, h0 + KILN_ROPE_HEADS);
+  const unsigned int h1 = min(total, h0 + per_block);
   const int p = positions[r];
   const unsigned int kv_dim = kv_heads * head_dim;
   const size_t qrow = (size_t)r * heads * head_dim, qsrc = (size_t)r * q_stride, src = (size_t)r * kv_stride;
@@ -179,7 +185,7 @@ KILN_FOR_EACH_DTYPE(KILN_ROPE)
 
 // (q, k, v, positions, cache_base, q_out, k_cache, v_cache, rows, heads, kv_heads, head_dim, kv_rows,
 //  q_stride, kv_stride, rotary_dim, interleaved, theta, scaling_kind, factor, low_freq_factor,
-//  high_freq_factor, original_max_position); grid (rows, ceil((heads + kv_heads) / KILN_ROPE_HEADS)),
+//  high_freq_factor, original_max_position); grid (rows, ceil((heads + kv_heads) / H)),
 //  block 128.
 #define KILN_ROPE_KV_WRITE(dt, T)                                                                       \
   extern "C" __global__ void __launch_bounds__(128) kiln_rope_kv_write_##dt(                            \

@@ -106,10 +106,10 @@ def geometry(kernel, **p):
         return (p["rows"], 1, 1), (256, 1, 1)
     if kernel == "head_rms_norm":
         return (p["rows"], p["heads"], 1), (128, 1, 1)
-    if kernel == "rope":  # ROPE_HEADS = 8 heads per block
-        return (p["rows"], cdiv(p["heads"], 8), 1), (128, 1, 1)
-    if kernel == "rope_kv_write":
-        return (p["rows"], cdiv(p["heads"] + p["kv_heads"], 8), 1), (128, 1, 1)
+    if kernel == "rope":  # geometry.rs rope_heads_per_block: 2 heads per block up to 8 rows, else 8
+        return (p["rows"], cdiv(p["heads"], p.get("hpb", 2 if p["rows"] <= 8 else 8)), 1), (128, 1, 1)
+    if kernel == "rope_kv_write":  # hpb: another plan's heads per block (the kernel takes any grid)
+        return (p["rows"], cdiv(p["heads"] + p["kv_heads"], p.get("hpb", 2 if p["rows"] <= 8 else 8)), 1), (128, 1, 1)
     if kernel == "qkv_linear":
         blocks = cdiv(p["out_features"], 16)
         return (blocks, 1, 1), (512 if blocks < 132 else 256, 1, 1)
@@ -559,8 +559,9 @@ class Checker:
         R, H, KVH, HD, KVR = len(positions), 4, 2, 64, 64
         for name, inter, theta, rot, kind, factor, low, high, orig in [
                 ("halfsplit", 0, 1e6, 64, 0, 1.0, 0.0, 0.0, 0), ("interleaved llama3", 1, 5e5, 64, 1, 32.0, 1.0, 4.0, 8192)]:
-            for layout in ("split", "packed"):
-                name_l = f"{name} {layout}"
+            for layout, hpb in (("split", None), ("packed", None), ("packed", 8), ("split", 4)):
+                name_l = f"{name} {layout}" + (f" {hpb} heads per block" if hpb else "")
+                geo = {"hpb": hpb} if hpb else {}
                 q, k, v = dt.store(self.rand(R, H * HD)), dt.store(self.rand(R, KVH * HD)), dt.store(self.rand(R, KVH * HD))
                 kc0, vc0 = dt.store(self.rand(KVR, KVH * HD)), dt.store(self.rand(KVR, KVH * HD))
                 qo, kc, vc = self.dev(dt.poison((R, H * HD))), self.dev(kc0), self.dev(vc0)
@@ -576,7 +577,7 @@ class Checker:
                              np.uint32(R), np.uint32(H), np.uint32(KVH), np.uint32(HD), np.uint32(KVR),
                              np.uint32(strides[0]), np.uint32(strides[1]), np.uint32(rot),
                              np.uint32(inter), np.float32(theta), np.uint32(kind), np.float32(factor), np.float32(low),
-                             np.float32(high), np.uint32(orig)), rows=R, heads=H, kv_heads=KVH)
+                             np.float32(high), np.uint32(orig)), rows=R, heads=H, kv_heads=KVH, **geo)
                 spec = (inter, theta, rot, kind, factor, low, high, orig)
                 rq = self.rope_ref(dt.load(q).reshape(R, H, HD), positions, *spec).reshape(R, H * HD)
                 rkr = dt.round(self.rope_ref(dt.load(k).reshape(R, KVH, HD), positions, *spec).reshape(R, KVH * HD))

@@ -77,8 +77,21 @@ pub const LINEAR_GEMV_THREADS: u32 = 256;
 pub const LINEAR_GEMV_WIDE_THREADS: u32 = 512;
 /// Multiprocessors of the GPUs kiln plans for (H100 / H200 SXM: 132).
 pub const LINEAR_GEMV_WIDE_BELOW_BLOCKS: u32 = 132;
-/// `rope.cu`: heads per block of `rope` and `rope_kv_write` (`KILN_ROPE_HEADS`).
+/// `rope.cu`: heads per block of `rope` and `rope_kv_write` over many rows (prefill): each
+/// thread evaluates its pair's angle once for all of them.
 pub const ROPE_HEADS: u32 = 8;
+/// Heads per block over at most [`ROPE_FEW_ROWS`] rows (decode): one pass of a 128-thread block
+/// at head_dim 128, so a layer's RoPE (and KV write) is spread over 4x the blocks and each
+/// block's chain of dependent loads and stores is one pass long, not four.
+pub const ROPE_HEADS_FEW_ROWS: u32 = 2;
+/// The largest row count that takes [`ROPE_HEADS_FEW_ROWS`] (the decode batch buckets).
+pub const ROPE_FEW_ROWS: u32 = 8;
+
+/// Heads per block of `rope` / `rope_kv_write` at `rows` rows; the kernels take
+/// ceil(heads / gridDim.y) heads per block, so this choice lives in the plan alone.
+pub fn rope_heads_per_block(rows: u32) -> u32 {
+    if rows <= ROPE_FEW_ROWS { ROPE_HEADS_FEW_ROWS } else { ROPE_HEADS }
+}
 /// `swiglu.cu`, `add.cu`: elements per thread (`KILN_ELEMENTWISE_VEC`, one 16-byte load of a
 /// 16-bit dtype).
 pub const ELEMENTWISE_VEC: u32 = 8;
@@ -153,10 +166,12 @@ pub fn launch_geometry(kernel: &Kernel, _bufs: &[BufArg]) -> Geometry {
                 g(out_features.div_ceil(LINEAR_TILE), rows.div_ceil(LINEAR_TILE), 256)
             }
         }
-        // One block per (row, ROPE_HEADS heads): sin and cos once per (row, pair) and thread.
-        Kernel::Rope { rows, heads, .. } => g(rows, heads.div_ceil(ROPE_HEADS), 128),
+        // One block per (row, rope_heads_per_block heads): sin and cos once per (row, pair) and thread.
+        Kernel::Rope { rows, heads, .. } => g(rows, heads.div_ceil(rope_heads_per_block(rows)), 128),
         // The same over the q heads, then the kv heads.
-        Kernel::RopeKvWrite { rows, heads, kv_heads, .. } => g(rows, (heads + kv_heads).div_ceil(ROPE_HEADS), 128),
+        Kernel::RopeKvWrite { rows, heads, kv_heads, .. } => {
+            g(rows, (heads + kv_heads).div_ceil(rope_heads_per_block(rows)), 128)
+        }
         // One block per token.
         Kernel::KvWrite { rows, .. } => g(rows, 1, 256),
         Kernel::Attention { rows, heads, .. } => g(rows, heads, ATTENTION_THREADS),
@@ -277,12 +292,16 @@ mod tests {
                 assert!((g.grid[0] - 1) * g.block[0] * ELEMENTWISE_VEC < n, "{k:?}: a block with no element");
             }
         }
-        // RoPE: rows x ceil(heads / ROPE_HEADS) blocks; rope_kv_write counts q and kv heads.
+        // RoPE: rows x ceil(heads / H) blocks, H = 2 at decode's few rows, 8 above; the kernel's
+        // ceil(heads / grid y) heads per block covers every head exactly once.
         let rope = RopeSpec { style: RopeStyle::HalfSplit, theta: 1e4, rotary_dim: 64, scaling: RopeScaling::None };
-        for heads in [1u32, 8, 9, 32] {
-            let g = launch_geometry(&Kernel::Rope { rows: 3, heads, head_dim: 64, rope }, &[]);
-            assert_eq!(g.grid, [3, heads.div_ceil(ROPE_HEADS), 1]);
-            assert!((g.grid[1] - 1) * ROPE_HEADS < heads && g.grid[1] * ROPE_HEADS >= heads);
+        for (rows, h) in [(1u32, ROPE_HEADS_FEW_ROWS), (8, ROPE_HEADS_FEW_ROWS), (9, ROPE_HEADS), (128, ROPE_HEADS)] {
+            for heads in [1u32, 8, 9, 32, 40] {
+                let g = launch_geometry(&Kernel::Rope { rows, heads, head_dim: 64, rope }, &[]);
+                assert_eq!(g.grid, [rows, heads.div_ceil(h), 1]);
+                let per_block = heads.div_ceil(g.grid[1]);
+                assert!(per_block <= h && (g.grid[1] - 1) * per_block < heads && g.grid[1] * per_block >= heads);
+            }
         }
         // Attention: one block per (row, head).
         let g = launch_geometry(&Kernel::Attention { rows: 5, heads: 3, kv_heads: 1, head_dim: 64, scale: 1.0, kv_rows: 9 }, &[]);
