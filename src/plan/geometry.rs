@@ -90,7 +90,11 @@ pub const ROPE_FEW_ROWS: u32 = 8;
 /// Heads per block of `rope` / `rope_kv_write` at `rows` rows; the kernels take
 /// ceil(heads / gridDim.y) heads per block, so this choice lives in the plan alone.
 pub fn rope_heads_per_block(rows: u32) -> u32 {
-    if rows <= ROPE_FEW_ROWS { ROPE_HEADS_FEW_ROWS } else { ROPE_HEADS }
+    if rows <= ROPE_FEW_ROWS {
+        ROPE_HEADS_FEW_ROWS
+    } else {
+        ROPE_HEADS
+    }
 }
 /// `swiglu.cu`, `add.cu`: elements per thread (`KILN_ELEMENTWISE_VEC`, one 16-byte load of a
 /// 16-bit dtype).
@@ -169,9 +173,7 @@ pub fn launch_geometry(kernel: &Kernel, _bufs: &[BufArg]) -> Geometry {
         // One block per (row, rope_heads_per_block heads): sin and cos once per (row, pair) and thread.
         Kernel::Rope { rows, heads, .. } => g(rows, heads.div_ceil(rope_heads_per_block(rows)), 128),
         // The same over the q heads, then the kv heads.
-        Kernel::RopeKvWrite { rows, heads, kv_heads, .. } => {
-            g(rows, (heads + kv_heads).div_ceil(rope_heads_per_block(rows)), 128)
-        }
+        Kernel::RopeKvWrite { rows, heads, kv_heads, .. } => g(rows, (heads + kv_heads).div_ceil(rope_heads_per_block(rows)), 128),
         // One block per token.
         Kernel::KvWrite { rows, .. } => g(rows, 1, 256),
         Kernel::Attention { rows, heads, .. } => g(rows, heads, ATTENTION_THREADS),
