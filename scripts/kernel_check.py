@@ -106,10 +106,11 @@ def geometry(kernel, **p):
         return (p["rows"], 1, 1), (256, 1, 1)
     if kernel == "head_rms_norm":
         return (p["rows"], p["heads"], 1), (128, 1, 1)
-    if kernel == "rope":  # geometry.rs rope_heads_per_block: 2 heads per block up to 8 rows, else 8
-        return (p["rows"], cdiv(p["heads"], p.get("hpb", 2 if p["rows"] <= 8 else 8)), 1), (128, 1, 1)
-    if kernel == "rope_kv_write":  # hpb: another plan's heads per block (the kernel takes any grid)
-        return (p["rows"], cdiv(p["heads"] + p["kv_heads"], p.get("hpb", 2 if p["rows"] <= 8 else 8)), 1), (128, 1, 1)
+    if kernel in ("rope", "rope_kv_write"):
+        # geometry.rs rope_heads_per_block: 2 heads per block up to 8 rows, else 8; hpb: another
+        # plan's heads per block (the kernel takes any grid). rope_kv_write counts q and kv heads.
+        heads = p["heads"] + p.get("kv_heads", 0)
+        return (p["rows"], cdiv(heads, p.get("hpb", 2 if p["rows"] <= 8 else 8)), 1), (128, 1, 1)
     if kernel == "qkv_linear":
         blocks = cdiv(p["out_features"], 16)
         return (blocks, 1, 1), (512 if blocks < 132 else 256, 1, 1)

@@ -343,6 +343,7 @@ fn launches_of(p: &Program, name: &str, op: &Op, max_context: usize, workspaces:
     // Device loops run the decode program as their body: the same split, so the same bits.
     if let (Phase::Decode | Phase::DecodeLoop, Kernel::Attention { rows, heads, kv_heads, head_dim, scale, kv_rows }) = (p.phase, &kernel) {
         let (splits, split_len) = attention_splits(*rows, *heads, *kv_heads, max_context as u32);
+        let min_split_len = ATTENTION_MIN_SPLIT_LEN.min(split_len);
         if splits > 1 {
             let Op::Attention { q, k_cache, v_cache, positions, cache_base, out, .. } = *op else {
                 unreachable!("attention kernel from attention op")
@@ -356,7 +357,7 @@ fn launches_of(p: &Program, name: &str, op: &Op, max_context: usize, workspaces:
                 kv_rows: *kv_rows,
                 splits,
                 split_len,
-                min_split_len: ATTENTION_MIN_SPLIT_LEN.min(split_len),
+                min_split_len,
             };
             let ws = workspaces.len();
             workspaces.push(WorkspaceSpec { name: format!("{name}.workspace"), bytes: split.workspace_bytes() });
@@ -370,14 +371,7 @@ fn launches_of(p: &Program, name: &str, op: &Op, max_context: usize, workspaces:
                 },
                 LaunchSpec {
                     name: format!("{name}.merge"),
-                    kernel: Kernel::AttentionMerge {
-                        rows: *rows,
-                        heads: *heads,
-                        head_dim: *head_dim,
-                        splits,
-                        split_len,
-                        min_split_len: ATTENTION_MIN_SPLIT_LEN.min(split_len),
-                    },
+                    kernel: Kernel::AttentionMerge { rows: *rows, heads: *heads, head_dim: *head_dim, splits, split_len, min_split_len },
                     operands: vec![(Operand::Workspace(ws), Access::Read), r(positions), (Operand::Value(out), Access::Write)],
                     packs: Vec::new(),
                 },
