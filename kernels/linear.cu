@@ -445,7 +445,9 @@ __device__ void linear(const T* x, const T* w, const T* bias, O* out, unsigned i
 // Each linear-family kernel comes in two variants: the default (KILN_LINEAR_BOUNDS: 256 or 512
 // threads, up to 128 registers, two 256-thread blocks per SM) and `_o3`, compiled for three
 // 256-thread blocks per SM (at most 80 registers) for grids whose waves that fills better
-// (src/plan/geometry.rs `gemv_occupancy`; launched with 256 threads only). Same code, same results.
+// (src/plan/geometry.rs `gemv_occupancy`; launched with 256 threads only). Same code, same results
+// (linear_fused.cu's dense fused and gated GEMVs keep only the staged-norm tensor-core path:
+// `dense_variant_covers`).
 #define KILN_GEMV_DENSE_BOUNDS __launch_bounds__(32 * KILN_LINEAR_GEMV_WARPS, 3)
 
 #define KILN_LINEAR_VARIANT(dt, T, outdt, O, SUFFIX, BOUNDS)                                        \

@@ -337,22 +337,24 @@ __device__ __forceinline__ void fused_gemv_sums(const T* x, const T* nw, const T
 
 // Expands CALL(WARPS, NORM, STAGED) with the tensor-core fused GEMV variant of this block size
 // (16 warps for 512-thread blocks, else 8), norm and staging (the norm's staging only where it has
-// one): the one dispatch of fused_linear, qkv_linear and qkv_rope.
-#define KILN_FUSED_GEMV_DISPATCH(has_norm, staged, CALL)      \
-  if (blockDim.x == 32 * KILN_FUSED_GEMV_MAX_WARPS) {         \
-    if ((has_norm) && (staged)) {                             \
-      CALL(KILN_FUSED_GEMV_MAX_WARPS, true, true);            \
-    } else if (has_norm) {                                    \
-      CALL(KILN_FUSED_GEMV_MAX_WARPS, true, false);           \
-    } else {                                                  \
-      CALL(KILN_FUSED_GEMV_MAX_WARPS, false, false);          \
-    }                                                         \
-  } else if ((has_norm) && (staged)) {                        \
-    CALL(8, true, true);                                      \
-  } else if (has_norm) {                                      \
-    CALL(8, true, false);                                     \
-  } else {                                                    \
-    CALL(8, false, false);                                    \
+// one): the one dispatch of fused_linear, qkv_linear and qkv_rope. WIDE = false (the `_o3`
+// variants, whose launch bounds allow 256 threads only) leaves the 16-warp paths out: dead code
+// there that still raised the register demand of every path.
+#define KILN_FUSED_GEMV_DISPATCH(WIDE, has_norm, staged, CALL)   \
+  if ((WIDE) && blockDim.x == 32 * KILN_FUSED_GEMV_MAX_WARPS) {  \
+    if ((has_norm) && (staged)) {                                \
+      CALL(KILN_FUSED_GEMV_MAX_WARPS, true, true);               \
+    } else if (has_norm) {                                       \
+      CALL(KILN_FUSED_GEMV_MAX_WARPS, true, false);              \
+    } else {                                                     \
+      CALL(KILN_FUSED_GEMV_MAX_WARPS, false, false);             \
+    }                                                            \
+  } else if ((has_norm) && (staged)) {                           \
+    CALL(8, true, true);                                         \
+  } else if (has_norm) {                                         \
+    CALL(8, true, false);                                        \
+  } else {                                                       \
+    CALL(8, false, false);                                       \
   }
 
 // Tensor-core GEMV (f16 / bf16, in % 8 == 0, aligned): fused_gemv_sums over 16 consecutive
@@ -532,7 +534,13 @@ __device__ void fused_tiled(const T* x, const T* nw, const T* w,
   }
 }
 
-template <typename T, typename O, bool GATED>
+// WIDE = false: the `_o3` variants. Their tensor-core path is the one every dense launch takes
+// (8 warps, a norm whose rows are staged: src/plan/geometry.rs `dense_variant_covers`); any other input
+// takes the SIMT / tiled path (correct, slower; no plan asks for it). With every tensor-core path
+// inline, the dense kernels spilled, mostly amid the MMA loops (ptxas: 248 bytes of spill stores
+// in fused_linear_o3, 184 in gated_linear_o3; SASS: 63 of fused_linear_o3's 89 local loads within
+// 40 instructions of an HMMA); with this one path, none.
+template <typename T, typename O, bool GATED, bool WIDE>
 __device__ void fused_linear(const T* x, const T* nw, const T* w, const T* wu, const T* bias, const O* residual, O* out,
                              unsigned int rows, unsigned int in, unsigned int outf, unsigned int has_norm_u, float eps,
                              unsigned int has_bias_u, unsigned int has_res_u) {
@@ -544,17 +552,22 @@ __device__ void fused_linear(const T* x, const T* nw, const T* w, const T* wu, c
   const bool has_res = has_res_u != 0 && residual != nullptr;
   if constexpr (IsHalf16<T>::value) {
     const bool aligned = aligned16(x) && aligned16(w) && (!GATED || aligned16(wu)) && (!has_norm || aligned16(nw));
-    if (rows != 0 && rows <= KILN_FUSED_GEMV_MAX_ROWS && in != 0 && in % 8 == 0 && aligned) {
-      // Waits for the prior grids inside, after its first weight loads.
-      __shared__ __align__(16) unsigned char stage[KILN_FUSED_NORM_STAGE > 0 ? KILN_FUSED_NORM_STAGE : 16];
-      const bool staged = (size_t)rows * in * sizeof(T) <= KILN_FUSED_NORM_STAGE;
+    // Waits for the prior grids inside, after its first weight loads.
+    __shared__ __align__(16) unsigned char stage[KILN_FUSED_NORM_STAGE > 0 ? KILN_FUSED_NORM_STAGE : 16];
+    const bool staged = (size_t)rows * in * sizeof(T) <= KILN_FUSED_NORM_STAGE;
 #define KILN_FUSED_GEMV_CALL(WARPS, NORM, STAGED)                                                               \
   fused_gemv_mma<T, O, GATED, WARPS, NORM, STAGED>(x, nw, w, wu, bias, residual, out, rows, in, outf, eps, has_bias, \
                                                    has_res, inv_s, smem, reinterpret_cast<T*>(stage))
-      KILN_FUSED_GEMV_DISPATCH(has_norm, staged, KILN_FUSED_GEMV_CALL)
-#undef KILN_FUSED_GEMV_CALL
-      return;
+    if (rows != 0 && rows <= KILN_FUSED_GEMV_MAX_ROWS && in != 0 && in % 8 == 0 && aligned) {
+      if constexpr (WIDE) {
+        KILN_FUSED_GEMV_DISPATCH(true, has_norm, staged, KILN_FUSED_GEMV_CALL)
+        return;
+      } else if (has_norm && staged) {
+        KILN_FUSED_GEMV_CALL(8, true, true);
+        return;
+      }
     }
+#undef KILN_FUSED_GEMV_CALL
   }
   allow_dependents();
   wait_prior_grids();
@@ -655,7 +668,7 @@ __device__ void qkv_simt(const T* x, const T* nw, const QkvOut<T>& qo, unsigned 
   }
 }
 
-template <typename T>
+template <typename T, bool WIDE>
 __device__ void qkv_linear(const T* x, const T* nw, const T* wq, const T* wk, const T* wv, const T* bq, const T* bk,
                            const T* bv, T* oq, T* ok, T* ov, unsigned int rows, unsigned int in, unsigned int nq,
                            unsigned int nk, unsigned int nv, unsigned int has_norm_u, float eps, unsigned int has_bias_u) {
@@ -671,7 +684,7 @@ __device__ void qkv_linear(const T* x, const T* nw, const T* wq, const T* wk, co
       // Waits for the prior grids inside, after its first weight loads.
 #define KILN_QKV_GEMV_CALL(WARPS, NORM, STAGED) \
   qkv_gemv_mma<T, WARPS, NORM>(x, nw, qo, rows, in, eps, has_bias, inv_s, smem)
-      KILN_FUSED_GEMV_DISPATCH(has_norm, false, KILN_QKV_GEMV_CALL)  // never staged
+      KILN_FUSED_GEMV_DISPATCH(WIDE, has_norm, false, KILN_QKV_GEMV_CALL)  // never staged
 #undef KILN_QKV_GEMV_CALL
       return;
     }
@@ -845,7 +858,7 @@ __device__ void qkv_rope(const T* x, const T* nw, const T* w, const T* bias, con
       // Waits for the prior grids inside, after its first weight loads.
 #define KILN_QKV_ROPE_CALL(WARPS, NORM, STAGED) \
   qkv_rope_gemv_mma<T, WARPS, NORM, STAGED>(x, nw, w, tile, rows, in, eps, inv_s, smem, hs, acc)
-      KILN_FUSED_GEMV_DISPATCH(has_norm, staged, KILN_QKV_ROPE_CALL)
+      KILN_FUSED_GEMV_DISPATCH(true, has_norm, staged, KILN_QKV_ROPE_CALL)
 #undef KILN_QKV_ROPE_CALL
       if (early == 0 && active) l = qkv_rope_lane(tile, a, j, r);
       __syncthreads();
@@ -880,48 +893,48 @@ __device__ void qkv_rope(const T* x, const T* nw, const T* w, const T* bias, con
 }  // namespace kiln
 
 // Each kernel in its default and `_o3` variants (see linear.cu: KILN_GEMV_DENSE_BOUNDS).
-#define KILN_FUSED_LINEAR_VARIANT(dt, T, outdt, O, SUFFIX, BOUNDS)                                               \
+#define KILN_FUSED_LINEAR_VARIANT(dt, T, outdt, O, SUFFIX, BOUNDS, WIDE)                                               \
   extern "C" __global__ void BOUNDS kiln_fused_linear_##dt##_##outdt##SUFFIX(                                   \
       const T* x, const T* norm_w, const T* weight, const T* bias, const O* residual, O* out, unsigned int rows,   \
       unsigned int in_features, unsigned int out_features, unsigned int has_norm, float eps,                      \
       unsigned int has_bias, unsigned int has_residual) {                                                         \
-    kiln::fused_linear<T, O, false>(x, norm_w, weight, nullptr, bias, residual, out, rows, in_features,           \
+    kiln::fused_linear<T, O, false, WIDE>(x, norm_w, weight, nullptr, bias, residual, out, rows, in_features,           \
                                     out_features, has_norm, eps, has_bias, has_residual);                         \
   }
 #define KILN_FUSED_LINEAR_OUT(dt, T, outdt, O)                                                                     \
-  KILN_FUSED_LINEAR_VARIANT(dt, T, outdt, O, , KILN_FUSED_BOUNDS)                                                 \
-  KILN_FUSED_LINEAR_VARIANT(dt, T, outdt, O, _o3, KILN_GEMV_DENSE_BOUNDS)
+  KILN_FUSED_LINEAR_VARIANT(dt, T, outdt, O, , KILN_FUSED_BOUNDS, true)                                           \
+  KILN_FUSED_LINEAR_VARIANT(dt, T, outdt, O, _o3, KILN_GEMV_DENSE_BOUNDS, false)
 KILN_FUSED_LINEAR_OUT(f32, float, f32, float)
 KILN_FUSED_LINEAR_OUT(f16, __half, f16, __half)
 KILN_FUSED_LINEAR_OUT(f16, __half, f32, float)
 KILN_FUSED_LINEAR_OUT(bf16, __nv_bfloat16, bf16, __nv_bfloat16)
 KILN_FUSED_LINEAR_OUT(bf16, __nv_bfloat16, f32, float)
 
-#define KILN_GATED_LINEAR_VARIANT(dt, T, SUFFIX, BOUNDS)                                                          \
+#define KILN_GATED_LINEAR_VARIANT(dt, T, SUFFIX, BOUNDS, WIDE)                                                          \
   extern "C" __global__ void BOUNDS kiln_gated_linear_##dt##SUFFIX(                                             \
       const T* x, const T* norm_w, const T* gate, const T* up, T* out, unsigned int rows, unsigned int in_features, \
       unsigned int out_features, unsigned int has_norm, float eps) {                                              \
-    kiln::fused_linear<T, T, true>(x, norm_w, gate, up, nullptr, nullptr, out, rows, in_features, out_features,   \
+    kiln::fused_linear<T, T, true, WIDE>(x, norm_w, gate, up, nullptr, nullptr, out, rows, in_features, out_features,   \
                                    has_norm, eps, 0u, 0u);                                                        \
   }
 #define KILN_GATED_LINEAR(dt, T)                                                                                  \
-  KILN_GATED_LINEAR_VARIANT(dt, T, , KILN_FUSED_BOUNDS)                                                           \
-  KILN_GATED_LINEAR_VARIANT(dt, T, _o3, KILN_GEMV_DENSE_BOUNDS)
+  KILN_GATED_LINEAR_VARIANT(dt, T, , KILN_FUSED_BOUNDS, true)                                                     \
+  KILN_GATED_LINEAR_VARIANT(dt, T, _o3, KILN_GEMV_DENSE_BOUNDS, false)
 KILN_FOR_EACH_DTYPE(KILN_GATED_LINEAR)
 
 // (x, norm_w|0, wq, wk, wv, bq|0, bk|0, bv|0, out_q, out_k, out_v, rows, in_features, nq, nk, nv,
 //  has_norm, eps, has_bias): Op::QkvLinear, grid (ceil((nq + nk + nv) / 16)).
-#define KILN_QKV_LINEAR_VARIANT(dt, T, SUFFIX, BOUNDS)                                                            \
+#define KILN_QKV_LINEAR_VARIANT(dt, T, SUFFIX, BOUNDS, WIDE)                                                            \
   extern "C" __global__ void BOUNDS kiln_qkv_linear_##dt##SUFFIX(                                               \
       const T* x, const T* norm_w, const T* wq, const T* wk, const T* wv, const T* bq, const T* bk, const T* bv,  \
       T* out_q, T* out_k, T* out_v, unsigned int rows, unsigned int in_features, unsigned int nq, unsigned int nk, \
       unsigned int nv, unsigned int has_norm, float eps, unsigned int has_bias) {                                  \
-    kiln::qkv_linear<T>(x, norm_w, wq, wk, wv, bq, bk, bv, out_q, out_k, out_v, rows, in_features, nq, nk, nv,    \
+    kiln::qkv_linear<T, WIDE>(x, norm_w, wq, wk, wv, bq, bk, bv, out_q, out_k, out_v, rows, in_features, nq, nk, nv,    \
                         has_norm, eps, has_bias);                                                                 \
   }
 #define KILN_QKV_LINEAR(dt, T)                                                                                    \
-  KILN_QKV_LINEAR_VARIANT(dt, T, , KILN_FUSED_BOUNDS)                                                             \
-  KILN_QKV_LINEAR_VARIANT(dt, T, _o3, KILN_GEMV_DENSE_BOUNDS)
+  KILN_QKV_LINEAR_VARIANT(dt, T, , KILN_FUSED_BOUNDS, true)                                                       \
+  KILN_QKV_LINEAR_VARIANT(dt, T, _o3, KILN_GEMV_DENSE_BOUNDS, false)
 KILN_FOR_EACH_DTYPE(KILN_QKV_LINEAR)
 
 // (x, norm_w|0, weight, bias|0, positions, cache_base, q_out, k_cache, v_cache, rows, in_features,

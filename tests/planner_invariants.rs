@@ -371,6 +371,67 @@ fn dense_gemv_variant_only_on_256_thread_linears() {
     check_plan(&good).unwrap();
 }
 
+/// The dense `fused_linear` / `gated_linear` keep one tensor-core path (8 warps, a norm whose
+/// rows are staged in shared memory): the planner asks for them only there, and the checker
+/// refuses a dense launch without a norm or with rows too wide to stage.
+#[test]
+fn dense_fused_gemv_only_with_a_staged_norm() {
+    use kiln::plan::geometry::{dense_variant_covers, launch_geometry, FUSED_NORM_STAGE_BYTES};
+    use kiln::plan::Kernel;
+    // 304 blocks of 256 threads (Qwen2.5-0.5B's gate / up): a grid that takes the dense variant.
+    let gated = |rows, in_features, norm| Kernel::GatedLinear { rows, in_features, out_features: 4864, norm, eps: 1e-6 };
+    let fused = |rows, in_features, norm| Kernel::FusedLinear {
+        rows,
+        in_features,
+        out_features: 4864,
+        norm,
+        eps: 1e-6,
+        bias: false,
+        residual: true,
+    };
+    let plain = Kernel::Linear { rows: 8, in_features: 4096, out_features: 4864, bias: false };
+    assert_eq!(launch_geometry(&plain, &[]).occupancy, 3, "the grid itself takes the dense variant");
+    let widest = FUSED_NORM_STAGE_BYTES / 2;
+    for make in [gated as fn(u32, u32, bool) -> Kernel, fused] {
+        for (rows, in_features, norm, dense) in [
+            (1, 896, true, true),
+            (8, 1024, true, true),
+            (1, widest, true, true),
+            (1, widest + 8, true, false),
+            (8, 2048, true, false),
+            (1, 896, false, false),
+        ] {
+            let k = make(rows, in_features, norm);
+            assert_eq!(dense_variant_covers(&k), dense, "{k:?}");
+            assert_eq!(launch_geometry(&k, &[]).occupancy, if dense { 3 } else { 0 }, "{k:?}");
+        }
+    }
+    // A fused plan of the 0.5B shape: its gate / up is dense with a staged norm; the checker
+    // refuses the same launch once its norm is gone.
+    let cfg = ModelConfig::preset("qwen2.5-0.5b").unwrap();
+    let opts = PlanOptions {
+        decode_buckets: vec![1],
+        prefill_buckets: vec![16],
+        max_context: 256,
+        fuse: true,
+        dtype: DType::BF16,
+        ..small_options()
+    };
+    let plan = build_plan(&cfg, &opts).unwrap();
+    check_plan(&plan).unwrap();
+    let p = plan.program(Phase::Decode, 1).unwrap();
+    let at = plan.programs[p].launches.iter().position(|l| l.occupancy == 3 && l.kernel.name() == "gated_linear");
+    let Some(at) = at else { panic!("no dense gated_linear in the fused decode.b1 program") };
+    let mut bad = plan.clone();
+    let l = &mut bad.programs[p].launches[at];
+    if let Kernel::GatedLinear { norm, .. } = &mut l.kernel {
+        *norm = false;
+    }
+    let name = l.name.clone();
+    let msg = format!("{:#}", check_plan(&bad).unwrap_err());
+    assert!(msg.contains("blocks per SM") && msg.contains(&name), "{msg}");
+}
+
 /// Which kernel each prefill op becomes: linears over more rows than the GEMV takes run as
 /// library GEMMs with a workspace as their last operand; attention takes the tensor-core
 /// prefill kernel only where it covers the dtype and head_dim; decode keeps its kernels.

@@ -22,13 +22,15 @@
 //!    at its first launch and read only while live; temps live at a common launch share no
 //!    byte. (Invariant 5 alone cannot tell two same-sized buffers at one offset apart.)
 //! 8. A launch asks for a kernel variant only where one exists: the dense GEMV (3 blocks per
-//!    SM, compiled for at most 256 threads) only for the linear kernels with 256-thread blocks.
+//!    SM, compiled for at most 256 threads) only for the linear kernels with 256-thread blocks,
+//!    and for `fused_linear` / `gated_linear` only with a staged norm, the one tensor-core path
+//!    those variants have (`geometry::dense_variant_covers`).
 //! 9. Planned early reads (`QkvRope`'s `early`: positions and cache bases read before the kernel
 //!    waits for the grids before it) only where no earlier launch of the program writes those
 //!    bytes: the values then predate the program (GEMV kernels let their dependents launch
 //!    before they wait, so a grid several launches back may still be running).
 
-use super::geometry::{GEMV_DENSE_BLOCKS_PER_SM, LINEAR_GEMV_THREADS};
+use super::geometry::{dense_variant_covers, GEMV_DENSE_BLOCKS_PER_SM, LINEAR_GEMV_THREADS};
 use super::{Access, BufArg, Kernel, Plan, ProgramPlan, RegionKind, ALIGN};
 use crate::ir::ValueClass;
 use anyhow::{bail, ensure, Result};
@@ -91,7 +93,11 @@ fn check_program(plan: &Plan, p: &ProgramPlan) -> Result<()> {
         let linear =
             matches!(l.kernel, Kernel::Linear { .. } | Kernel::FusedLinear { .. } | Kernel::GatedLinear { .. } | Kernel::QkvLinear { .. });
         ensure!(
-            l.occupancy == 0 || (l.occupancy == GEMV_DENSE_BLOCKS_PER_SM && linear && l.block == [LINEAR_GEMV_THREADS, 1, 1]),
+            l.occupancy == 0
+                || (l.occupancy == GEMV_DENSE_BLOCKS_PER_SM
+                    && linear
+                    && l.block == [LINEAR_GEMV_THREADS, 1, 1]
+                    && dense_variant_covers(&l.kernel)),
             "launch {i} `{}` ({}, block {:?}) asks for {} blocks per SM, a variant no kernel has",
             l.name,
             l.kernel.name(),

@@ -59,6 +59,24 @@ pub fn gemv_occupancy(blocks: u32, threads: u32) -> u32 {
     }
 }
 
+/// `linear_fused.cu`: bytes of shared memory for a block's normed rows (`KILN_FUSED_NORM_STAGE`);
+/// rows x in_features 16-bit values up to this are staged.
+pub const FUSED_NORM_STAGE_BYTES: u32 = 16384;
+
+/// Whether the dense (`_o3`) variant of this linear-family kernel has its tensor-core path for
+/// the launch: always for `linear` and `qkv_linear`; for `fused_linear` and `gated_linear` only
+/// with a norm whose rows are staged (rows x in_features x 2 bytes <= [`FUSED_NORM_STAGE_BYTES`]),
+/// the one path those variants keep (every other path in the same kernel made the compiler
+/// spill in the main loop; others take the SIMT path there). The plan checker holds launches to it.
+pub fn dense_variant_covers(kernel: &Kernel) -> bool {
+    match *kernel {
+        Kernel::FusedLinear { rows, in_features, norm, .. } | Kernel::GatedLinear { rows, in_features, norm, .. } => {
+            norm && rows as u64 * in_features as u64 * 2 <= FUSED_NORM_STAGE_BYTES as u64
+        }
+        _ => true,
+    }
+}
+
 /// `linear.cu`: rows up to this many take the GEMV path (`KILN_LINEAR_GEMV_MAX_ROWS`).
 pub const LINEAR_GEMV_MAX_ROWS: u32 = 8;
 /// Output features per block of the one-warp-per-feature GEMVs (8 warps, as
@@ -165,6 +183,7 @@ pub fn launch_geometry(kernel: &Kernel, _bufs: &[BufArg]) -> Geometry {
         | Kernel::GatedLinear { rows, out_features, .. } => {
             if rows <= LINEAR_GEMV_MAX_ROWS {
                 let (blocks, threads, occupancy) = gemv_grid(out_features);
+                let occupancy = if dense_variant_covers(kernel) { occupancy } else { 0 };
                 Geometry { occupancy, ..g(blocks, 1, threads) }
             } else {
                 g(out_features.div_ceil(LINEAR_TILE), rows.div_ceil(LINEAR_TILE), 256)
