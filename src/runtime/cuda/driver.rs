@@ -463,7 +463,8 @@ impl Drop for Module {
     }
 }
 
-/// Raises a function's dynamic shared memory limit when a launch needs more than 48 KiB.
+/// Raises a function's dynamic shared memory limit to what its launches need (the default limit is
+/// 48 KiB less the kernel's static shared memory).
 // `f` is an opaque driver handle, passed through, never dereferenced here.
 #[allow(clippy::not_unsafe_ptr_arg_deref)]
 pub fn set_max_dynamic_shared(counters: &Counters, f: sys::CUfunction, bytes: u32) -> Result<()> {

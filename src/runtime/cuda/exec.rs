@@ -294,7 +294,9 @@ impl CudaExecutor {
         for s in abi::symbols(&plan) {
             let f = module.function(&counters, &s)?;
             let shared = max_shared.get(&s).copied().unwrap_or(0);
-            if shared > 48 * 1024 {
+            // Static and dynamic shared memory together past 48 KiB need the opt-in, so any
+            // dynamic shared memory asks for it (a kernel's static part may be most of 48 KiB).
+            if shared > 0 {
                 driver::set_max_dynamic_shared(&counters, f, shared)
                     .with_context(|| format!("`{s}` needs {shared} bytes of shared memory"))?;
             }
