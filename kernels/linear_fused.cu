@@ -539,8 +539,11 @@ __device__ void fused_tiled(const T* x, const T* nw, const T* w,
 // takes the SIMT / tiled path (correct, slower; no plan asks for it). With every tensor-core path
 // inline, the dense kernels spilled, mostly amid the MMA loops (ptxas: 248 bytes of spill stores
 // in fused_linear_o3, 184 in gated_linear_o3; SASS: 63 of fused_linear_o3's 89 local loads within
-// 40 instructions of an HMMA); with this one path, none.
-template <typename T, typename O, bool GATED, bool WIDE>
+// 40 instructions of an HMMA); with this one path, none. UNSTAGED (fused_linear only: the
+// `_o3u` variants) keeps instead the path of a norm whose rows are not staged (more rows of a
+// wider x than KILN_FUSED_NORM_STAGE holds: the Llama-3.1-8B packed QKV at 4 and 8 rows), also
+// without spills alone (ptxas: 80 registers, 0 bytes; both paths in one kernel spilled 112 bytes).
+template <typename T, typename O, bool GATED, bool WIDE, bool UNSTAGED = false>
 __device__ void fused_linear(const T* x, const T* nw, const T* w, const T* wu, const T* bias, const O* residual, O* out,
                              unsigned int rows, unsigned int in, unsigned int outf, unsigned int has_norm_u, float eps,
                              unsigned int has_bias_u, unsigned int has_res_u) {
@@ -562,9 +565,16 @@ __device__ void fused_linear(const T* x, const T* nw, const T* w, const T* wu, c
       if constexpr (WIDE) {
         KILN_FUSED_GEMV_DISPATCH(true, has_norm, staged, KILN_FUSED_GEMV_CALL)
         return;
-      } else if (has_norm && staged) {
-        KILN_FUSED_GEMV_CALL(8, true, true);
-        return;
+      } else if constexpr (UNSTAGED) {
+        if (has_norm) {  // staged or not: the same bits (FusedNormX)
+          KILN_FUSED_GEMV_CALL(8, true, false);
+          return;
+        }
+      } else {
+        if (has_norm && staged) {
+          KILN_FUSED_GEMV_CALL(8, true, true);
+          return;
+        }
       }
     }
 #undef KILN_FUSED_GEMV_CALL
@@ -892,18 +902,21 @@ __device__ void qkv_rope(const T* x, const T* nw, const T* w, const T* bias, con
 
 }  // namespace kiln
 
-// Each kernel in its default and `_o3` variants (see linear.cu: KILN_GEMV_DENSE_BOUNDS).
-#define KILN_FUSED_LINEAR_VARIANT(dt, T, outdt, O, SUFFIX, BOUNDS, WIDE)                                               \
+// Each kernel in its default and `_o3` variants (see linear.cu: KILN_GEMV_DENSE_BOUNDS); fused_linear
+// also as `_o3u` (dense, a norm not staged).
+#define KILN_FUSED_LINEAR_VARIANT(dt, T, outdt, O, SUFFIX, BOUNDS, WIDE, UNSTAGED)                                \
   extern "C" __global__ void BOUNDS kiln_fused_linear_##dt##_##outdt##SUFFIX(                                   \
       const T* x, const T* norm_w, const T* weight, const T* bias, const O* residual, O* out, unsigned int rows,   \
       unsigned int in_features, unsigned int out_features, unsigned int has_norm, float eps,                      \
       unsigned int has_bias, unsigned int has_residual) {                                                         \
-    kiln::fused_linear<T, O, false, WIDE>(x, norm_w, weight, nullptr, bias, residual, out, rows, in_features,           \
-                                    out_features, has_norm, eps, has_bias, has_residual);                         \
+    kiln::fused_linear<T, O, false, WIDE, UNSTAGED>(x, norm_w, weight, nullptr, bias, residual, out, rows,        \
+                                                    in_features, out_features, has_norm, eps, has_bias,           \
+                                                    has_residual);                                                \
   }
 #define KILN_FUSED_LINEAR_OUT(dt, T, outdt, O)                                                                     \
-  KILN_FUSED_LINEAR_VARIANT(dt, T, outdt, O, , KILN_FUSED_BOUNDS, true)                                           \
-  KILN_FUSED_LINEAR_VARIANT(dt, T, outdt, O, _o3, KILN_GEMV_DENSE_BOUNDS, false)
+  KILN_FUSED_LINEAR_VARIANT(dt, T, outdt, O, , KILN_FUSED_BOUNDS, true, false)                                    \
+  KILN_FUSED_LINEAR_VARIANT(dt, T, outdt, O, _o3, KILN_GEMV_DENSE_BOUNDS, false, false)                           \
+  KILN_FUSED_LINEAR_VARIANT(dt, T, outdt, O, _o3u, KILN_GEMV_DENSE_BOUNDS, false, true)
 KILN_FUSED_LINEAR_OUT(f32, float, f32, float)
 KILN_FUSED_LINEAR_OUT(f16, __half, f16, __half)
 KILN_FUSED_LINEAR_OUT(f16, __half, f32, float)

@@ -371,9 +371,10 @@ class Checker:
     def dense(self, dt):
         """The `_o3` variants (three 256-thread blocks per SM, src/plan/geometry.rs `gemv_occupancy`)
         of the linear, fused, gated and qkv kernels give the default variant's bytes at 256 threads
-        wherever the planner may launch them (`dense_variant_covers`: fused and gated only with a
-        staged norm, rows x K x 2 <= 16384 bytes); on rows too wide to stage, dense fused and gated
-        take their SIMT path, checked close to the default (a different sum order)."""
+        wherever the planner may launch them (`dense_variant_covers`: gated only with a staged norm,
+        rows x K x 2 <= 16384 bytes, fused with a norm: `_o3` staged, `_o3u` not); on rows too wide
+        to stage, `_o3` fused and gated take their SIMT path, checked close to the default (a
+        different sum order), and `_o3u` gives the default's bytes."""
         eps = 1e-5
         block = (256, 1, 1)
         R, K, N = 8, 2048, 1000  # 32 KiB of rows: not staged
@@ -387,6 +388,19 @@ class Checker:
                 outs.append(dt.load(o.get()))
             self.report.compare(f"dense variant {sym[5:]} {R}x{K}->{N} (unstaged: SIMT path)", dt.name, outs[1],
                                 outs[0], 4 * dt.unit, 1e-4 + 8 * dt.unit, "_o3 close to default")
+        # `_o3u` (fused_linear with a norm whose rows are not staged): the default's bytes, unstaged
+        # (the 8B packed QKV at 4 and 8 rows) and staged alike.
+        for R, K, N in ((8, 2048, 1000), (4, 4096, 6144), (1, 896, 4864), (3, 1000, 2200)):
+            (x, nw, w, wu, b), fused_cases = self.gemv_operands(dt, R, K, N, eps)
+            sym, args = fused_cases[0]
+            outs = []
+            for variant in ("", "_o3u"):
+                o = self.dev(dt.poison((R, N)))
+                self.fn(sym + variant)((cdiv(N, 16), 1, 1), block, args(o))
+                self.cp.cuda.Device().synchronize()
+                outs.append(o.get())
+            self.report.record(f"dense variant {sym[5:]}_o3u {R}x{K}->{N}", dt.name,
+                               outs[0].tobytes() == outs[1].tobytes(), "_o3u == default, bitwise")
         for R, K, N in ((1, 896, 4864), (8, 1024, 4352), (3, 1000, 2200)):
             grid = (cdiv(N, 16), 1, 1)
             (x, nw, w, wu, b), fused_cases = self.gemv_operands(dt, R, K, N, eps)

@@ -41,6 +41,9 @@ fn expected_symbols() -> BTreeSet<String> {
         for (dt, out) in [("f32", "f32"), ("f16", "f16"), ("f16", "f32"), ("bf16", "bf16"), ("bf16", "f32")] {
             s.insert(format!("kiln_linear_{dt}_{out}{variant}"));
             s.insert(format!("kiln_fused_linear_{dt}_{out}{variant}"));
+            if variant == "_o3" {
+                s.insert(format!("kiln_fused_linear_{dt}_{out}_o3u"));
+            }
         }
         for dt in ["f32", "f16", "bf16"] {
             s.insert(format!("kiln_gated_linear_{dt}{variant}"));

@@ -375,8 +375,8 @@ fn dense_gemv_variant_only_on_256_thread_linears() {
 /// rows are staged in shared memory): the planner asks for them only there, and the checker
 /// refuses a dense launch without a norm or with rows too wide to stage.
 #[test]
-fn dense_fused_gemv_only_with_a_staged_norm() {
-    use kiln::plan::geometry::{dense_variant_covers, launch_geometry, FUSED_NORM_STAGE_BYTES};
+fn dense_fused_gemv_only_where_a_variant_has_its_path() {
+    use kiln::plan::geometry::{dense_variant_covers, dense_variant_suffix, launch_geometry, FUSED_NORM_STAGE_BYTES};
     use kiln::plan::Kernel;
     // 304 blocks of 256 threads (Qwen2.5-0.5B's gate / up): a grid that takes the dense variant.
     let gated = |rows, in_features, norm| Kernel::GatedLinear { rows, in_features, out_features: 4864, norm, eps: 1e-6 };
@@ -392,19 +392,21 @@ fn dense_fused_gemv_only_with_a_staged_norm() {
     let plain = Kernel::Linear { rows: 8, in_features: 4096, out_features: 4864, bias: false };
     assert_eq!(launch_geometry(&plain, &[]).occupancy, 3, "the grid itself takes the dense variant");
     let widest = FUSED_NORM_STAGE_BYTES / 2;
-    for make in [gated as fn(u32, u32, bool) -> Kernel, fused] {
-        for (rows, in_features, norm, dense) in [
-            (1, 896, true, true),
-            (8, 1024, true, true),
-            (1, widest, true, true),
-            (1, widest + 8, true, false),
-            (8, 2048, true, false),
-            (1, 896, false, false),
-        ] {
-            let k = make(rows, in_features, norm);
+    // (rows, in, norm, gated dense, fused dense, fused suffix): gated only with a staged norm;
+    // fused with any norm, `_o3u` where its rows are not staged.
+    for (rows, in_features, norm, gated_dense, fused_dense, suffix) in [
+        (1, 896, true, true, true, "_o3"),
+        (8, 1024, true, true, true, "_o3"),
+        (1, widest, true, true, true, "_o3"),
+        (1, widest + 8, true, false, true, "_o3u"),
+        (8, 2048, true, false, true, "_o3u"),
+        (1, 896, false, false, false, "_o3"),
+    ] {
+        for (k, dense) in [(gated(rows, in_features, norm), gated_dense), (fused(rows, in_features, norm), fused_dense)] {
             assert_eq!(dense_variant_covers(&k), dense, "{k:?}");
             assert_eq!(launch_geometry(&k, &[]).occupancy, if dense { 3 } else { 0 }, "{k:?}");
         }
+        assert_eq!(dense_variant_suffix(&fused(rows, in_features, norm)), suffix);
     }
     // A fused plan of the 0.5B shape: its gate / up is dense with a staged norm; the checker
     // refuses the same launch once its norm is gone.

@@ -23,8 +23,8 @@
 //!    byte. (Invariant 5 alone cannot tell two same-sized buffers at one offset apart.)
 //! 8. A launch asks for a kernel variant only where one exists: the dense GEMV (3 blocks per
 //!    SM, compiled for at most 256 threads) only for the linear kernels with 256-thread blocks,
-//!    and for `fused_linear` / `gated_linear` only with a staged norm, the one tensor-core path
-//!    those variants have (`geometry::dense_variant_covers`).
+//!    for `gated_linear` only with a staged norm and for `fused_linear` only with a norm, the
+//!    tensor-core paths those variants have (`geometry::dense_variant_covers`).
 //! 9. Planned early reads (`QkvRope`'s `early`: positions and cache bases read before the kernel
 //!    waits for the grids before it) only where no earlier launch of the program writes those
 //!    bytes: the values then predate the program (GEMV kernels let their dependents launch

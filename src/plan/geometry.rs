@@ -52,7 +52,18 @@ pub fn gemv_occupancy(blocks: u32, threads: u32) -> u32 {
     }
     let sms = LINEAR_GEMV_WIDE_BELOW_BLOCKS;
     let (default, dense) = (wave_fill(blocks, sms * GEMV_BLOCKS_PER_SM), wave_fill(blocks, sms * GEMV_DENSE_BLOCKS_PER_SM));
-    if dense > default + 0.05 {
+    // A/B timing knob at plan time: `KILN_GEMV_DENSE=always` / `never` instead of the wave rule,
+    // or a block count N: the dense variant also for every grid of at least N blocks (the dense
+    // variants without spills hold 1.5x the bytes in flight per SM, which the wave rule does not
+    // weigh and which may matter more than wave fill for grids of many waves; bench/NOTES-decode.md).
+    static MODE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let mode = MODE.get_or_init(|| std::env::var("KILN_GEMV_DENSE").unwrap_or_default());
+    let min_blocks = match mode.as_str() {
+        "always" => return GEMV_DENSE_BLOCKS_PER_SM,
+        "never" => return 0,
+        n => n.parse::<u32>().unwrap_or(u32::MAX),
+    };
+    if dense > default + 0.05 || blocks >= min_blocks {
         GEMV_DENSE_BLOCKS_PER_SM
     } else {
         0
@@ -63,17 +74,32 @@ pub fn gemv_occupancy(blocks: u32, threads: u32) -> u32 {
 /// rows x in_features 16-bit values up to this are staged.
 pub const FUSED_NORM_STAGE_BYTES: u32 = 16384;
 
-/// Whether the dense (`_o3`) variant of this linear-family kernel has its tensor-core path for
-/// the launch: always for `linear` and `qkv_linear`; for `fused_linear` and `gated_linear` only
-/// with a norm whose rows are staged (rows x in_features x 2 bytes <= [`FUSED_NORM_STAGE_BYTES`]),
-/// the one path those variants keep (every other path in the same kernel made the compiler
-/// spill in the main loop; others take the SIMT path there). The plan checker holds launches to it.
+/// Whether a fused GEMV's normed rows are staged in shared memory: rows x in_features x 2 bytes
+/// <= [`FUSED_NORM_STAGE_BYTES`].
+pub fn norm_rows_staged(rows: u32, in_features: u32) -> bool {
+    rows as u64 * in_features as u64 * 2 <= FUSED_NORM_STAGE_BYTES as u64
+}
+
+/// Whether the dense variant of this linear-family kernel has its tensor-core path for the
+/// launch: always for `linear` and `qkv_linear`; for `gated_linear` only with a norm whose rows
+/// are staged ([`norm_rows_staged`]), the one path its `_o3` keeps; for `fused_linear` with a
+/// norm, staged (`_o3`) or not (`_o3u`, [`dense_variant_suffix`]), one path each (more paths in
+/// one kernel made the compiler spill in the main loop; other inputs take the SIMT path there).
+/// The plan checker holds launches to it.
 pub fn dense_variant_covers(kernel: &Kernel) -> bool {
     match *kernel {
-        Kernel::FusedLinear { rows, in_features, norm, .. } | Kernel::GatedLinear { rows, in_features, norm, .. } => {
-            norm && rows as u64 * in_features as u64 * 2 <= FUSED_NORM_STAGE_BYTES as u64
-        }
+        Kernel::GatedLinear { rows, in_features, norm, .. } => norm && norm_rows_staged(rows, in_features),
+        Kernel::FusedLinear { norm, .. } => norm,
         _ => true,
+    }
+}
+
+/// The symbol suffix of a launch's dense variant: `_o3`, or `_o3u` for a `fused_linear` whose
+/// norm's rows are not staged.
+pub fn dense_variant_suffix(kernel: &Kernel) -> &'static str {
+    match *kernel {
+        Kernel::FusedLinear { rows, in_features, norm: true, .. } if !norm_rows_staged(rows, in_features) => "_o3u",
+        _ => "_o3",
     }
 }
 

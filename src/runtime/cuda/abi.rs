@@ -4,7 +4,8 @@
 //! - Symbol: `kiln_{kernel}_{dt}` where `dt` is the dtype of the launch's first float operand
 //!   (`f32`, `f16`, `bf16`); `linear` appends the output dtype (`kiln_linear_bf16_f32` for
 //!   logits); `sample` is always `kiln_sample_f32`; a launch with `occupancy` 3 calls the dense
-//!   variant of a linear-family kernel, the same name with `_o3` appended ([`launch_symbol`]).
+//!   variant of a linear-family kernel, the same name with `_o3` appended (`_o3u` for a
+//!   `fused_linear` whose norm's rows are not staged; [`launch_symbol`]).
 //! - Parameters: one device pointer (`u64`) per operand, in `Launch::bufs` order, then the
 //!   kernel's scalars in the order of [`scalars`]. `u32` as `unsigned int`, `i32` as `int`,
 //!   `f32` as `float`; a `bool` is an `unsigned int` 0/1.
@@ -242,13 +243,13 @@ pub fn pointers(kernel: &Kernel, bufs: &[BufArg], region_base: &[u64; crate::pla
     p
 }
 
-/// The symbol a launch calls: [`symbol`], with `_o3` for the dense GEMV variant
+/// The symbol a launch calls: [`symbol`], with `_o3` / `_o3u` for the dense GEMV variant
 /// (`Launch::occupancy` = `GEMV_DENSE_BLOCKS_PER_SM`: `__launch_bounds__(256, 3)` in linear.cu /
 /// linear_fused.cu).
 pub fn launch_symbol(l: &crate::plan::Launch) -> String {
     let s = symbol(&l.kernel, &l.bufs);
     if l.occupancy == crate::plan::geometry::GEMV_DENSE_BLOCKS_PER_SM {
-        format!("{s}_o{}", l.occupancy)
+        format!("{s}{}", crate::plan::geometry::dense_variant_suffix(&l.kernel))
     } else {
         s
     }
