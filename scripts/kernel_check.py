@@ -1190,7 +1190,8 @@ class Checker:
     def bench_linear(self, bandwidth, gemv_variants=()):
         """bf16 decode GEMVs: the weight streamed once; several weight copies rotate so that none
         is in the 60 MB L2 when it is read. Plain linear at rows 1, 2, 4, 8 on the Llama shapes
-        and the logits; fused_linear (+norm +residual) and gated_linear (+norm) next to the plain
+        and the logits; fused_linear (+norm +residual, and +residual alone as the decode o / down
+        projections run) and gated_linear (+norm) next to the plain
         GEMV of the same weight bytes; each with plain launches and with PDL launches (graph with
         programmatic edges: each kernel's first weight loads overlap the previous one's tail).
         `gemv_variants`: (name, module) tuning variants, timed at rows 1 and 8. Returns lines."""
@@ -1206,6 +1207,7 @@ class Checker:
         # (kind, out, in, outdt): gated reads two [out x in] matrices; its plain reference is 2*out.
         shapes = [("linear", 2048, 8192, "bf16"), ("fused", 2048, 8192, "bf16"), ("linear", 8192, 2048, "bf16"),
                   ("fused", 8192, 2048, "bf16"), ("linear", 4096, 14336, "bf16"), ("fused", 4096, 14336, "bf16"),
+                  ("fusedres", 4096, 14336, "bf16"), ("linear", 4096, 4096, "bf16"), ("fusedres", 4096, 4096, "bf16"),
                   ("linear", 14336, 4096, "bf16"), ("fused", 14336, 4096, "bf16"), ("linear", 16384, 2048, "bf16"),
                   ("gated", 8192, 2048, "bf16"), ("linear", 28672, 4096, "bf16"), ("gated", 14336, 4096, "bf16"),
                   ("linear", 128256, 2048, "f32"), ("linear", 2048, 2048, "bf16"), ("linear", 896, 896, "bf16"),
@@ -1229,18 +1231,19 @@ class Checker:
                         continue
                     for R in rows_list:
                         x = self.random_bf16(R * in_f)
-                        nw = self.random_bf16(in_f) if kind != "linear" else None
+                        nw = self.random_bf16(in_f) if kind not in ("linear", "fusedres") else None
                         res = cp.zeros(R * out_f, dtype=cp.uint16)
                         out = cp.zeros(R * out_f, dtype=cp.float32 if outdt == "f32" else cp.uint16)
                         if kind == "linear":
                             f = module.get_function(f"kiln_linear_bf16_{outdt}")
                             argf = lambda w: (x, w[0], np.uint64(0), out, np.uint32(R), np.uint32(in_f),
                                               np.uint32(out_f), np.uint32(0))
-                        elif kind == "fused":
+                        elif kind in ("fused", "fusedres"):
                             f = module.get_function(f"kiln_fused_linear_bf16_{outdt}")
-                            argf = lambda w: (x, nw, w[0], np.uint64(0), res, out, np.uint32(R), np.uint32(in_f),
-                                              np.uint32(out_f), np.uint32(1), np.float32(1e-5), np.uint32(0),
-                                              np.uint32(1))
+                            argf = lambda w, nrm=int(kind == "fused"): (
+                                x, nw if nrm else np.uint64(0), w[0], np.uint64(0), res, out, np.uint32(R),
+                                np.uint32(in_f), np.uint32(out_f), np.uint32(nrm), np.float32(1e-5), np.uint32(0),
+                                np.uint32(1))
                         else:
                             f = module.get_function("kiln_gated_linear_bf16")
                             argf = lambda w: (x, nw, w[0], w[1], out, np.uint32(R), np.uint32(in_f), np.uint32(out_f),
@@ -1257,7 +1260,7 @@ class Checker:
                                 pdl = None
                             break
                         gbs = nbytes / sec / 1e9
-                        extra = {"linear": "", "fused": " +norm+res", "gated": " +norm"}[kind]
+                        extra = {"linear": "", "fused": " +norm+res", "fusedres": " +res", "gated": " +norm"}[kind]
                         label = (f"{kind}{extra}{' pdl' if use_pdl else ''}{' ' + vname if vname else ''}")
                         shape = f"{q}x{out_f}x{in_f}" if q == 2 else f"{out_f}x{in_f}"
                         lines.append(f"{label:<34} {shape:<18} {R:>4} {sec * 1e6:>8.1f} {gbs:>7.0f} "

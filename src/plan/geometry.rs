@@ -26,6 +26,10 @@ pub const GEMV_DENSE_BLOCKS_PER_SM: u32 = 3;
 /// 256-thread blocks per SM).
 pub const GEMV_BLOCKS_PER_SM: u32 = 2;
 
+/// A 256-thread GEMV grid of at least this many waves of the default variant takes the dense
+/// one whatever the fill ([`gemv_occupancy`]).
+pub const GEMV_DENSE_MIN_WAVES: u32 = 3;
+
 /// Fraction of the launched block slots a grid of `blocks` fills: blocks / (waves x slots).
 fn wave_fill(blocks: u32, slots: u32) -> f64 {
     blocks as f64 / (blocks.div_ceil(slots) * slots) as f64
@@ -41,11 +45,14 @@ pub fn gemv_grid(features: u32) -> (u32, u32, u32) {
 }
 
 /// Which GEMV variant a 256-thread grid of `blocks` takes: the dense one (3 per SM) when its
-/// waves are fuller by more than 5%, else the default (0). Measured on the H200 (2026-11-30,
+/// waves are fuller by more than 5%, or when the default's grid runs [`GEMV_DENSE_MIN_WAVES`]
+/// waves or more; else the default (0). Measured on the H200 (2026-11-30,
 /// bench/NOTES-decode.md): capping every GEMV at 80 registers took the 0.5B shape from 942 to
 /// 1021 tok/s (its gate/up GEMV is 304 blocks: 1.15 waves of 264 slots, 0.77 of 396) and the 1B
 /// shape from 967 to 906 (gate/up 512 blocks: 1.94 waves of 264, 1.29 of 396); this rule keeps
-/// each launch on the variant whose waves are full.
+/// each launch on the variant whose waves are full. Over many waves the fill matters less than
+/// the dense variant's 1.5x bytes in flight per SM: the Llama-3.1-8B gate/up (896 blocks, 3.4
+/// waves) took 229.6 -> 232.8 tok/s on it (session 11).
 pub fn gemv_occupancy(blocks: u32, threads: u32) -> u32 {
     if threads != LINEAR_GEMV_THREADS {
         return 0;
@@ -63,7 +70,8 @@ pub fn gemv_occupancy(blocks: u32, threads: u32) -> u32 {
         "never" => return 0,
         n => n.parse::<u32>().unwrap_or(u32::MAX),
     };
-    if dense > default + 0.05 || blocks >= min_blocks {
+    let many_waves = blocks >= GEMV_DENSE_MIN_WAVES * sms * GEMV_BLOCKS_PER_SM;
+    if dense > default + 0.05 || many_waves || blocks >= min_blocks {
         GEMV_DENSE_BLOCKS_PER_SM
     } else {
         0
@@ -309,13 +317,16 @@ mod tests {
     }
 
     #[test]
-    fn gemvs_take_the_dense_variant_only_where_its_waves_are_fuller() {
+    fn gemvs_take_the_dense_variant_where_its_waves_are_fuller_or_many() {
         let occ =
             |rows, out_features| launch_geometry(&Kernel::Linear { rows, in_features: 896, out_features, bias: false }, &[]).occupancy;
         assert_eq!(occ(1, 4864), GEMV_DENSE_BLOCKS_PER_SM); // 304 blocks: 1.15 waves of 264, 0.77 of 396
         assert_eq!(occ(1, 6144), GEMV_DENSE_BLOCKS_PER_SM); // 384 blocks: 1.45 of 264, 0.97 of 396
         assert_eq!(occ(1, 8192), 0); // 512 blocks: 1.94 waves of 264
-        assert_eq!(occ(1, 14336), 0); // 896 blocks: 3.39 of 264 (0.85) vs 2.26 of 396 (0.75)
+        assert_eq!(occ(1, 12656), 0); // 791 blocks: 3.0 waves of 264 (0.999) vs 2.0 of 396
+        assert_eq!(occ(1, 12672), GEMV_DENSE_BLOCKS_PER_SM); // 792 blocks: 3 waves of 264 (GEMV_DENSE_MIN_WAVES)
+        assert_eq!(occ(1, 14336), GEMV_DENSE_BLOCKS_PER_SM); // 896 blocks: 3.39 of 264 (0.85) vs 2.26 of 396 (0.75)
+        assert_eq!(occ(8, 151936), GEMV_DENSE_BLOCKS_PER_SM); // 9496 blocks (logits)
         assert_eq!(occ(1, 2048), 0); // 128 blocks of 512 threads: one per SM either way
         assert_eq!(occ(9, 4864), 0); // tiled, not a GEMV
     }
