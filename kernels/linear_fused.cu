@@ -15,14 +15,20 @@
 // build, no GPU: cargo test --test kernels_compile)
 //
 // Semantics (CPU reference, src/runtime/cpu.rs), per row r, in f32:
-//   h = x                                                        without a norm
+//   h = x, c = 1                                                 without a norm
 //   inv = 1 / sqrt(sum_k x[r,k]^2 / in + eps)
-//   h[k] = dt(dt(x[r,k] * inv) * norm_w[k])                      with one: what RmsNorm stores
-//   acc[n] = sum_k h[k] * w[n,k] (+ bias[n])
+//   h[k] = dt(dt(x[r,k] * inv) * norm_w[k]), c = 1               f16 (norm before the dot:
+//                                                                 what RmsNorm stores)
+//   h[k] = dt(x[r,k] * norm_w[k]), c = inv                       f32, bf16 (after the dot:
+//                                                                 PostNorm, ir::NormOrder)
+//   acc[n] = c * sum_k h[k] * w[n,k] (+ bias[n])
 //   fused: out = outdt(acc)                or outdt(outdt(acc) + residual[r,n])
-//   gated: g = dt(h . gate[n]), u = dt(h . up[n]); out = dt(g / (1 + exp(-g)) * u)
-// The norm's inverse RMS of each row is computed once per block (a warp per row, into shared
-// memory) before the GEMV; h is formed from it as x is loaded, so nothing of size `in` is staged.
+//   gated: g = dt(c * h . gate[n]), u = dt(c * h . up[n]); out = dt(g / (1 + exp(-g)) * u)
+// After the dot, the tensor-core path streams its weights against x at once (FusedPostNormX:
+// h formed as each chunk is consumed, the squares of x summed on the way) and scales the sums
+// in the epilogue; no reduction stands between the wait for the prior grids and the first MMA.
+// Before it (f16), the rows' inverse RMS is computed once per block before the GEMV
+// (FusedNormX).
 //
 // Paths, chosen from `rows` (the geometry in src/plan/geometry.rs matches):
 // - rows <= 8: GEMV, one block per 16 output features, 256 threads (512 when the grid has fewer
@@ -94,6 +100,25 @@ __device__ void fused_row_inv(const T* x, unsigned int row0, unsigned int n, uns
 // One element of the normed row, exactly as RmsNorm stores it.
 template <typename T> __device__ __forceinline__ float norm_h(float xv, float inv, float wv) {
   return round_to<T>(__fmul_rn(round_to<T>(__fmul_rn(xv, inv)), wv));
+}
+
+template <typename T> struct PostNorm;
+// The SIMT and tiled paths' element of the normed x (h) and their sums' scale: with the norm
+// before the dot product, h is what RmsNorm stores and the sum stays; after it (PostNorm<T>),
+// h = T(x * norm_w) and the sum is multiplied by the row's inverse RMS.
+template <typename T> __device__ __forceinline__ float norm_in(float xv, float inv, float wv) {
+  if constexpr (PostNorm<T>::value) {
+    return round_to<T>(__fmul_rn(xv, wv));
+  } else {
+    return norm_h<T>(xv, inv, wv);
+  }
+}
+template <typename T> __device__ __forceinline__ float norm_out(float s, float inv, bool has_norm) {
+  if constexpr (PostNorm<T>::value) {
+    return has_norm ? __fmul_rn(s, inv) : s;
+  } else {
+    return s;
+  }
 }
 
 __device__ __forceinline__ unsigned int pack_pair(float a, float b, __half) {
@@ -174,6 +199,7 @@ __device__ void fused_row_inv16(const T* x, unsigned int rows, unsigned int in, 
 #define KILN_FUSED_NORM_ONE_PASS 1
 #endif
 template <typename T, bool NORM, bool STAGED = false> struct FusedNormX {
+  using Raw = uint4;
   const T* x;
   const T* px;  // x + rx * in + first
   const T* pn;  // norm_w + first
@@ -294,6 +320,105 @@ template <typename T, bool NORM, bool STAGED = false> struct FusedNormX {
   }
 };
 
+// Whether a norm of storage type T is applied after the dot product (see the header): every
+// type but f16, whose products x * norm_w could leave its range where the normed values do not.
+template <typename T> struct PostNorm {
+  static constexpr bool value = true;
+};
+template <> struct PostNorm<__half> {
+  static constexpr bool value = false;
+};
+
+// The x operand of a tensor-core GEMV whose norm comes after the dot product (PostNorm<T>): the
+// MMA's B side is h = T(x * norm_w), element by element as each chunk is consumed, and the lane
+// sums the squares of the x it loads (`ss`, in its load order, 8 FMAs per vector). Nothing waits
+// for the row statistics: they join the partial tiles' sum (post_norm_put / post_norm_scale).
+// NW_SHARED (norm_w fits KILN_FUSED_NORM_STAGE bytes): prefetch() copies norm_w into shared
+// memory with cp.async before kiln::wait_prior_grids() (a weight: no kernel writes it) and
+// prepare() waits for the copy and holds the block's one barrier; otherwise each chunk's
+// norm weight is read through the L1. Same values either way.
+template <typename T, bool NW_SHARED> struct FusedPostNormX {
+  using Raw = uint4;
+  const T* px;  // x + rx * in + first
+  const T* pn;  // norm_w + first
+  const T* nw;  // norm_w
+  T* ns;        // NW_SHARED: the block's copy of norm_w
+  unsigned int in, first;
+  float ss;
+  const T* nsf;  // NW_SHARED: ns + first
+  __device__ __forceinline__ void prefetch() {
+    if constexpr (NW_SHARED) {
+      for (unsigned int v = threadIdx.x; v < in / 8; v += blockDim.x) {
+        const unsigned int dst = static_cast<unsigned int>(__cvta_generic_to_shared(ns + 8 * (size_t)v));
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(nw + 8 * (size_t)v) : "memory");
+      }
+      asm volatile("cp.async.commit_group;\n" ::: "memory");
+    }
+  }
+  __device__ __forceinline__ void prepare() {
+    if constexpr (NW_SHARED) {
+      nsf = ns + first;
+      asm volatile("cp.async.wait_all;\n" ::: "memory");
+      __syncthreads();
+    }
+  }
+  __device__ __forceinline__ uint4 load(unsigned int off) const { return load16_act(px + off); }
+  __device__ __forceinline__ uint4 finish(const uint4& v, unsigned int off) {
+    static_assert(sizeof(T) == 2 && PostNorm<T>::value, "the tensor-core post-norm operand is bf16");
+    uint4 wv;
+    if constexpr (NW_SHARED) {
+      wv = *reinterpret_cast<const uint4*>(nsf + off);
+    } else {
+      wv = __ldg(reinterpret_cast<const uint4*>(pn + off));
+    }
+    // Squares in element order (the low half of each word first), then the products: one
+    // rounding each, as T(f32 x * f32 norm_w) (the f32 product of two bf16 values is exact).
+    const unsigned int xs[4] = {v.x, v.y, v.z, v.w}, ws[4] = {wv.x, wv.y, wv.z, wv.w};
+    unsigned int hs[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float lo = __uint_as_float(xs[i] << 16), hi = __uint_as_float(xs[i] & 0xffff0000u);
+      ss = __fmaf_rn(lo, lo, ss);
+      ss = __fmaf_rn(hi, hi, ss);
+      const __nv_bfloat162 p = __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&xs[i]),
+                                       *reinterpret_cast<const __nv_bfloat162*>(&ws[i]));
+      hs[i] = *reinterpret_cast<const unsigned int*>(&p);
+    }
+    return make_uint4(hs[0], hs[1], hs[2], hs[3]);
+  }
+};
+
+// Post-norm, before gemv_mma_sum (whose barrier publishes them): the warp's sum of squares of x
+// row g (lanes t = 0..3 of group g hold its four k-strands), into `smem` after the Q x WARPS
+// partial tiles, by lane (g, 0) for g < rows. Lanes of groups past `rows` summed row 0 again:
+// not stored.
+template <int Q, int WARPS> __device__ __forceinline__ void post_norm_put(float ss, unsigned int rows, float* smem) {
+  ss += __shfl_xor_sync(0xffffffffu, ss, 1);
+  ss += __shfl_xor_sync(0xffffffffu, ss, 2);
+  const unsigned int lane = threadIdx.x & 31, g = lane >> 2;
+  if ((lane & 3) == 0 && g < rows) smem[Q * WARPS * 128 + (threadIdx.x >> 5) * 8 + g] = ss;
+}
+
+// Post-norm, after gemv_mma_sum: s[q] (threads < 128: row 2 (l % 4) + i % 2, as gemv_mma_sum
+// returns it) times the row's inverse RMS, from the warps' sums in warp order.
+template <int Q, int WARPS>
+__device__ __forceinline__ void post_norm_scale(unsigned int rows, unsigned int in, float eps, const float* smem,
+                                                float (&s)[Q]) {
+  if (threadIdx.x < 128) {
+    const unsigned int i = threadIdx.x >> 5, l = threadIdx.x & 31, r = 2 * (l & 3) + (i & 1);
+    if (r < rows) {
+      float t = 0.0f;
+#pragma unroll
+      for (int w2 = 0; w2 < WARPS; ++w2) t += smem[Q * WARPS * 128 + w2 * 8 + r];
+      const float inv = 1.0f / sqrtf(t / (float)in + eps);
+#pragma unroll
+      for (int q = 0; q < Q; ++q) s[q] = __fmul_rn(s[q], inv);
+    }
+  }
+}
+static_assert(2 * KILN_FUSED_GEMV_MAX_WARPS * 4 * 32 + KILN_FUSED_GEMV_MAX_WARPS * 8 <= KILN_FUSED_SMEM,
+              "post-norm sums fit after the GEMV partials");
+
 // The epilogue of one output: s (and su, gated) are the f32 sums.
 template <typename T, typename O, bool GATED>
 __device__ __forceinline__ O fused_finish(float s, float su, const T* bias, const O* residual,
@@ -324,15 +449,24 @@ __device__ __forceinline__ void fused_gemv_sums(const T* x, const T* nw, const T
   const unsigned int first = gemv_mma_first<WARPS, U>();
   // The norm's scratch and the partial tiles share `smem`: the scratch is last read before the
   // barrier that ends fused_row_inv16, the partials first written after the main loop.
-  FusedNormX<T, NORM, STAGED> xop{x, x + (size_t)rx * in + first, nw + first, nw, rows, in, rx, eps, inv_s, smem,
-                                  1.0f, hs, hs + (size_t)rx * in + first, {}, {}};
   float c[Q][4];
 #pragma unroll
   for (int q = 0; q < Q; ++q)
 #pragma unroll
     for (int i = 0; i < 4; ++i) c[q][i] = 0.0f;
-  gemv_mma_loop<T, Q, WARPS, D, (D % U == 0 ? U : 1), KILN_LINEAR_GEMV_XPRE != 0>(wq, ra, rb, in, xop, c);
-  gemv_mma_sum<Q, WARPS>(c, smem, s);
+  if constexpr (NORM && PostNorm<T>::value) {
+    // STAGED here: norm_w fits the stage (fused_linear's `staged`), so it is copied there.
+    FusedPostNormX<T, STAGED> xop{x + (size_t)rx * in + first, nw + first, nw, hs, in, first, 0.0f, nullptr};
+    gemv_mma_loop<T, Q, WARPS, D, (D % U == 0 ? U : 1), KILN_LINEAR_GEMV_XPRE != 0>(wq, ra, rb, in, xop, c);
+    post_norm_put<Q, WARPS>(xop.ss, rows, smem);
+    gemv_mma_sum<Q, WARPS>(c, smem, s);
+    post_norm_scale<Q, WARPS>(rows, in, eps, smem, s);
+  } else {
+    FusedNormX<T, NORM, STAGED> xop{x, x + (size_t)rx * in + first, nw + first, nw, rows, in, rx, eps, inv_s, smem,
+                                    1.0f, hs, hs + (size_t)rx * in + first, {}, {}};
+    gemv_mma_loop<T, Q, WARPS, D, (D % U == 0 ? U : 1), KILN_LINEAR_GEMV_XPRE != 0>(wq, ra, rb, in, xop, c);
+    gemv_mma_sum<Q, WARPS>(c, smem, s);
+  }
 }
 
 // Expands CALL(WARPS, NORM, STAGED) with the tensor-core fused GEMV variant of this block size
@@ -403,7 +537,7 @@ __device__ __forceinline__ void simt_row_sums(const T* wr, const T* x, const T* 
     for (int r = 0; r < R; ++r) {
       if ((unsigned int)r < nr) {
         float h = to_f32(x[(size_t)(r0 + r) * in + k]);
-        if (has_norm) h = norm_h<T>(h, inv_s[r], nwk);
+        if (has_norm) h = norm_in<T>(h, inv_s[r], nwk);
         sum[r] = __fmaf_rn(h, wf, sum[r]);
       }
     }
@@ -411,7 +545,7 @@ __device__ __forceinline__ void simt_row_sums(const T* wr, const T* x, const T* 
 #pragma unroll
   for (int r = 0; r < R; ++r) {
     if ((unsigned int)r < nr) {
-      const float s = warp_sum(sum[r]);
+      const float s = norm_out<T>(warp_sum(sum[r]), has_norm ? inv_s[r] : 1.0f, has_norm);
       if (lane == 0) done((unsigned int)r, s);
     }
   }
@@ -444,7 +578,7 @@ __device__ void fused_gemv_simt(const T* x, const T* nw, const T* w,
       for (int r = 0; r < R; ++r) {
         if ((unsigned int)r < rows) {
           float h = to_f32(x[(size_t)r * in + k]);
-          if (has_norm) h = norm_h<T>(h, inv_s[r], nwk);
+          if (has_norm) h = norm_in<T>(h, inv_s[r], nwk);
 #pragma unroll
           for (int q = 0; q < Q; ++q) acc[q][r] = __fmaf_rn(h, wf[q], acc[q][r]);
         }
@@ -455,7 +589,7 @@ __device__ void fused_gemv_simt(const T* x, const T* nw, const T* w,
       if ((unsigned int)r < rows) {
         float s[2] = {0.0f, 0.0f};
 #pragma unroll
-        for (int q = 0; q < Q; ++q) s[q] = warp_sum(acc[q][r]);
+        for (int q = 0; q < Q; ++q) s[q] = norm_out<T>(warp_sum(acc[q][r]), has_norm ? inv_s[r] : 1.0f, has_norm);
         if (lane == 0) {
           const size_t idx = (size_t)r * outf + n;
           out[idx] = fused_finish<T, O, GATED>(s[0], s[1], bias, residual, idx, n, has_bias, has_res);
@@ -494,7 +628,7 @@ __device__ void fused_tiled(const T* x, const T* nw, const T* w,
       float xv = 0.0f;
       if (r < rows && k < in) {
         xv = to_f32(x[(size_t)r * in + k]);
-        if (has_norm) xv = norm_h<T>(xv, inv_s[m], to_f32(nw[k]));
+        if (has_norm) xv = norm_in<T>(xv, inv_s[m], to_f32(nw[k]));
       }
       xs[kk * LD + m] = xv;
 #pragma unroll
@@ -529,7 +663,10 @@ __device__ void fused_tiled(const T* x, const T* nw, const T* w,
       const unsigned int n = col0 + tx + 16 * j;
       if (n >= outf) continue;
       const size_t idx = (size_t)r * outf + n;
-      out[idx] = fused_finish<T, O, GATED>(acc[0][i][j], acc[Q - 1][i][j], bias, residual, idx, n, has_bias, has_res);
+      const float inv = has_norm ? inv_s[ty + 16 * i] : 1.0f;
+      out[idx] = fused_finish<T, O, GATED>(norm_out<T>(acc[0][i][j], inv, has_norm),
+                                           norm_out<T>(acc[Q - 1][i][j], inv, has_norm), bias, residual, idx, n,
+                                           has_bias, has_res);
     }
   }
 }
@@ -557,7 +694,8 @@ __device__ void fused_linear(const T* x, const T* nw, const T* w, const T* wu, c
     const bool aligned = aligned16(x) && aligned16(w) && (!GATED || aligned16(wu)) && (!has_norm || aligned16(nw));
     // Waits for the prior grids inside, after its first weight loads.
     __shared__ __align__(16) unsigned char stage[KILN_FUSED_NORM_STAGE > 0 ? KILN_FUSED_NORM_STAGE : 16];
-    const bool staged = (size_t)rows * in * sizeof(T) <= KILN_FUSED_NORM_STAGE;
+    // Staged: the normed rows (norm before the dot) or the norm weight (after it) fit the stage.
+    const bool staged = (size_t)(PostNorm<T>::value ? 1u : rows) * in * sizeof(T) <= KILN_FUSED_NORM_STAGE;
 #define KILN_FUSED_GEMV_CALL(WARPS, NORM, STAGED)                                                               \
   fused_gemv_mma<T, O, GATED, WARPS, NORM, STAGED>(x, nw, w, wu, bias, residual, out, rows, in, outf, eps, has_bias, \
                                                    has_res, inv_s, smem, reinterpret_cast<T*>(stage))
@@ -644,13 +782,21 @@ __device__ void qkv_gemv_mma(const T* x, const T* nw, const QkvOut<T>& qo, unsig
   const unsigned int fa = n0 + g < total ? n0 + g : 0, fb = n0 + g + 8 < total ? n0 + g + 8 : 0;
   const unsigned int rx = g < rows ? g : 0;
   const unsigned int first = gemv_mma_first<WARPS, U>();
-  FusedNormX<T, NORM> xop{x, x + (size_t)rx * in + first, nw + first, nw, rows, in, rx, eps, inv_s, smem, 1.0f, nullptr, nullptr};
   float c[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
   const T* const rows_a[1] = {qo.row(fa, in)};
   const T* const rows_b[1] = {qo.row(fb, in)};
-  gemv_mma_loop_rows<T, 1, WARPS, D, (D % U == 0 ? U : 1), KILN_LINEAR_GEMV_XPRE != 0>(rows_a, rows_b, in, xop, c);
   float s[1];
-  gemv_mma_sum<1, WARPS>(c, smem, s);
+  if constexpr (NORM && PostNorm<T>::value) {
+    FusedPostNormX<T, false> xop{x + (size_t)rx * in + first, nw + first, nw, nullptr, in, first, 0.0f, nullptr};
+    gemv_mma_loop_rows<T, 1, WARPS, D, (D % U == 0 ? U : 1), KILN_LINEAR_GEMV_XPRE != 0>(rows_a, rows_b, in, xop, c);
+    post_norm_put<1, WARPS>(xop.ss, rows, smem);
+    gemv_mma_sum<1, WARPS>(c, smem, s);
+    post_norm_scale<1, WARPS>(rows, in, eps, smem, s);
+  } else {
+    FusedNormX<T, NORM> xop{x, x + (size_t)rx * in + first, nw + first, nw, rows, in, rx, eps, inv_s, smem, 1.0f, nullptr, nullptr};
+    gemv_mma_loop_rows<T, 1, WARPS, D, (D % U == 0 ? U : 1), KILN_LINEAR_GEMV_XPRE != 0>(rows_a, rows_b, in, xop, c);
+    gemv_mma_sum<1, WARPS>(c, smem, s);
+  }
   if (threadIdx.x < 128) {
     const unsigned int i = threadIdx.x >> 5, l = threadIdx.x & 31;
     const unsigned int n = n0 + (l >> 2) + 8 * (i >> 1), r = 2 * (l & 3) + (i & 1);
@@ -864,7 +1010,7 @@ __device__ void qkv_rope(const T* x, const T* nw, const T* w, const T* bias, con
       if (early != 0 && active) l = qkv_rope_lane(tile, a, j, r);
       __shared__ __align__(16) unsigned char stage[KILN_FUSED_NORM_STAGE > 0 ? KILN_FUSED_NORM_STAGE : 16];
       T* hs = reinterpret_cast<T*>(stage);
-      const bool staged = (size_t)rows * in * sizeof(T) <= KILN_FUSED_NORM_STAGE;
+      const bool staged = (size_t)(PostNorm<T>::value ? 1u : rows) * in * sizeof(T) <= KILN_FUSED_NORM_STAGE;
       // Waits for the prior grids inside, after its first weight loads.
 #define KILN_QKV_ROPE_CALL(WARPS, NORM, STAGED) \
   qkv_rope_gemv_mma<T, WARPS, NORM, STAGED>(x, nw, w, tile, rows, in, eps, inv_s, smem, hs, acc)

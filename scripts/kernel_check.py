@@ -234,6 +234,15 @@ class Checker:
         t = dt.round(x * inv)
         return t * w
 
+    def fused_norm_ref(self, dt, x, w, eps):
+        """The normed input of a fused linear and the factor of its sums (src/ir/op.rs NormOrder): f16
+        normalizes first (RmsNorm's rounding, factor 1); f32 and bf16 round x * w and scale each
+        row's sums by its inverse RMS."""
+        if dt is F16:
+            return dt.round(self.rms_ref(dt, x, w, eps)), np.ones((x.shape[0], 1), dtype=np.float32)
+        inv = (1.0 / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)).astype(np.float32)
+        return dt.round(x * w), inv
+
     def rms_norm(self, dt):
         # 16-byte register path (dim whole vectors, up to 4 per thread) and the scalar loop.
         for R, D in [(5, 1000), (2, 4096), (3, 1001), (2, 12288)]:
@@ -345,8 +354,8 @@ class Checker:
         of the two-pass one (compiled with KILN_FUSED_NORM_ONE_PASS=0): fused_linear and gated_linear,
         default and `_o3` variants, one row (one or two vectors per thread), two rows, and shapes that
         take the two-pass path either way."""
-        if dt is F32:
-            return  # f32 takes the SIMT path: no prologue to compare
+        if dt is not F16:
+            return  # f32 takes the SIMT path, bf16 normalizes after the dot product: no prologue
         if not hasattr(self, "two_pass"):
             self.two_pass, _ = load_module(self.cp, self.report, only=["linear.cu", "linear_fused.cu"],
                                            defines=["KILN_FUSED_NORM_ONE_PASS=0"])
@@ -443,7 +452,7 @@ class Checker:
             x = dt.store(self.rand(R, K, scale=2.0))
             nw = dt.store(self.rand(K) * 0.5 + 1.0)
             xf = dt.load(x)
-            h = dt.round(self.rms_ref(dt, xf, dt.load(nw), eps)) if has_norm else xf
+            h, sc = self.fused_norm_ref(dt, xf, dt.load(nw), eps) if has_norm else (xf, 1.0)
             path = "tiled" if R > 8 else ("simt" if dt is F32 or K % 8 else "mma")
             flags = f"{' +norm' if has_norm else ''}{' +bias' if has_bias else ''}{' +res' if has_res else ''}"
             for outdt in outs_dt:
@@ -460,7 +469,7 @@ class Checker:
                                  np.float32(eps), np.uint32(int(has_bias)), np.uint32(int(has_res))),
                                 rows=R, out_features=N)
                     results.append(out.get())
-                acc = h @ dt.load(w).T
+                acc = (h @ dt.load(w).T) * sc
                 if has_bias:
                     acc = acc + dt.load(b)
                 ref = outdt.round(acc) + outdt.load(res) if has_res else acc
@@ -476,7 +485,7 @@ class Checker:
             x = dt.store(self.rand(R, K, scale=2.0))
             nw = dt.store(self.rand(K) * 0.5 + 1.0)
             xf = dt.load(x)
-            h = dt.round(self.rms_ref(dt, xf, dt.load(nw), eps)) if has_norm else xf
+            h, sc = self.fused_norm_ref(dt, xf, dt.load(nw), eps) if has_norm else (xf, 1.0)
             gw = dt.store(self.rand(N, K, scale=1.0 / math.sqrt(K)))
             uw = dt.store(self.rand(N, K, scale=1.0 / math.sqrt(K)))
             results = []
@@ -487,8 +496,8 @@ class Checker:
                              np.uint32(R), np.uint32(K), np.uint32(N), np.uint32(int(has_norm)), np.float32(eps)),
                             rows=R, out_features=N)
                 results.append(out.get())
-            g = dt.round(h @ dt.load(gw).T)
-            u = dt.round(h @ dt.load(uw).T)
+            g = dt.round((h @ dt.load(gw).T) * sc)
+            u = dt.round((h @ dt.load(uw).T) * sc)
             ref = g / (1.0 + np.exp(-g)) * u
             path = "tiled" if R > 8 else ("simt" if dt is F32 or K % 8 else "mma")
             name = f"gated_linear {path} {R}x{K}->{N}{' +norm' if has_norm else ''}"
@@ -632,7 +641,7 @@ class Checker:
             x = dt.store(self.rand(R, K, scale=2.0))
             nw = dt.store(self.rand(K) * 0.5 + 1.0)
             xf = dt.load(x)
-            h = dt.round(self.rms_ref(dt, xf, dt.load(nw), eps)) if has_norm else xf
+            h, sc = self.fused_norm_ref(dt, xf, dt.load(nw), eps) if has_norm else (xf, 1.0)
             ws = [dt.store(self.rand(n, K, scale=1.0 / math.sqrt(K))) for n in ns]
             bs = [dt.store(self.rand(n)) for n in ns]
             outs = [self.dev(dt.poison((R, n))) for n in ns]
@@ -643,7 +652,7 @@ class Checker:
                          np.uint32(int(has_bias))), rows=R, out_features=sum(ns))
             path = "simt" if R > 8 or dt is F32 or K % 8 else "mma"
             for i, part in enumerate("qkv"):
-                acc = h @ dt.load(ws[i]).T + (dt.load(bs[i]) if has_bias else 0.0)
+                acc = (h @ dt.load(ws[i]).T) * sc + (dt.load(bs[i]) if has_bias else 0.0)
                 tol = 1.5 * dt.unit + (2 * dt.unit if has_norm and dt is not F32 else 0)
                 self.report.compare(f"qkv_linear {path} {R}x{K}->{ns} {part}", dt.name, dt.load(outs[i].get()), acc, tol,
                                     2e-5 + (4 * dt.unit if has_norm and dt is not F32 else 0))

@@ -9,7 +9,7 @@ pub mod text;
 pub mod types;
 pub mod verify;
 
-pub use op::{Op, Qkv, RopeScaling, RopeSpec, RopeStyle};
+pub use op::{NormOrder, Op, Qkv, RopeScaling, RopeSpec, RopeStyle};
 pub use types::{DType, OpId, Shape, ValueId};
 
 use serde::{Deserialize, Serialize};

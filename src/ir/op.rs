@@ -106,6 +106,32 @@ impl Qkv {
     }
 }
 
+/// Where a fused linear applies its RMSNorm (`FusedLinear`, `QkvLinear`, `QkvRope`,
+/// `GatedLinear` with a norm), fixed by the dtype of `x`:
+/// - `BeforeDot` (f16): `h = rms_norm(x)` rounded to `x`'s dtype exactly as `RmsNorm` stores it,
+///   then `acc = h · w`: bit for bit the unfused `RmsNorm` + projection.
+/// - `AfterDot` (f32, bf16): `h = x ⊙ norm_w` rounded to `x`'s dtype, `acc = (h · w) * inv` with
+///   `inv = 1 / sqrt(mean(x²) + eps)`: the same function with one rounding moved, so a GEMV
+///   streams its weights against `x` at once and applies the row statistics in its epilogue
+///   (no dependent reduction before its first multiply). Within rounding of the unfused ops,
+///   not bit for bit. f16 keeps `BeforeDot` because `x * norm_w` can leave f16's range where
+///   the normed values do not; bf16 and f32 have f32's exponent range.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NormOrder {
+    BeforeDot,
+    AfterDot,
+}
+
+impl NormOrder {
+    pub fn of(x_dtype: super::DType) -> NormOrder {
+        if x_dtype == super::DType::F16 {
+            NormOrder::BeforeDot
+        } else {
+            NormOrder::AfterDot
+        }
+    }
+}
+
 /// One operation. Fields name values of the enclosing program; scalars are attributes.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Op {
@@ -120,9 +146,10 @@ pub enum Op {
     /// `out[r, n] = sum_k x[r, k] * weight[n, k] (+ bias[n])`.
     Linear { x: ValueId, weight: ValueId, bias: Option<ValueId>, out: ValueId },
     /// A linear layer with fused neighbours (made by `lower::fuse`, never by lowering):
-    /// `h = norm ? rms_norm(x, norm.0, norm.1) : x` (rounded to `x`'s dtype as `RmsNorm`
-    /// stores it), `o = h · weightᵀ (+ bias)` rounded to `out`'s dtype, then
-    /// `out = o + residual` when present. Equal, bit for bit, to the unfused ops.
+    /// `o = rms_norm(x, norm.0, norm.1) · weightᵀ (+ bias)` (the norm where present, applied as
+    /// [`NormOrder::of`] `x`'s dtype says) rounded to `out`'s dtype, then `out = o + residual`
+    /// when present. Equal, bit for bit, to the unfused ops without a norm or with a
+    /// `BeforeDot` one; within rounding of them with an `AfterDot` norm.
     FusedLinear {
         x: ValueId,
         norm: Option<(ValueId, f32)>,
@@ -132,9 +159,9 @@ pub enum Op {
         out: ValueId,
     },
     /// The attention's three input projections in one pass over `x` (made by `lower::fuse`,
-    /// never by lowering): q, k, v `= h · weights[i]ᵀ (+ biases[i])` with `h` as in
-    /// `FusedLinear`, to three tensors or one packed tensor (see [`Qkv`]); equal, bit for bit,
-    /// to three `FusedLinear`s without residuals.
+    /// never by lowering): q, k, v `= rms_norm(x) · weights[i]ᵀ (+ biases[i])` with the norm as
+    /// in `FusedLinear`, to three tensors or one packed tensor (see [`Qkv`]); equal, bit for
+    /// bit, to three `FusedLinear`s without residuals.
     QkvLinear { x: ValueId, norm: Option<(ValueId, f32)>, weights: [ValueId; 3], biases: Option<[ValueId; 3]>, outs: Qkv },
     /// `q_out = rope(q)`, and for every token `t` with `positions[t] >= 0`, `rope(k)[t]` and `v[t]`
     /// to cache row `cache_base[t] + positions[t]` (made by `lower::fuse`, never by lowering):
@@ -171,8 +198,9 @@ pub enum Op {
         head_dim: u32,
         rope: RopeSpec,
     },
-    /// `out = silu(g) * u` with `g = h · gateᵀ`, `u = h · upᵀ` (each rounded to `out`'s dtype)
-    /// and `h` as in `FusedLinear`: a gated MLP's up projection in one pass over `x`.
+    /// `out = silu(g) * u` with `g = rms_norm(x) · gateᵀ`, `u = rms_norm(x) · upᵀ` (each rounded
+    /// to `out`'s dtype; the norm, where present, as in `FusedLinear`): a gated MLP's up
+    /// projection in one pass over `x`.
     GatedLinear { x: ValueId, norm: Option<(ValueId, f32)>, gate: ValueId, up: ValueId, out: ValueId },
     /// Rotary embedding of every head of `x` (`[rows, heads * head_dim]`) at `positions[r]`.
     Rope { x: ValueId, positions: ValueId, out: ValueId, head_dim: u32, rope: RopeSpec },

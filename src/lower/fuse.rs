@@ -1,6 +1,9 @@
 //! The fusion pass: rewrites a lowered program so that fewer, larger launches do the same
 //! work, with results bit-identical to the unfused program on the CPU reference (each fused
-//! op keeps the intermediate roundings of the ops it replaces; see `Op::FusedLinear`).
+//! op keeps the intermediate roundings of the ops it replaces; see `Op::FusedLinear`), except
+//! one: a norm folded into a linear over f32 / bf16 `x` is applied after the dot product
+//! (`ir::NormOrder::AfterDot`: `x * norm_w` rounded instead of the normed value, the inverse RMS
+//! in the epilogue), within rounding of the unfused ops (`tests/fusion.rs` bounds it).
 //!
 //! Rewrites, in order, each only where every intermediate is a temp with no other reader:
 //! 1. `rms_norm` whose readers are all linears -> each linear normalizes its input itself

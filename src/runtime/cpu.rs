@@ -23,6 +23,9 @@
 //!   `t = round(x * inv)` to the storage dtype of `x`, then `out = round(t * w)`. The
 //!   intermediate rounding is a no-op for f32 and reproduces the rounding of `LlamaRMSNorm`'s
 //!   `weight * x.to(input_dtype)` for bf16/f16; it is the same rule for every dtype;
+//! - a norm fused into a linear (`FusedLinear`, `QkvLinear`, `QkvRope`, `GatedLinear`) is the
+//!   RMSNorm above for f16 x, and for f32 / bf16 x the same function with one rounding moved
+//!   ([`NormOrder`]): `h = round(x * w)`, then each dot product of h times `inv`;
 //! - RoPE angles are `scaled_position(p) * inv_freq(i)` in f32; their cosine and sine are
 //!   taken in f64 and rounded to f32, so results do not depend on the platform's f32 libm;
 //! - attention: scores `scale * q.k` in f32, softmax with the max subtracted, then
@@ -35,7 +38,7 @@
 use super::sampling::sample_row;
 use super::weights::fill_weight_region;
 use super::{Executor, StepBlock};
-use crate::ir::{DType, Phase, RopeSpec, RopeStyle};
+use crate::ir::{DType, NormOrder, Phase, RopeSpec, RopeStyle};
 use crate::lower::names;
 use crate::model::WeightSource;
 use crate::plan::{Access, BufArg, Kernel, Launch, Plan, RegionKind, N_REGIONS};
@@ -448,7 +451,7 @@ fn execute(regions: &mut [Vec<u8>; N_REGIONS], s: &mut Scratch, launch: &Launch)
             float_operand(x, "x", rows * k)?;
             float_operand(weight, "weight", n * k)?;
             float_operand(out, "out", rows * n)?;
-            load_linear_input(regions, s, x, norm_w, rows, k, eps)?;
+            let scale = load_linear_input(regions, s, x, norm_w, rows, k, eps)?;
             let bias_v = match bias_b {
                 Some(b) => {
                     float_operand(b, "bias", n)?;
@@ -472,6 +475,7 @@ fn execute(regions: &mut [Vec<u8>; N_REGIONS], s: &mut Scratch, launch: &Launch)
             s.out.resize(rows * n, 0.0);
             let out_v = &mut s.out;
             gemv_each(&s.a, wb, weight.dtype, k, n, rows, &mut s.row, |r, col, acc| {
+                let acc = acc * scale[r];
                 let acc = if bias { acc + bias_v[col] } else { acc };
                 out_v[r * n + col] = if residual { residual_v[r * n + col] + round_to(out.dtype, acc) } else { acc };
             });
@@ -483,7 +487,7 @@ fn execute(regions: &mut [Vec<u8>; N_REGIONS], s: &mut Scratch, launch: &Launch)
             let bufs = arity(launch, 4 + norm as usize + 3 * bias as usize, 3)?;
             let x = &bufs[0];
             float_operand(x, "x", rows * k)?;
-            load_linear_input(regions, s, x, norm.then(|| &bufs[1]), rows, k, eps)?;
+            let scale = load_linear_input(regions, s, x, norm.then(|| &bufs[1]), rows, k, eps)?;
             let w0 = 1 + norm as usize;
             for i in 0..3 {
                 let n = out_features[i] as usize;
@@ -504,6 +508,7 @@ fn execute(regions: &mut [Vec<u8>; N_REGIONS], s: &mut Scratch, launch: &Launch)
                 s.out.resize(rows * n, 0.0);
                 let out_v = &mut s.out;
                 gemv_each(&s.a, wb, weight.dtype, k, n, rows, &mut s.row, |r, col, acc| {
+                    let acc = acc * scale[r];
                     out_v[r * n + col] = if bias { acc + bias_v[col] } else { acc };
                 });
                 store(regions, out, &s.out)?;
@@ -531,7 +536,7 @@ fn execute(regions: &mut [Vec<u8>; N_REGIONS], s: &mut Scratch, launch: &Launch)
             load_ints(operand(regions, positions)?, &mut s.ints_a);
             load_ints(operand(regions, cache_base)?, &mut s.ints_b);
             check_kv_rows(&s.ints_a[..rows], &s.ints_b, kv_rows)?;
-            load_linear_input(regions, s, x, norm.then(|| &bufs[1]), rows, k, eps)?;
+            let scale = load_linear_input(regions, s, x, norm.then(|| &bufs[1]), rows, k, eps)?;
             let bias_v = if bias {
                 let b = &bufs[2 + norm as usize];
                 float_operand(b, "bias", width)?;
@@ -544,6 +549,7 @@ fn execute(regions: &mut [Vec<u8>; N_REGIONS], s: &mut Scratch, launch: &Launch)
             let dt = q_out.dtype;
             let mut packed = vec![0.0f32; rows * width];
             gemv_each(&s.a, operand(regions, weight)?, weight.dtype, k, width, rows, &mut s.row, |r, col, acc| {
+                let acc = acc * scale[r];
                 packed[r * width + col] = round_to(dt, if bias { acc + bias_v[col] } else { acc });
             });
             let part = |lo: usize, n: usize| -> Vec<f32> {
@@ -562,7 +568,7 @@ fn execute(regions: &mut [Vec<u8>; N_REGIONS], s: &mut Scratch, launch: &Launch)
             float_operand(gate, "gate", n * k)?;
             float_operand(up, "up", n * k)?;
             float_operand(out, "out", rows * n)?;
-            load_linear_input(regions, s, x, norm.then(|| &bufs[1]), rows, k, eps)?;
+            let scale = load_linear_input(regions, s, x, norm.then(|| &bufs[1]), rows, k, eps)?;
             let (gb, ub) = (operand(regions, gate)?, operand(regions, up)?);
             s.out.clear();
             s.out.resize(rows * n, 0.0);
@@ -572,13 +578,13 @@ fn execute(regions: &mut [Vec<u8>; N_REGIONS], s: &mut Scratch, launch: &Launch)
             for col in 0..n {
                 load_into(gb, gate.dtype, col * k, &mut grow);
                 load_into(ub, up.dtype, col * k, &mut s.row);
-                for r in 0..rows {
+                for (r, &c) in scale.iter().enumerate() {
                     let (mut ag, mut au) = (0.0f32, 0.0f32);
                     for ((xv, gv), uv) in s.a[r * k..(r + 1) * k].iter().zip(&grow).zip(&s.row) {
                         ag += xv * gv;
                         au += xv * uv;
                     }
-                    let (g, u) = (round_to(out.dtype, ag), round_to(out.dtype, au));
+                    let (g, u) = (round_to(out.dtype, ag * c), round_to(out.dtype, au * c));
                     s.out[r * n + col] = g / (1.0 + (-g).exp()) * u;
                 }
             }
@@ -949,8 +955,11 @@ fn execute(regions: &mut [Vec<u8>; N_REGIONS], s: &mut Scratch, launch: &Launch)
     }
 }
 
-/// The input a fused linear multiplies, into `s.a`: x (`rows x k`), or, with a norm weight, exactly
-/// what `RmsNorm` would have stored for the linear to read (normed, rounded to x's dtype).
+/// The input a fused linear multiplies, into `s.a`, and the factor of each row's sums (returned,
+/// `rows` long): x (`rows x k`) and 1 without a norm weight. With one, by [`NormOrder::of`] x's
+/// dtype: before the dot product (f16), exactly what `RmsNorm` would have stored for the linear
+/// to read (normed, rounded to x's dtype) and 1; after it (f32, bf16), `x * norm_w` rounded to
+/// x's dtype and the row's inverse RMS, `1 / sqrt(sum x^2 / k + eps)` (sum in index order).
 fn load_linear_input(
     regions: &[Vec<u8>; N_REGIONS],
     s: &mut Scratch,
@@ -959,17 +968,34 @@ fn load_linear_input(
     rows: usize,
     k: usize,
     eps: f32,
-) -> Result<()> {
+) -> Result<Vec<f32>> {
     load_all(operand(regions, x)?, x.dtype, &mut s.a);
+    let mut scale = vec![1.0f32; rows];
     if let Some(nw) = norm_w {
         float_operand(nw, "norm weight", k)?;
         load_all(operand(regions, nw)?, nw.dtype, &mut s.b);
-        let mut h = vec![0.0f32; rows * k];
-        rms_norm_rows(&s.a, &s.b, &mut h, k, eps, x.dtype);
-        s.a.clear();
-        s.a.extend(h.iter().map(|&v| round_to(x.dtype, v)));
+        match NormOrder::of(x.dtype) {
+            NormOrder::BeforeDot => {
+                let mut h = vec![0.0f32; rows * k];
+                rms_norm_rows(&s.a, &s.b, &mut h, k, eps, x.dtype);
+                s.a.clear();
+                s.a.extend(h.iter().map(|&v| round_to(x.dtype, v)));
+            }
+            NormOrder::AfterDot => {
+                for (r, xr) in s.a.chunks_exact_mut(k).enumerate().take(rows) {
+                    let mut sum_sq = 0.0f32;
+                    for v in xr.iter() {
+                        sum_sq += v * v;
+                    }
+                    scale[r] = 1.0 / (sum_sq / k as f32 + eps).sqrt();
+                    for (v, wv) in xr.iter_mut().zip(&s.b) {
+                        *v = round_to(x.dtype, *v * wv);
+                    }
+                }
+            }
+        }
     }
-    Ok(())
+    Ok(scale)
 }
 
 /// `RopeKvWrite` once its inputs are decoded (`[q, k, v]`, rows of `heads * head_dim` and
