@@ -74,6 +74,18 @@ namespace kiln {
 #ifndef KILN_FUSED_NORM_STAGE
 #define KILN_FUSED_NORM_STAGE 16384
 #endif
+// With a norm after the dot product (FusedPostNormX), 1: the kernel copies the norm weight into
+// that stage, 0: it reads it through the L1 and has no stage. Per variant: the default kernels
+// (KILN_FUSED_POST_NW_SHARED) and the dense `_o3` / `_o3u` ones (..._DENSE). On the H200 (session
+// 12, same-call A/B, batch 1) the L1 everywhere against the copy everywhere: Llama-3.2-1B +2.8%
+// (its normed GEMVs take the default variant), Qwen2.5-0.5B +0.6%, Llama-3.1-8B -2.2% (its gate/up
+// GEMV takes the dense one).
+#ifndef KILN_FUSED_POST_NW_SHARED
+#define KILN_FUSED_POST_NW_SHARED 0
+#endif
+#ifndef KILN_FUSED_POST_NW_SHARED_DENSE
+#define KILN_FUSED_POST_NW_SHARED_DENSE 1
+#endif
 // Shared floats: the tiled path's three 32 x 65 tiles; the GEMV's partial tiles (2 x 16 x 4 x 32)
 // fit in the same space.
 #define KILN_FUSED_SMEM (3 * KILN_FUSED_TILE_K * (KILN_FUSED_TILE + 1))
@@ -333,10 +345,10 @@ template <> struct PostNorm<__half> {
 // MMA's B side is h = T(x * norm_w), element by element as each chunk is consumed, and the lane
 // sums the squares of the x it loads (`ss`, in its load order, 8 FMAs per vector). Nothing waits
 // for the row statistics: they join the partial tiles' sum (post_norm_put / post_norm_scale).
-// NW_SHARED (norm_w fits KILN_FUSED_NORM_STAGE bytes): prefetch() copies norm_w into shared
-// memory with cp.async before kiln::wait_prior_grids() (a weight: no kernel writes it) and
-// prepare() waits for the copy and holds the block's one barrier; otherwise each chunk's
-// norm weight is read through the L1. Same values either way.
+// Each chunk's norm weight is read through the L1, or, NW_SHARED (fused_post_nw_shared: the
+// dense variants by default, where norm_w fits KILN_FUSED_NORM_STAGE bytes), from a copy that
+// prefetch() makes in shared memory with cp.async before kiln::wait_prior_grids() (a weight: no
+// kernel writes it) and prepare() waits for behind the block's one barrier. Same values.
 template <typename T, bool NW_SHARED> struct FusedPostNormX {
   using Raw = uint4;
   const T* px;  // x + rx * in + first
@@ -419,6 +431,25 @@ __device__ __forceinline__ void post_norm_scale(unsigned int rows, unsigned int 
 static_assert(2 * KILN_FUSED_GEMV_MAX_WARPS * 4 * 32 + KILN_FUSED_GEMV_MAX_WARPS * 8 <= KILN_FUSED_SMEM,
               "post-norm sums fit after the GEMV partials");
 
+// Bytes of a fused kernel's stage (shared memory): the normed rows before the dot product, the
+// norm weight after it where KILN_FUSED_POST_NW_SHARED, else none (16: an array needs a size).
+// WIDE: the default variant (else `_o3` / `_o3u`).
+template <bool WIDE> __host__ __device__ constexpr bool fused_post_nw_shared() {
+  return WIDE ? KILN_FUSED_POST_NW_SHARED != 0 : KILN_FUSED_POST_NW_SHARED_DENSE != 0;
+}
+template <typename T, bool WIDE> __host__ __device__ constexpr unsigned int fused_stage_bytes() {
+  return (PostNorm<T>::value && !fused_post_nw_shared<WIDE>()) || KILN_FUSED_NORM_STAGE == 0 ? 16u
+                                                                                             : KILN_FUSED_NORM_STAGE;
+}
+// Whether the stage holds this launch's normed rows (before) or norm weight (after the dot).
+template <typename T, bool WIDE> __device__ __forceinline__ bool fused_staged(unsigned int rows, unsigned int in) {
+  if constexpr (PostNorm<T>::value) {
+    return fused_post_nw_shared<WIDE>() && (size_t)in * sizeof(T) <= KILN_FUSED_NORM_STAGE;
+  } else {
+    return (size_t)rows * in * sizeof(T) <= KILN_FUSED_NORM_STAGE;
+  }
+}
+
 // The epilogue of one output: s (and su, gated) are the f32 sums.
 template <typename T, typename O, bool GATED>
 __device__ __forceinline__ O fused_finish(float s, float su, const T* bias, const O* residual,
@@ -455,7 +486,7 @@ __device__ __forceinline__ void fused_gemv_sums(const T* x, const T* nw, const T
 #pragma unroll
     for (int i = 0; i < 4; ++i) c[q][i] = 0.0f;
   if constexpr (NORM && PostNorm<T>::value) {
-    // STAGED here: norm_w fits the stage (fused_linear's `staged`), so it is copied there.
+    // STAGED here: the norm weight is copied into the stage (fused_staged).
     FusedPostNormX<T, STAGED> xop{x + (size_t)rx * in + first, nw + first, nw, hs, in, first, 0.0f, nullptr};
     gemv_mma_loop<T, Q, WARPS, D, (D % U == 0 ? U : 1), KILN_LINEAR_GEMV_XPRE != 0>(wq, ra, rb, in, xop, c);
     post_norm_put<Q, WARPS>(xop.ss, rows, smem);
@@ -672,7 +703,8 @@ __device__ void fused_tiled(const T* x, const T* nw, const T* w,
 }
 
 // WIDE = false: the `_o3` variants. Their tensor-core path is the one every dense launch takes
-// (8 warps, a norm whose rows are staged: src/plan/geometry.rs `dense_variant_covers`); any other input
+// (8 warps, a norm whose rows are staged: src/plan/geometry.rs `dense_variant_covers`; with the
+// norm after the dot product, bf16, any norm); any other input
 // takes the SIMT / tiled path (correct, slower; no plan asks for it). With every tensor-core path
 // inline, the dense kernels spilled, mostly amid the MMA loops (ptxas: 248 bytes of spill stores
 // in fused_linear_o3, 184 in gated_linear_o3; SASS: 63 of fused_linear_o3's 89 local loads within
@@ -693,9 +725,8 @@ __device__ void fused_linear(const T* x, const T* nw, const T* w, const T* wu, c
   if constexpr (IsHalf16<T>::value) {
     const bool aligned = aligned16(x) && aligned16(w) && (!GATED || aligned16(wu)) && (!has_norm || aligned16(nw));
     // Waits for the prior grids inside, after its first weight loads.
-    __shared__ __align__(16) unsigned char stage[KILN_FUSED_NORM_STAGE > 0 ? KILN_FUSED_NORM_STAGE : 16];
-    // Staged: the normed rows (norm before the dot) or the norm weight (after it) fit the stage.
-    const bool staged = (size_t)(PostNorm<T>::value ? 1u : rows) * in * sizeof(T) <= KILN_FUSED_NORM_STAGE;
+    __shared__ __align__(16) unsigned char stage[fused_stage_bytes<T, WIDE>()];
+    const bool staged = fused_staged<T, WIDE>(rows, in);
 #define KILN_FUSED_GEMV_CALL(WARPS, NORM, STAGED)                                                               \
   fused_gemv_mma<T, O, GATED, WARPS, NORM, STAGED>(x, nw, w, wu, bias, residual, out, rows, in, outf, eps, has_bias, \
                                                    has_res, inv_s, smem, reinterpret_cast<T*>(stage))
@@ -712,6 +743,15 @@ __device__ void fused_linear(const T* x, const T* nw, const T* w, const T* wu, c
         if (has_norm && staged) {
           KILN_FUSED_GEMV_CALL(8, true, true);
           return;
+        }
+        // After the dot product with the norm weight through L1: any row count and width. (With
+        // the copy, a norm weight wider than the stage takes the SIMT path, as unstaged rows do
+        // before the dot; the planner asks for neither. One path keeps the kernel free of spills.)
+        if constexpr (PostNorm<T>::value && !fused_post_nw_shared<false>()) {
+          if (has_norm) {
+            KILN_FUSED_GEMV_CALL(8, true, false);
+            return;
+          }
         }
       }
     }
@@ -1008,9 +1048,9 @@ __device__ void qkv_rope(const T* x, const T* nw, const T* w, const T* bias, con
       qkv_rope_slot(tile, rows, j, r, active);
       QkvRopeLane l{-1, -1, RopeAngle{0.0f, 1.0f}};
       if (early != 0 && active) l = qkv_rope_lane(tile, a, j, r);
-      __shared__ __align__(16) unsigned char stage[KILN_FUSED_NORM_STAGE > 0 ? KILN_FUSED_NORM_STAGE : 16];
+      __shared__ __align__(16) unsigned char stage[fused_stage_bytes<T, true>()];
       T* hs = reinterpret_cast<T*>(stage);
-      const bool staged = (size_t)(PostNorm<T>::value ? 1u : rows) * in * sizeof(T) <= KILN_FUSED_NORM_STAGE;
+      const bool staged = fused_staged<T, true>(rows, in);
       // Waits for the prior grids inside, after its first weight loads.
 #define KILN_QKV_ROPE_CALL(WARPS, NORM, STAGED) \
   qkv_rope_gemv_mma<T, WARPS, NORM, STAGED>(x, nw, w, tile, rows, in, eps, inv_s, smem, hs, acc)
