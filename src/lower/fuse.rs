@@ -7,7 +7,8 @@
 //!
 //! Rewrites, in order, each only where every intermediate is a temp with no other reader:
 //! 1. `rms_norm` whose readers are all linears -> each linear normalizes its input itself
-//!    (`FusedLinear` with a norm prologue); the norm op disappears. Not when a reader has more
+//!    (`FusedLinear` with a norm, before or after its dot product as `ir::NormOrder` says for
+//!    the dtype); the norm op disappears. Not when a reader has more
 //!    than [`NORM_PROLOGUE_MAX_FEATURES`] outputs (the vocabulary projection): every block of
 //!    the fused GEMV recomputes the row's RMS, and over thousands of blocks that costs more than
 //!    the launch it saves (H200, ncu: the Llama-3.1-8B logits took 320 us fused against 252 us
