@@ -100,7 +100,6 @@ __device__ __forceinline__ uint4 load16_stream_ordered(const void* p) {
 
 // The x operand (the MMA's B side) of the plain GEMV: 16 bytes of x row rx at element `first + off`.
 template <typename T> struct GemvPlainX {
-  using Raw = uint4;  // what load() returns and the ring holds (XPRE), finish() consumes
   const T* px;  // x + rx * in + first
   __device__ __forceinline__ void prefetch() {}
   __device__ __forceinline__ void prepare() {}
@@ -149,8 +148,7 @@ __device__ __forceinline__ void gemv_mma_loop_rows(const T* const (&rows_a)[Q], 
   const unsigned int nj = rounds * U + (rem <= 0 ? 0u : (rem >= U ? (unsigned int)U : (unsigned int)rem));
   // Element offset (from `first`) of ring slot s in the first cycle.
 #define KILN_GEMV_SO(s) (((unsigned int)(s) / U) * RS * 32 + ((unsigned int)(s) % U) * 32)
-  uint4 wa[Q][D], wb[Q][D];
-  typename X::Raw xr[XPRE ? D : 1];
+  uint4 wa[Q][D], wb[Q][D], xr[XPRE ? D : 1];
 #pragma unroll
   for (int s = 0; s < D; ++s) {
     if ((unsigned int)s < nj) {
@@ -174,7 +172,7 @@ __device__ __forceinline__ void gemv_mma_loop_rows(const T* const (&rows_a)[Q], 
   // One chunk: the MMAs of slot s (chunk at `off + SO(s)`), then, if `next`, its refill.
   auto step = [&](const int s, const bool next) {
     const unsigned int o = off + KILN_GEMV_SO(s);
-    typename X::Raw xraw;
+    uint4 xraw;
     if constexpr (XPRE) {
       xraw = xr[XPRE ? s : 0];
     } else {

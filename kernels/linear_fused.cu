@@ -114,7 +114,15 @@ template <typename T> __device__ __forceinline__ float norm_h(float xv, float in
   return round_to<T>(__fmul_rn(round_to<T>(__fmul_rn(xv, inv)), wv));
 }
 
-template <typename T> struct PostNorm;
+// Whether a norm of storage type T is applied after the dot product (see the header): every
+// type but f16, whose products x * norm_w could leave its range where the normed values do not.
+template <typename T> struct PostNorm {
+  static constexpr bool value = true;
+};
+template <> struct PostNorm<__half> {
+  static constexpr bool value = false;
+};
+
 // The SIMT and tiled paths' element of the normed x (h) and their sums' scale: with the norm
 // before the dot product, h is what RmsNorm stores and the sum stays; after it (PostNorm<T>),
 // h = T(x * norm_w) and the sum is multiplied by the row's inverse RMS.
@@ -211,7 +219,6 @@ __device__ void fused_row_inv16(const T* x, unsigned int rows, unsigned int in, 
 #define KILN_FUSED_NORM_ONE_PASS 1
 #endif
 template <typename T, bool NORM, bool STAGED = false> struct FusedNormX {
-  using Raw = uint4;
   const T* x;
   const T* px;  // x + rx * in + first
   const T* pn;  // norm_w + first
@@ -332,15 +339,6 @@ template <typename T, bool NORM, bool STAGED = false> struct FusedNormX {
   }
 };
 
-// Whether a norm of storage type T is applied after the dot product (see the header): every
-// type but f16, whose products x * norm_w could leave its range where the normed values do not.
-template <typename T> struct PostNorm {
-  static constexpr bool value = true;
-};
-template <> struct PostNorm<__half> {
-  static constexpr bool value = false;
-};
-
 // The x operand of a tensor-core GEMV whose norm comes after the dot product (PostNorm<T>): the
 // MMA's B side is h = T(x * norm_w), element by element as each chunk is consumed, and the lane
 // sums the squares of the x it loads (`ss`, in its load order, 8 FMAs per vector). Nothing waits
@@ -350,7 +348,6 @@ template <> struct PostNorm<__half> {
 // prefetch() makes in shared memory with cp.async before kiln::wait_prior_grids() (a weight: no
 // kernel writes it) and prepare() waits for behind the block's one barrier. Same values.
 template <typename T, bool NW_SHARED> struct FusedPostNormX {
-  using Raw = uint4;
   const T* px;  // x + rx * in + first
   const T* pn;  // norm_w + first
   const T* nw;  // norm_w
