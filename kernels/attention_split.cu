@@ -63,7 +63,10 @@
 #define KILN_ATTN_SPLIT_THREADS 256
 #define KILN_ATTN_SPLIT_WARPS 8
 #define KILN_ATTN_SPLIT_MAX_GROUP 4
+// Overridable for sweeps: 1 measured +1.1% on 0.5B at context 128 and -2 to -4% at 4096 (session 13).
+#ifndef KILN_ATTN_SPLIT_UNROLL
 #define KILN_ATTN_SPLIT_UNROLL 2
+#endif
 // Blocks per SM the register allocation must allow (__launch_bounds__): 1 keeps every head's
 // state in registers (about 205); 2 caps them at 128 with small spills. 1: end to end on the
 // H200 (2026-11-30, kiln bench decode, context 128, same machine) 1 gave 209.8 / 974.8 / 944.6
@@ -75,6 +78,17 @@
 #define KILN_ATTN_SPLIT_DIMS 8
 #define KILN_ATTN_MERGE_THREADS 256
 #define KILN_ATTN_MERGE_BATCH 8
+// 1: the split and merge kernels let their dependents launch before they wait (as the GEMVs do),
+// so the o projection and the GEMVs after it become resident and stream their first weight
+// chunks while the attention runs, instead of from the merge's wait on. Safe under the rule at
+// wait_prior_grids (common.cuh): a dependent still waits for this grid's completion before it
+// reads anything, and it is launched only once every block of this grid is resident. Measured on
+// the H200 (2026-12-01, bench/results/2026-12-01-h200-decode-ab-s13.md, call A): 0.5B -5%, 1B
+// even, 8B -0.6% at batch 1 (the early GEMV blocks take the SM slots that the split grid's later
+// blocks need); off by default.
+#ifndef KILN_ATTN_EARLY_TRIGGER
+#define KILN_ATTN_EARLY_TRIGGER 0
+#endif
 
 namespace kiln {
 
@@ -488,6 +502,7 @@ __device__ void attention_merge(const float* workspace, const int* positions,
       float* workspace, unsigned int rows, unsigned int heads, unsigned int kv_heads, unsigned int head_dim, \
       float scale, unsigned int kv_rows, unsigned int splits, unsigned int split_len,                   \
       unsigned int min_split_len) {                                                                     \
+    if (KILN_ATTN_EARLY_TRIGGER) kiln::allow_dependents();                                              \
     kiln::wait_prior_grids();                                                                           \
     kiln::attention_split<T>(q, k_cache, v_cache, positions, cache_base, workspace, rows, heads, kv_heads,  \
                              head_dim, scale, kv_rows, splits, split_len, min_split_len);               \
@@ -495,6 +510,7 @@ __device__ void attention_merge(const float* workspace, const int* positions,
   extern "C" __global__ void __launch_bounds__(KILN_ATTN_MERGE_THREADS) kiln_attention_merge_##dt(      \
       const float* workspace, const int* positions, T* out, unsigned int rows, unsigned int heads,      \
       unsigned int head_dim, unsigned int splits, unsigned int split_len, unsigned int min_split_len) {  \
+    if (KILN_ATTN_EARLY_TRIGGER) kiln::allow_dependents();                                              \
     kiln::wait_prior_grids();                                                                           \
     kiln::attention_merge<T>(workspace, positions, out, rows, heads, head_dim, splits, split_len,       \
                              min_split_len);                                                            \

@@ -78,6 +78,24 @@ pub fn gemv_occupancy(blocks: u32, threads: u32) -> u32 {
     }
 }
 
+/// A/B timing knob at plan time, `KILN_GEMV_WIDE`: `gated` runs every `gated_linear` GEMV in
+/// 512-thread blocks of the default variant (16 warps over the same 16 features: twice the
+/// bytes in flight per block, one block per SM), a block count N every linear-family GEMV grid
+/// of at least N blocks; unset, the rule of [`gemv_grid`]. Aimed at the wave tail of the
+/// Llama-3.1-8B gate/up (896 blocks: 2.26 waves of the dense variant's 396 slots, whose last
+/// 104 blocks run one per SM). Measured slower on every shape (2026-12-01,
+/// bench/results/2026-12-01-h200-decode-ab-s13.md, call B: 8B 234.8 -> 225.5 tok/s gated, 215.7
+/// all): the dense variant's bytes in flight per SM matter more than its last wave.
+fn gemv_wide_knob(kernel: &Kernel, blocks: u32) -> bool {
+    static MODE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let mode = MODE.get_or_init(|| std::env::var("KILN_GEMV_WIDE").unwrap_or_default());
+    match mode.as_str() {
+        "" => false,
+        "gated" => matches!(kernel, Kernel::GatedLinear { .. }),
+        n => n.parse::<u32>().is_ok_and(|min| blocks >= min),
+    }
+}
+
 /// `linear_fused.cu`: bytes of shared memory for a block's normed rows (`KILN_FUSED_NORM_STAGE`);
 /// rows x in_features 16-bit values up to this are staged.
 pub const FUSED_NORM_STAGE_BYTES: u32 = 16384;
@@ -217,6 +235,9 @@ pub fn launch_geometry(kernel: &Kernel, _bufs: &[BufArg]) -> Geometry {
         | Kernel::GatedLinear { rows, out_features, .. } => {
             if rows <= LINEAR_GEMV_MAX_ROWS {
                 let (blocks, threads, occupancy) = gemv_grid(out_features);
+                if gemv_wide_knob(kernel, blocks) {
+                    return Geometry { occupancy: 0, ..g(blocks, 1, LINEAR_GEMV_WIDE_THREADS) };
+                }
                 let occupancy = if dense_variant_covers(kernel) { occupancy } else { 0 };
                 Geometry { occupancy, ..g(blocks, 1, threads) }
             } else {
