@@ -371,6 +371,30 @@ fn dense_gemv_variant_only_on_256_thread_linears() {
     check_plan(&good).unwrap();
 }
 
+/// Decode attention's split grid is one wave of the split kernel's one block per SM
+/// (`ATTENTION_SPLIT_TARGET_BLOCKS`) at every decode bucket of the reference shapes, and its
+/// splits still cover the whole context.
+#[test]
+fn attention_split_grid_is_one_wave_and_covers_the_context() {
+    use kiln::plan::planner::{attention_splits, ATTENTION_SPLIT_TARGET_BLOCKS};
+    // (heads, kv_heads): Qwen2.5-0.5B, Llama-3.2-1B, Llama-3.1-8B, Qwen3-0.6B.
+    for (heads, kv_heads) in [(14u32, 2u32), (32, 8), (32, 8), (16, 8)] {
+        for rows in [1u32, 2, 4, 8] {
+            for max_context in [128u32, 1024, 4096, 32768] {
+                let (splits, split_len) = attention_splits(rows, heads, kv_heads, max_context);
+                let blocks = rows * kv_heads * (heads / kv_heads).div_ceil(4) * splits;
+                assert!(splits * split_len >= max_context && split_len % 64 == 0, "{heads}/{kv_heads} rows {rows} ctx {max_context}");
+                assert!(
+                    blocks <= ATTENTION_SPLIT_TARGET_BLOCKS || splits == 1,
+                    "{heads}/{kv_heads} rows {rows} ctx {max_context}: {splits} splits, {blocks} blocks"
+                );
+            }
+        }
+    }
+    assert_eq!(attention_splits(1, 14, 2, 4096), (32, 128));
+    assert_eq!(attention_splits(1, 32, 8, 4096), (16, 256));
+}
+
 /// The dense `fused_linear` / `gated_linear` keep one tensor-core path (8 warps, a norm whose
 /// rows are staged in shared memory): the planner asks for them only there, and the checker
 /// refuses a dense launch without a norm or with rows too wide to stage.

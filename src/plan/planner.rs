@@ -282,17 +282,33 @@ struct WorkspaceSpec {
 }
 
 /// Decode attention is split over the KV length so that a long context fills the GPU: about one
-/// full wave at two blocks per SM on a 132-SM GPU at full context, counting the blocks the
+/// full wave of [`ATTENTION_SPLIT_TARGET_BLOCKS`] blocks at full context, counting the blocks the
 /// kernel launches (one per row, kv head and chunk of at most 4 query heads, see
 /// `geometry::ATTENTION_SPLIT_MAX_GROUP`), splits of at least 64 positions (a multiple of 64).
-/// Fixed per bucket, so a growing sequence never re-plans. Measured on the H200 (bench notes in
-/// the attention_split.cu header): 32 x 128 at one row and 8 x 512 at four rows were fastest.
+/// Fixed per bucket, so a growing sequence never re-plans.
+///
+/// `KILN_ATTN_TARGET_BLOCKS=<n>` at plan time replaces the target (an A/B timing knob).
+/// Blocks the decode attention split aims at: one wave of its one block per SM (the split kernel
+/// is compiled for one block per SM, `KILN_ATTN_SPLIT_MIN_BLOCKS`, 160-205 registers) on a 132-SM
+/// GPU. Measured on the H200 (2026-12-01, bench/NOTES-decode.md session 13, call D, kiln bench
+/// batch 1): 132 against the former 264 (two waves) took context 4096 from 210.7 / 922.3 /
+/// 1146.8 to 220.7 / 999.7 / 1215.9 tok/s (Llama-3.1-8B / Llama-3.2-1B / Qwen2.5-0.5B shapes) and
+/// left context 128 unchanged (234.7 / 1083.3 / 1356.2 -> 234.7 / 1084.0 / 1356.7).
+pub const ATTENTION_SPLIT_TARGET_BLOCKS: u32 = 132;
+
 pub fn attention_splits(rows: u32, heads: u32, kv_heads: u32, max_context: u32) -> (u32, u32) {
-    const TARGET_BLOCKS: u32 = 264;
+    static TARGET: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    let target_blocks = *TARGET.get_or_init(|| {
+        std::env::var("KILN_ATTN_TARGET_BLOCKS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .filter(|&n| n > 0)
+            .unwrap_or(ATTENTION_SPLIT_TARGET_BLOCKS)
+    });
     let group = heads / kv_heads.max(1);
     let blocks = rows * kv_heads * group.div_ceil(super::geometry::ATTENTION_SPLIT_MAX_GROUP);
     let max_splits = max_context.div_ceil(64).max(1);
-    let splits = (TARGET_BLOCKS / blocks.max(1)).clamp(1, max_splits);
+    let splits = (target_blocks / blocks.max(1)).clamp(1, max_splits);
     let split_len = max_context.div_ceil(splits).div_ceil(64) * 64;
     (max_context.div_ceil(split_len), split_len)
 }
