@@ -2,9 +2,12 @@
 //
 //   kiln_attention_split_{dt}(q, k_cache, v_cache, positions, cache_base, workspace,
 //                             rows, heads, kv_heads, head_dim, scale, kv_rows, splits, split_len,
-//                             min_split_len)
+//                             min_split_len, early)
 //   kiln_attention_merge_{dt}(workspace, positions, out, rows, heads, head_dim, splits, split_len,
-//                             min_split_len)
+//                             min_split_len, early)
+//   early != 0 (planned, Kernel::AttentionSplit / AttentionMerge `early`): positions and cache_base
+//   predate the program (plan::early_reads_safe), so they are read before the block waits for the
+//   grids before it, taking their L2 round trip off the critical path; the same bits either way.
 //   dt in {f32, f16, bf16}: q / cache storage for the split, out storage for the merge.
 //
 // Check on a GPU: python3 scripts/kernel_check.py --only attention_split --bench   (NVRTC build,
@@ -376,16 +379,22 @@ __device__ void attention_split_dispatch_vec(SplitShared& sh, bool vec, const T*
   }
 }
 
+// Called before the block waits for the prior grids when `early` (the kernel entry waits first
+// otherwise): it waits itself right after reading positions and cache_base, and on every return
+// before that.
 template <typename T>
 __device__ void attention_split(const T* q, const T* k_cache, const T* v_cache, const int* positions,
                                 const int* cache_base, float* workspace, unsigned int rows, unsigned int heads,
                                 unsigned int kv_heads, unsigned int head_dim, float scale, unsigned int kv_rows,
-                                unsigned int splits, unsigned int planned_len, unsigned int min_split_len) {
+                                unsigned int splits, unsigned int planned_len, unsigned int min_split_len,
+                                bool early) {
   __shared__ SplitShared sh;
   KILN_ABLATED(16);
   if (kv_heads == 0 || heads % kv_heads != 0 || head_dim == 0 || head_dim > KILN_ATTN_SPLIT_MAX_HEAD_DIM ||
-      planned_len == 0)
+      planned_len == 0) {
+    if (early) wait_prior_grids();
     return;
+  }
   const unsigned int group = heads / kv_heads;
   const unsigned int head_chunks = (group + KILN_ATTN_SPLIT_MAX_GROUP - 1) / KILN_ATTN_SPLIT_MAX_GROUP;
   const unsigned int chunk_heads = (group + head_chunks - 1) / head_chunks;
@@ -393,14 +402,19 @@ __device__ void attention_split(const T* q, const T* k_cache, const T* v_cache, 
   const unsigned int chunk = bx % head_chunks;
   bx /= head_chunks;
   const unsigned int g = bx % kv_heads, t = bx / kv_heads, s = blockIdx.y;
-  if (t >= rows || s >= splits || chunk * chunk_heads >= group) return;
+  if (t >= rows || s >= splits || chunk * chunk_heads >= group) {
+    if (early) wait_prior_grids();
+    return;
+  }
   const int p = positions[t];
+  const long long base_t = cache_base[t];
+  if (early) wait_prior_grids();
   const unsigned int split_len = live_split_len(p, splits, planned_len, min_split_len);
   const long long lo = (long long)s * split_len;
   if (p < 0 || lo > p) return;  // inactive: the merge never reads this slot
   const unsigned int h0 = g * group + chunk * chunk_heads;
   const unsigned int nh = min(chunk_heads, group - chunk * chunk_heads);
-  long long base = cache_base[t];
+  long long base = base_t;
   long long hi = min(lo + (long long)split_len, (long long)p + 1);
   if (base < 0) {
     base = 0;
@@ -422,16 +436,22 @@ __device__ void attention_split(const T* q, const T* k_cache, const T* v_cache, 
   }
 }
 
+// `early`: as attention_split's (the positions read before the wait).
 template <typename T>
 __device__ void attention_merge(const float* workspace, const int* positions,
                                 T* __restrict__ out, unsigned int rows, unsigned int heads, unsigned int head_dim,
-                                unsigned int splits, unsigned int planned_len, unsigned int min_split_len) {
+                                unsigned int splits, unsigned int planned_len, unsigned int min_split_len,
+                                bool early) {
   __shared__ float sh_m[KILN_ATTN_MERGE_THREADS], sh_l[KILN_ATTN_MERGE_THREADS], sh_acc[KILN_ATTN_MERGE_THREADS];
   KILN_ABLATED(32);
   const unsigned int t = blockIdx.x, h = blockIdx.y;
-  if (t >= rows || h >= heads || head_dim == 0) return;
+  if (t >= rows || h >= heads || head_dim == 0) {
+    if (early) wait_prior_grids();
+    return;
+  }
   T* o = out + ((size_t)t * heads + h) * head_dim;
   const int p = positions[t];
+  if (early) wait_prior_grids();
   const unsigned int split_len = live_split_len(p, splits, planned_len, min_split_len);
   const unsigned int n_active = (p < 0 || planned_len == 0) ? 0u : min((unsigned int)p / split_len + 1, splits);
   if (n_active == 0 || head_dim > KILN_ATTN_SPLIT_MAX_HEAD_DIM) {
@@ -501,18 +521,19 @@ __device__ void attention_merge(const float* workspace, const int* positions,
       const T* q, const T* k_cache, const T* v_cache, const int* positions, const int* cache_base,      \
       float* workspace, unsigned int rows, unsigned int heads, unsigned int kv_heads, unsigned int head_dim, \
       float scale, unsigned int kv_rows, unsigned int splits, unsigned int split_len,                   \
-      unsigned int min_split_len) {                                                                     \
+      unsigned int min_split_len, unsigned int early) {                                                 \
     if (KILN_ATTN_EARLY_TRIGGER) kiln::allow_dependents();                                              \
-    kiln::wait_prior_grids();                                                                           \
+    if (early == 0) kiln::wait_prior_grids();                                                           \
     kiln::attention_split<T>(q, k_cache, v_cache, positions, cache_base, workspace, rows, heads, kv_heads,  \
-                             head_dim, scale, kv_rows, splits, split_len, min_split_len);               \
+                             head_dim, scale, kv_rows, splits, split_len, min_split_len, early != 0);   \
   }                                                                                                     \
   extern "C" __global__ void __launch_bounds__(KILN_ATTN_MERGE_THREADS) kiln_attention_merge_##dt(      \
       const float* workspace, const int* positions, T* out, unsigned int rows, unsigned int heads,      \
-      unsigned int head_dim, unsigned int splits, unsigned int split_len, unsigned int min_split_len) {  \
+      unsigned int head_dim, unsigned int splits, unsigned int split_len, unsigned int min_split_len,   \
+      unsigned int early) {                                                                             \
     if (KILN_ATTN_EARLY_TRIGGER) kiln::allow_dependents();                                              \
-    kiln::wait_prior_grids();                                                                           \
+    if (early == 0) kiln::wait_prior_grids();                                                           \
     kiln::attention_merge<T>(workspace, positions, out, rows, heads, head_dim, splits, split_len,       \
-                             min_split_len);                                                            \
+                             min_split_len, early != 0);                                                \
   }
 KILN_FOR_EACH_DTYPE(KILN_ATTENTION_SPLIT)

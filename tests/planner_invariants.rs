@@ -524,4 +524,42 @@ fn early_reads_only_of_values_that_predate_the_program() {
     let name = l.name.clone();
     let msg = format!("{:#}", check_plan(&bad).unwrap_err());
     assert!(msg.contains("before its wait") && msg.contains(&name), "{msg}");
+
+    // The decode attention's positions and cache bases predate the program too (planned early
+    // only with the plan-time A/B knob `KILN_ATTN_EARLY=1`); an early split whose positions an
+    // earlier launch writes is refused, and so is an early merge.
+    for phase in [Phase::Decode, Phase::DecodeLoop] {
+        let launches = &plan.programs[plan.program(phase, 1).unwrap()].launches;
+        let attn: Vec<usize> = (0..launches.len())
+            .filter(|&i| matches!(launches[i].kernel, Kernel::AttentionSplit { .. } | Kernel::AttentionMerge { .. }))
+            .collect();
+        assert_eq!(attn.len(), 2 * cfg.n_layers, "{phase:?}");
+        for i in attn {
+            assert!(kiln::plan::early_reads_safe(launches, i), "{phase:?} launch {i} `{}`", launches[i].name);
+        }
+    }
+    for merge in [false, true] {
+        let at = launches
+            .iter()
+            .position(|l| {
+                if merge {
+                    matches!(l.kernel, Kernel::AttentionMerge { .. })
+                } else {
+                    matches!(l.kernel, Kernel::AttentionSplit { .. })
+                }
+            })
+            .unwrap();
+        let mut good = plan.clone();
+        match &mut good.programs[p].launches[at].kernel {
+            Kernel::AttentionSplit { early, .. } | Kernel::AttentionMerge { early, .. } => *early = true,
+            _ => unreachable!(),
+        }
+        check_plan(&good).unwrap();
+        let mut bad = good.clone();
+        let l = &mut bad.programs[p].launches[at];
+        l.bufs[if merge { 1 } else { 3 }] = kiln::plan::BufArg { access: Access::Read, ..written };
+        let name = l.name.clone();
+        let msg = format!("{:#}", check_plan(&bad).unwrap_err());
+        assert!(msg.contains("before its wait") && msg.contains(&name), "{msg}");
+    }
 }

@@ -25,8 +25,8 @@
 //!    SM, compiled for at most 256 threads) only for the linear kernels with 256-thread blocks,
 //!    for `gated_linear` only with a staged norm and for `fused_linear` only with a norm, the
 //!    tensor-core paths those variants have (`geometry::dense_variant_covers`).
-//! 9. Planned early reads (`QkvRope`'s `early`: positions and cache bases read before the kernel
-//!    waits for the grids before it) only where no earlier launch of the program writes those
+//! 9. Planned early reads (the `early` of `QkvRope`, `AttentionSplit` and `AttentionMerge`:
+//!    positions and cache bases read before the kernel waits for the grids before it) only where no earlier launch of the program writes those
 //!    bytes: the values then predate the program (GEMV kernels let their dependents launch
 //!    before they wait, so a grid several launches back may still be running).
 
@@ -105,11 +105,8 @@ fn check_program(plan: &Plan, p: &ProgramPlan) -> Result<()> {
             l.occupancy
         );
         // 9: planned early reads.
-        let n = l.bufs.len();
-        let early: Vec<usize> = match l.kernel {
-            Kernel::QkvRope { early: true, .. } => vec![n - 5, n - 4],
-            _ => Vec::new(),
-        };
+        let early: Vec<usize> = if l.kernel.early() { super::early_read_operands(l) } else { Vec::new() };
+        ensure!(!l.kernel.early() || !early.is_empty(), "launch {i} `{}` is planned to read early but has no early operands", l.name);
         for k in early {
             let b = &l.bufs[k];
             if let Some(j) = (0..i).rev().find(|&j| p.launches[j].bufs.iter().any(|o| o.access == Access::Write && touches(o, b))) {

@@ -127,11 +127,15 @@ fn kernel_params(k: &Kernel) -> String {
         | Kernel::AttentionPrefill { rows, heads, kv_heads, head_dim, scale, kv_rows } => {
             format!("rows={rows} heads={heads} kv_heads={kv_heads} head_dim={head_dim} scale={scale} kv_rows={kv_rows}")
         }
-        Kernel::AttentionSplit { rows, heads, kv_heads, head_dim, scale, kv_rows, splits, split_len, min_split_len } => format!(
-            "rows={rows} heads={heads} kv_heads={kv_heads} head_dim={head_dim} scale={scale} kv_rows={kv_rows} splits={splits} split_len={split_len} min_split_len={min_split_len}"
+        Kernel::AttentionSplit { rows, heads, kv_heads, head_dim, scale, kv_rows, splits, split_len, min_split_len, early } => format!(
+            "rows={rows} heads={heads} kv_heads={kv_heads} head_dim={head_dim} scale={scale} kv_rows={kv_rows} splits={splits} split_len={split_len} min_split_len={min_split_len}{}",
+            if *early { " early=true" } else { "" }
         ),
-        Kernel::AttentionMerge { rows, heads, head_dim, splits, split_len, min_split_len } => {
-            format!("rows={rows} heads={heads} head_dim={head_dim} splits={splits} split_len={split_len} min_split_len={min_split_len}")
+        Kernel::AttentionMerge { rows, heads, head_dim, splits, split_len, min_split_len, early } => {
+            format!(
+                "rows={rows} heads={heads} head_dim={head_dim} splits={splits} split_len={split_len} min_split_len={min_split_len}{}",
+                if *early { " early=true" } else { "" }
+            )
         }
         Kernel::SwiGlu { n } | Kernel::Add { n } => format!("n={n}"),
         Kernel::Sample { rows, vocab } => format!("rows={rows} vocab={vocab}"),

@@ -302,8 +302,9 @@ mod tests {
                 splits: 2048,
                 split_len: 64,
                 min_split_len: 32,
+                early: false,
             },
-            Kernel::AttentionMerge { rows: 8, heads: 64, head_dim: 256, splits: 2048, split_len: 64, min_split_len: 32 },
+            Kernel::AttentionMerge { rows: 8, heads: 64, head_dim: 256, splits: 2048, split_len: 64, min_split_len: 32, early: false },
             Kernel::SwiGlu { n: 7 * 3072 },
             Kernel::Add { n: 7 * 1024 },
             Kernel::Sample { rows: 7, vocab: 151936 },
@@ -411,6 +412,7 @@ mod tests {
                 splits: 8,
                 split_len: 512,
                 min_split_len: 32,
+                early: false,
             };
             launch_geometry(&k, &[])
         };
@@ -423,7 +425,7 @@ mod tests {
         assert_eq!(split(16, 1).grid, [3 * 4, 8, 1]);
         assert_eq!(split(4, 4).block, [ATTENTION_SPLIT_THREADS, 1, 1]);
         let merge = launch_geometry(
-            &Kernel::AttentionMerge { rows: 3, heads: 32, head_dim: 64, splits: 8, split_len: 512, min_split_len: 32 },
+            &Kernel::AttentionMerge { rows: 3, heads: 32, head_dim: 64, splits: 8, split_len: 512, min_split_len: 32, early: false },
             &[],
         );
         assert_eq!((merge.grid, merge.block), ([3, 32, 1], [ATTENTION_MERGE_THREADS, 1, 1]));

@@ -164,10 +164,14 @@ pub enum Kernel {
         splits: u32,
         split_len: u32,
         min_split_len: u32,
+        /// Planned early reads ([`early_reads_safe`]): the positions and cache bases are read
+        /// before the kernel waits for the grids before it (the bits are the same either way).
+        early: bool,
     },
     /// Decode attention, second half: combines the active splits of each (row, head) (the same
-    /// live split length as the split launch). bufs: workspace, positions, out.
-    AttentionMerge { rows: u32, heads: u32, head_dim: u32, splits: u32, split_len: u32, min_split_len: u32 },
+    /// live split length as the split launch). bufs: workspace, positions, out. `early`: the
+    /// positions are read before the wait, as the split's.
+    AttentionMerge { rows: u32, heads: u32, head_dim: u32, splits: u32, split_len: u32, min_split_len: u32, early: bool },
     /// bufs: gate, up, out.
     SwiGlu { n: u32 },
     /// bufs: a, b, out.
@@ -267,13 +271,26 @@ impl Kernel {
 }
 
 /// The operands of a launch that its kernel may read before it waits for the grids before it
-/// (programmatic dependent launch), when [`early_reads_safe`] holds: a `QkvRope`'s positions and
-/// cache bases. Indices into `Launch::bufs`.
+/// (programmatic dependent launch), when [`early_reads_safe`] holds: the positions and cache
+/// bases of a `QkvRope` and an `AttentionSplit`, the positions of an `AttentionMerge`. Indices into
+/// `Launch::bufs`.
 pub fn early_read_operands(l: &Launch) -> Vec<usize> {
     let n = l.bufs.len();
     match l.kernel {
         Kernel::QkvRope { .. } if n >= 5 => vec![n - 5, n - 4],
+        Kernel::AttentionSplit { .. } if n == 6 => vec![3, 4],
+        Kernel::AttentionMerge { .. } if n == 3 => vec![1],
         _ => Vec::new(),
+    }
+}
+
+impl Kernel {
+    /// Whether the launch is planned to read its [`early_read_operands`] before its wait.
+    pub fn early(&self) -> bool {
+        matches!(
+            self,
+            Kernel::QkvRope { early: true, .. } | Kernel::AttentionSplit { early: true, .. } | Kernel::AttentionMerge { early: true, .. }
+        )
     }
 }
 

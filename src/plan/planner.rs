@@ -374,6 +374,7 @@ fn launches_of(p: &Program, name: &str, op: &Op, max_context: usize, workspaces:
                 splits,
                 split_len,
                 min_split_len,
+                early: false,
             };
             let ws = workspaces.len();
             workspaces.push(WorkspaceSpec { name: format!("{name}.workspace"), bytes: split.workspace_bytes() });
@@ -387,7 +388,15 @@ fn launches_of(p: &Program, name: &str, op: &Op, max_context: usize, workspaces:
                 },
                 LaunchSpec {
                     name: format!("{name}.merge"),
-                    kernel: Kernel::AttentionMerge { rows: *rows, heads: *heads, head_dim: *head_dim, splits, split_len, min_split_len },
+                    kernel: Kernel::AttentionMerge {
+                        rows: *rows,
+                        heads: *heads,
+                        head_dim: *head_dim,
+                        splits,
+                        split_len,
+                        min_split_len,
+                        early: false,
+                    },
                     operands: vec![(Operand::Workspace(ws), Access::Read), r(positions), (Operand::Value(out), Access::Write)],
                     packs: Vec::new(),
                 },
@@ -518,10 +527,16 @@ fn plan_program(p: &Program, persistent: &BTreeMap<&str, &PlannedTensor>, max_co
     }
     let deps = dependencies(&launches);
     // Planned early reads: operands written before the program began (`plan::early_reads_safe`).
+    // The decode attention's only at plan time with `KILN_ATTN_EARLY=1` (an A/B knob until it is
+    // measured on a GPU, bench/NOTES-decode.md session 13).
+    static ATTN_EARLY: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let attn_early = *ATTN_EARLY.get_or_init(|| std::env::var("KILN_ATTN_EARLY").is_ok_and(|v| v == "1"));
     for i in 0..launches.len() {
         let safe = super::early_reads_safe(&launches, i);
-        if let Kernel::QkvRope { early, .. } = &mut launches[i].kernel {
-            *early = safe;
+        match &mut launches[i].kernel {
+            Kernel::QkvRope { early, .. } => *early = safe,
+            Kernel::AttentionSplit { early, .. } | Kernel::AttentionMerge { early, .. } => *early = safe && attn_early,
+            _ => {}
         }
     }
     Ok(ProgramPlan {

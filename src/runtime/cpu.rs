@@ -723,7 +723,7 @@ fn execute(regions: &mut [Vec<u8>; N_REGIONS], s: &mut Scratch, launch: &Launch)
             }
             store(regions, out, &s.out)
         }
-        Kernel::AttentionSplit { rows, heads, kv_heads, head_dim, scale, kv_rows, splits, split_len, min_split_len } => {
+        Kernel::AttentionSplit { rows, heads, kv_heads, head_dim, scale, kv_rows, splits, split_len, min_split_len, .. } => {
             let (rows, heads, kv_heads, hd) = (rows as usize, heads as usize, kv_heads as usize, head_dim as usize);
             let (splits_u, planned_len) = (splits, split_len);
             let (splits, split_len) = (splits as usize, split_len as usize);
@@ -800,7 +800,7 @@ fn execute(regions: &mut [Vec<u8>; N_REGIONS], s: &mut Scratch, launch: &Launch)
             }
             Ok(())
         }
-        Kernel::AttentionMerge { rows, heads, head_dim, splits, split_len, min_split_len } => {
+        Kernel::AttentionMerge { rows, heads, head_dim, splits, split_len, min_split_len, .. } => {
             let (splits_u, planned_len) = (splits, split_len);
             let (rows, heads, hd, splits) = (rows as usize, heads as usize, head_dim as usize, splits as usize);
             let [workspace, positions, out] = arity(launch, 2, 1)? else { unreachable!() };

@@ -133,7 +133,7 @@ pub fn scalars(kernel: &Kernel) -> Vec<Scalar> {
         }
         // (q, k_cache, v_cache, positions, cache_base, workspace, rows, heads, kv_heads, head_dim,
         //  scale, kv_rows, splits, split_len)
-        Kernel::AttentionSplit { rows, heads, kv_heads, head_dim, scale, kv_rows, splits, split_len, min_split_len } => {
+        Kernel::AttentionSplit { rows, heads, kv_heads, head_dim, scale, kv_rows, splits, split_len, min_split_len, early } => {
             vec![
                 U32(rows),
                 U32(heads),
@@ -144,11 +144,12 @@ pub fn scalars(kernel: &Kernel) -> Vec<Scalar> {
                 U32(splits),
                 U32(split_len),
                 U32(min_split_len),
+                U32(early as u32),
             ]
         }
-        // (workspace, positions, out, rows, heads, head_dim, splits, split_len)
-        Kernel::AttentionMerge { rows, heads, head_dim, splits, split_len, min_split_len } => {
-            vec![U32(rows), U32(heads), U32(head_dim), U32(splits), U32(split_len), U32(min_split_len)]
+        // (workspace, positions, out, rows, heads, head_dim, splits, split_len, min_split_len, early)
+        Kernel::AttentionMerge { rows, heads, head_dim, splits, split_len, min_split_len, early } => {
+            vec![U32(rows), U32(heads), U32(head_dim), U32(splits), U32(split_len), U32(min_split_len), U32(early as u32)]
         }
         // (gate, up, out, n) / (a, b, out, n)
         Kernel::SwiGlu { n } | Kernel::Add { n } => vec![U32(n)],
