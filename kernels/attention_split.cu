@@ -406,8 +406,9 @@ __device__ void attention_split(const T* q, const T* k_cache, const T* v_cache, 
     if (early) wait_prior_grids();
     return;
   }
-  const int p = positions[t];
-  const long long base_t = cache_base[t];
+  // Early: through the L2 (coherent), as qkv_rope's early reads.
+  const int p = early ? __ldcg(positions + t) : positions[t];
+  const long long base_t = early ? __ldcg(cache_base + t) : cache_base[t];
   if (early) wait_prior_grids();
   const unsigned int split_len = live_split_len(p, splits, planned_len, min_split_len);
   const long long lo = (long long)s * split_len;
@@ -450,7 +451,7 @@ __device__ void attention_merge(const float* workspace, const int* positions,
     return;
   }
   T* o = out + ((size_t)t * heads + h) * head_dim;
-  const int p = positions[t];
+  const int p = early ? __ldcg(positions + t) : positions[t];
   if (early) wait_prior_grids();
   const unsigned int split_len = live_split_len(p, splits, planned_len, min_split_len);
   const unsigned int n_active = (p < 0 || planned_len == 0) ? 0u : min((unsigned int)p / split_len + 1, splits);
