@@ -382,7 +382,7 @@ fn attention_split_grid_is_one_wave_and_covers_the_context() {
         for rows in [1u32, 2, 4, 8] {
             for max_context in [128u32, 1024, 4096, 32768] {
                 let (splits, split_len) = attention_splits(rows, heads, kv_heads, max_context);
-                let blocks = rows * kv_heads * (heads / kv_heads).div_ceil(4) * splits;
+                let blocks = rows * kv_heads * kiln::plan::geometry::attention_head_chunks(heads, kv_heads) * splits;
                 assert!(splits * split_len >= max_context && split_len % 64 == 0, "{heads}/{kv_heads} rows {rows} ctx {max_context}");
                 assert!(
                     blocks <= ATTENTION_SPLIT_TARGET_BLOCKS || splits == 1,

@@ -396,6 +396,5 @@ fn op_values_mut(op: &mut Op) -> Vec<&mut ValueId> {
 /// `KILN_QKV_ROPE=always` (read once): rewrite 7 also where the packed QKV GEMV would take the
 /// dense variant.
 fn qkv_rope_always() -> bool {
-    static ALWAYS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ALWAYS.get_or_init(|| std::env::var("KILN_QKV_ROPE").is_ok_and(|v| v == "always"))
+    crate::plan::knob("KILN_QKV_ROPE") == "always"
 }

@@ -26,8 +26,8 @@
 //!    for `gated_linear` only with a staged norm and for `fused_linear` only with a norm, the
 //!    tensor-core paths those variants have (`geometry::dense_variant_covers`).
 //! 9. Planned early reads (the `early` of `QkvRope`, `AttentionSplit` and `AttentionMerge`:
-//!    positions and cache bases read before the kernel waits for the grids before it) only where no earlier launch of the program writes those
-//!    bytes: the values then predate the program (GEMV kernels let their dependents launch
+//!    positions and cache bases read before the kernel waits for the grids before it) only
+//!    where no earlier launch of the program writes those bytes: the values then predate the program (GEMV kernels let their dependents launch
 //!    before they wait, so a grid several launches back may still be running).
 
 use super::geometry::{dense_variant_covers, GEMV_DENSE_BLOCKS_PER_SM, LINEAR_GEMV_THREADS};

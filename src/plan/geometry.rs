@@ -63,9 +63,7 @@ pub fn gemv_occupancy(blocks: u32, threads: u32) -> u32 {
     // or a block count N: the dense variant also for every grid of at least N blocks (the dense
     // variants without spills hold 1.5x the bytes in flight per SM, which the wave rule does not
     // weigh and which may matter more than wave fill for grids of many waves; bench/NOTES-decode.md).
-    static MODE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    let mode = MODE.get_or_init(|| std::env::var("KILN_GEMV_DENSE").unwrap_or_default());
-    let min_blocks = match mode.as_str() {
+    let min_blocks = match super::knob("KILN_GEMV_DENSE") {
         "always" => return GEMV_DENSE_BLOCKS_PER_SM,
         "never" => return 0,
         n => n.parse::<u32>().unwrap_or(u32::MAX),
@@ -87,9 +85,7 @@ pub fn gemv_occupancy(blocks: u32, threads: u32) -> u32 {
 /// bench/results/2026-12-01-h200-decode-ab-s13.md, call B: 8B 234.8 -> 225.5 tok/s gated, 215.7
 /// all): the dense variant's bytes in flight per SM matter more than its last wave.
 fn gemv_wide_knob(kernel: &Kernel, blocks: u32) -> bool {
-    static MODE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    let mode = MODE.get_or_init(|| std::env::var("KILN_GEMV_WIDE").unwrap_or_default());
-    match mode.as_str() {
+    match super::knob("KILN_GEMV_WIDE") {
         "" => false,
         "gated" => matches!(kernel, Kernel::GatedLinear { .. }),
         n => n.parse::<u32>().is_ok_and(|min| blocks >= min),

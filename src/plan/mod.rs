@@ -17,6 +17,15 @@ pub mod planner;
 
 pub use planner::{build_plan, PlanOptions};
 
+/// A plan-time A/B timing knob: the environment variable `name`, read once per process, "" when
+/// unset (`bench/README.md` lists them). The defaults are what the results use.
+pub fn knob(name: &'static str) -> &'static str {
+    static KNOBS: std::sync::OnceLock<std::sync::Mutex<std::collections::BTreeMap<&'static str, &'static str>>> =
+        std::sync::OnceLock::new();
+    let mut knobs = KNOBS.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner());
+    knobs.entry(name).or_insert_with(|| std::env::var(name).unwrap_or_default().leak())
+}
+
 use crate::ir::{DType, Phase, RopeSpec, ValueClass};
 use crate::model::config::ModelConfig;
 use serde::{Deserialize, Serialize};

@@ -281,13 +281,6 @@ struct WorkspaceSpec {
     bytes: u64,
 }
 
-/// Decode attention is split over the KV length so that a long context fills the GPU: about one
-/// full wave of [`ATTENTION_SPLIT_TARGET_BLOCKS`] blocks at full context, counting the blocks the
-/// kernel launches (one per row, kv head and chunk of at most 4 query heads, see
-/// `geometry::ATTENTION_SPLIT_MAX_GROUP`), splits of at least 64 positions (a multiple of 64).
-/// Fixed per bucket, so a growing sequence never re-plans.
-///
-/// `KILN_ATTN_TARGET_BLOCKS=<n>` at plan time replaces the target (an A/B timing knob).
 /// Blocks the decode attention split aims at: one wave of its one block per SM (the split kernel
 /// is compiled for one block per SM, `KILN_ATTN_SPLIT_MIN_BLOCKS`, 160-205 registers) on a 132-SM
 /// GPU. Measured on the H200 (2026-12-01, bench/NOTES-decode.md session 13, call D, kiln bench
@@ -296,17 +289,17 @@ struct WorkspaceSpec {
 /// left context 128 unchanged (234.7 / 1083.3 / 1356.2 -> 234.7 / 1084.0 / 1356.7).
 pub const ATTENTION_SPLIT_TARGET_BLOCKS: u32 = 132;
 
+/// Decode attention is split over the KV length so that a long context fills the GPU: about one
+/// full wave of [`ATTENTION_SPLIT_TARGET_BLOCKS`] blocks at full context, counting the blocks the
+/// kernel launches (one per row, kv head and chunk of at most 4 query heads,
+/// [`super::geometry::attention_head_chunks`]), splits of at least 64 positions (a multiple of
+/// 64). Fixed per bucket, so a growing sequence never re-plans.
+///
+/// `KILN_ATTN_TARGET_BLOCKS=<n>` at plan time replaces the target (an A/B timing knob).
 pub fn attention_splits(rows: u32, heads: u32, kv_heads: u32, max_context: u32) -> (u32, u32) {
-    static TARGET: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
-    let target_blocks = *TARGET.get_or_init(|| {
-        std::env::var("KILN_ATTN_TARGET_BLOCKS")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .filter(|&n| n > 0)
-            .unwrap_or(ATTENTION_SPLIT_TARGET_BLOCKS)
-    });
-    let group = heads / kv_heads.max(1);
-    let blocks = rows * kv_heads * group.div_ceil(super::geometry::ATTENTION_SPLIT_MAX_GROUP);
+    let target_blocks =
+        super::knob("KILN_ATTN_TARGET_BLOCKS").parse().ok().filter(|&n: &u32| n > 0).unwrap_or(ATTENTION_SPLIT_TARGET_BLOCKS);
+    let blocks = rows * kv_heads * super::geometry::attention_head_chunks(heads, kv_heads);
     let max_splits = max_context.div_ceil(64).max(1);
     let splits = (target_blocks / blocks.max(1)).clamp(1, max_splits);
     let split_len = max_context.div_ceil(splits).div_ceil(64) * 64;
@@ -529,8 +522,7 @@ fn plan_program(p: &Program, persistent: &BTreeMap<&str, &PlannedTensor>, max_co
     // Planned early reads: operands written before the program began (`plan::early_reads_safe`).
     // The decode attention's only at plan time with `KILN_ATTN_EARLY=1` (an A/B knob until it is
     // measured on a GPU, bench/NOTES-decode.md session 13).
-    static ATTN_EARLY: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    let attn_early = *ATTN_EARLY.get_or_init(|| std::env::var("KILN_ATTN_EARLY").is_ok_and(|v| v == "1"));
+    let attn_early = super::knob("KILN_ATTN_EARLY") == "1";
     for i in 0..launches.len() {
         let safe = super::early_reads_safe(&launches, i);
         match &mut launches[i].kernel {
