@@ -525,9 +525,9 @@ fn early_reads_only_of_values_that_predate_the_program() {
     let msg = format!("{:#}", check_plan(&bad).unwrap_err());
     assert!(msg.contains("before its wait") && msg.contains(&name), "{msg}");
 
-    // The decode attention's positions and cache bases predate the program too (planned early
-    // only with the plan-time A/B knob `KILN_ATTN_EARLY=1`); an early split whose positions an
-    // earlier launch writes is refused, and so is an early merge.
+    // The decode attention's positions and cache bases predate the program too, and are planned
+    // early (unless the plan-time A/B knob `KILN_ATTN_EARLY=0` is set, which no test sets); an
+    // early split whose positions an earlier launch writes is refused, and so is an early merge.
     for phase in [Phase::Decode, Phase::DecodeLoop] {
         let launches = &plan.programs[plan.program(phase, 1).unwrap()].launches;
         let attn: Vec<usize> = (0..launches.len())
@@ -536,6 +536,11 @@ fn early_reads_only_of_values_that_predate_the_program() {
         assert_eq!(attn.len(), 2 * cfg.n_layers, "{phase:?}");
         for i in attn {
             assert!(kiln::plan::early_reads_safe(launches, i), "{phase:?} launch {i} `{}`", launches[i].name);
+            let planned = match launches[i].kernel {
+                Kernel::AttentionSplit { early, .. } | Kernel::AttentionMerge { early, .. } => early,
+                _ => unreachable!(),
+            };
+            assert!(planned, "{phase:?} launch {i} `{}` is not planned early", launches[i].name);
         }
     }
     for merge in [false, true] {

@@ -520,9 +520,10 @@ fn plan_program(p: &Program, persistent: &BTreeMap<&str, &PlannedTensor>, max_co
     }
     let deps = dependencies(&launches);
     // Planned early reads: operands written before the program began (`plan::early_reads_safe`).
-    // The decode attention's only at plan time with `KILN_ATTN_EARLY=1` (an A/B knob until it is
-    // measured on a GPU, bench/NOTES-decode.md session 13).
-    let attn_early = super::knob("KILN_ATTN_EARLY") == "1";
+    // The decode attention's too unless `KILN_ATTN_EARLY=0` at plan time (the A/B knob: on the H200,
+    // session 14 call A, early reads gave +5.2% / +1.5% / +0.5% at batch 1, context 128, on the
+    // 0.5B / 1B / 8B shapes, bench/results/2026-12-01-h200-decode-ab-s14.md).
+    let attn_early = super::knob("KILN_ATTN_EARLY") != "0";
     for i in 0..launches.len() {
         let safe = super::early_reads_safe(&launches, i);
         match &mut launches[i].kernel {
