@@ -1,0 +1,261 @@
+#!/usr/bin/env python3
+"""Feasibility probe of the persistent decode kernel (GPU, CuPy): one resident grid walking a chain
+of batch-1 GEMVs against the same chain as separate kernel launches.
+
+    python3 scripts/probe_persistent.py                     # both shapes, on the GPU
+    python3 scripts/probe_persistent.py --compile-only      # no GPU: NVRTC build of the probe
+
+The chain is a decoder's GEMVs without the attention: per layer QKV (hidden -> q + 2 kv), o
+(hidden -> hidden), gate/up (hidden -> 2 x intermediate), down (intermediate -> hidden), each
+reading the previous one's output (its first K elements), every layer with its own weights (so
+the chain streams the model's layer bytes from HBM, as decode does). Weights are random, scaled
+by 1 / sqrt(K) so that activations stay O(1) over the chain.
+
+Timed from CUDA graphs (median of 9 replays):
+- `kiln linear`: kiln's decode GEMV (kernels/linear.cu, kiln_linear_bf16_bf16, the plan's
+  geometry) once per GEMV, plain launches and PDL launches (programmatic edges: each kernel's
+  first weight loads overlap the previous one's tail, as kiln's decode graphs run);
+- `persistent nsN[_red]`: scripts/probe_persistent.cu with a ring of N 16 KB chunks per block (a
+  memset node zeroes the barrier counter before each launch); `_red`: the barrier arrival is
+  one release reduction instead of a fence and an atomic;
+- shape `floor`: 96 GEMVs of 896 -> 132 (one row per block), so that a chain's time is its
+  per-stage latency: a PDL kernel boundary against a grid barrier.
+Each line gives us per chain, us per layer and GB/s against kiln's read-bandwidth probe. The
+persistent kernel's outputs are checked stage by stage against an f32 GEMV (cuBLAS via CuPy) of
+its own inputs, and so are the kiln chains'.
+"""
+
+import argparse
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SRC = os.path.join(HERE, "probe_persistent.cu")
+SHAPES = {  # name: (hidden, q + 2 kv features, intermediate, layers)
+    "qwen2.5-0.5b": (896, 896 + 2 * 128, 4864, 24),
+    "llama3.2-1b": (2048, 2048 + 2 * 512, 8192, 16),
+    "floor": (896, 0, 0, 24),  # 4 x 24 GEMVs of 896 -> 132: one row per block, the per-stage latency
+}
+CHUNK, XMAX, MAX_ITEMS, MAX_STAGES = 16384, 8192, 512, 128
+
+
+def cuda_include():  # as kernel_check.cuda_include (imported only on the GPU path: it needs NumPy)
+    for d in (os.environ.get("KILN_CUDA_INCLUDE"),
+              os.path.join(os.environ["CUDA_HOME"], "include") if os.environ.get("CUDA_HOME") else None,
+              "/usr/local/cuda/include"):
+        if d and os.path.isfile(os.path.join(d, "cuda_bf16.h")):
+            return d
+    sys.exit("no CUDA include directory with cuda_bf16.h: set KILN_CUDA_INCLUDE")
+
+
+def compile_probe(arch):
+    import ctypes
+
+    lib = None
+    for name in ("libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"):
+        try:
+            lib = ctypes.CDLL(name)
+            break
+        except OSError:
+            pass
+    if lib is None:
+        sys.exit("libnvrtc not loadable")
+    src = open(SRC, "rb").read()
+    prog = ctypes.c_void_p()
+    if lib.nvrtcCreateProgram(ctypes.byref(prog), src, b"probe_persistent.cu", 0, None, None):
+        sys.exit("nvrtcCreateProgram failed")
+    opts = [f"--gpu-architecture={arch}", "-std=c++17", "-lineinfo", f"--include-path={cuda_include()}",
+            "--ptxas-options=-v"]
+    arr = lambda xs: (ctypes.c_char_p * len(xs))(*xs)
+    rc = lib.nvrtcCompileProgram(prog, len(opts), arr([o.encode() for o in opts]))
+    size = ctypes.c_size_t()
+    lib.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
+    log = ctypes.create_string_buffer(size.value)
+    lib.nvrtcGetProgramLog(prog, log)
+    log = log.value.decode(errors="replace").strip()
+    if rc:
+        sys.exit(f"NVRTC failed:\n{log}")
+    lib.nvrtcGetCUBINSize(prog, ctypes.byref(size))
+    cubin = ctypes.create_string_buffer(size.value)
+    lib.nvrtcGetCUBIN(prog, cubin)
+    return cubin.raw, log
+
+
+def graph_time(cp, launches, reps=9):
+    stream = cp.cuda.Stream(non_blocking=True)
+    with stream:
+        for f in launches:
+            f()
+        stream.synchronize()
+        stream.begin_capture()
+        for f in launches:
+            f()
+        graph = stream.end_capture()
+        graph.launch(stream)
+        stream.synchronize()
+        times = []
+        for _ in range(reps):
+            e0, e1 = cp.cuda.Event(), cp.cuda.Event()
+            e0.record(stream)
+            graph.launch(stream)
+            e1.record(stream)
+            e1.synchronize()
+            times.append(cp.cuda.get_elapsed_time(e0, e1) * 1e-3)
+    times.sort()
+    return times[len(times) // 2]
+
+
+def bf16_random(cp, n, scale):  # bits of bf16 values (truncated f32 normals)
+    a = cp.random.standard_normal(n, dtype=cp.float32) * cp.float32(scale)
+    return (a.view(cp.uint32) >> 16).astype(cp.uint16)
+
+
+def bf16_to_f32(cp, a):
+    return (a.astype(cp.uint32) << 16).view(cp.float32)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--compile-only", metavar="ARCH", nargs="?", const="sm_90a")
+    ap.add_argument("--shapes", default=",".join(SHAPES), help="of " + ", ".join(SHAPES))
+    ap.add_argument("--layers", type=int, default=0, help="override the layer count")
+    ap.add_argument("--kiln-repeats", type=int, default=1, help="time (and check) the kiln chains this many times")
+    ap.add_argument("--no-persistent", action="store_true", help="only the kiln chains")
+    args = ap.parse_args()
+    if args.compile_only:
+        _, log = compile_probe(args.compile_only)
+        print(log)
+        bad = "warning" in log.lower()
+        print("probe compile:", "FAIL" if bad else "ok")
+        return 1 if bad else 0
+
+    import ctypes
+
+    import cupy as cp
+    import numpy as np
+
+    sys.path.insert(0, HERE)
+    import kernel_check as kc
+
+    dev = cp.cuda.Device()
+    cc = dev.compute_capability
+    arch = "sm_90a" if cc == "90" else f"sm_{cc}"
+    sms = dev.attributes["MultiProcessorCount"]
+    cubin, log = compile_probe(arch)
+    import tempfile
+
+    path = os.path.join(tempfile.mkdtemp(), "probe.cubin")
+    open(path, "wb").write(cubin)
+    probe = cp.RawModule(path=path)
+    report = kc.Report()
+    kiln_mod, how = kc.load_module(cp, report, only=["linear.cu", "bench_read.cu"])
+    checker = kc.Checker(cp, kiln_mod, np.random.default_rng(1), report)
+    bandwidth = checker.read_bandwidth()
+    print(f"GPU {cp.cuda.runtime.getDeviceProperties(0)['name'].decode()}, {sms} SMs; read bandwidth "
+          f"(kiln_bench_read) {bandwidth:.0f} GB/s; kiln kernels: {how}")
+    pdl = kc.PdlLaunch(cp)
+    libcuda = ctypes.CDLL("libcuda.so.1")
+    lin = kiln_mod.get_function("kiln_linear_bf16_bf16")
+    fails = 0
+    print(f"{'shape':<14} {'variant':<22} {'us/chain':>9} {'us/layer':>9} {'GB/s':>7} {'of measured':>11}")
+    for name in args.shapes.split(","):
+        H, QKV, I, L = SHAPES[name]
+        L = args.layers or L
+        per_layer = [(H, QKV), (H, H), (H, 2 * I), (I, H)] if I else [(H, 132)] * 4  # (K, N)
+        stages = [(k, n) for _ in range(L) for k, n in per_layer]
+        for k, n in per_layer:  # the probe kernel's limits (probe_persistent.cu)
+            per_chunk = max(1, CHUNK // (2 * k))
+            assert k % 8 == 0 and 2 * k <= CHUNK and k <= XMAX and 11 * per_chunk <= 512
+            assert 11 * per_chunk * -(-k // 1024) <= MAX_ITEMS
+        ws = [bf16_random(cp, n * k, 1.0 / np.sqrt(k)) for k, n in stages]
+        kmax = max(k for k, _ in stages)  # a stage reads the first K elements of the last one's y
+        ys = [cp.zeros(max(n, kmax), dtype=cp.uint16) for _, n in stages]
+        x0 = bf16_random(cp, H, 1.0)
+        xs = [x0] + ys[:-1]
+        nbytes = sum(2 * k * n for k, n in stages)
+
+        def kiln_launch(use_pdl):
+            out = []
+            for i, (k, n) in enumerate(stages):
+                grid, block = kc.geometry("linear", rows=1, out_features=n)
+                a = (xs[i], ws[i], np.uint64(0), ys[i], np.uint32(1), np.uint32(k), np.uint32(n), np.uint32(0))
+                out.append((lambda a=a, g=grid, b=block: pdl(lin, g, b, a)) if use_pdl else
+                           (lambda a=a, g=grid, b=block: lin(g, b, a)))
+            return out
+
+        def worst_stage_error():
+            """max over stages of max|y - f32 GEMV of the stage's own input| / max|ref|."""
+            worst, bad = 0.0, []
+            for i, (k, n) in enumerate(stages):
+                ref = bf16_to_f32(cp, ws[i]).reshape(n, k) @ bf16_to_f32(cp, xs[i])[:k]
+                got = bf16_to_f32(cp, ys[i])[:n]
+                err = float(cp.max(cp.abs(got - ref))) / max(float(cp.max(cp.abs(ref))), 1e-30)
+                worst = max(worst, err)
+                if not err < 1e-2:
+                    wrong = cp.abs(got - ref) > 1e-2 * float(cp.max(cp.abs(ref)))
+                    idx = cp.nonzero(wrong)[0]
+                    bad.append(f"stage {i} ({k}x{n}): error {err:.2e}, {int(idx.size)} of {n} outputs wrong "
+                               f"(first {int(idx[0])}, last {int(idx[-1])}), {int(cp.sum(got == 0))} zeros")
+            for line in bad[:8]:
+                print("    " + line)
+            return worst
+
+        for use_pdl in [False, True] * args.kiln_repeats:
+            for y in ys:
+                y.fill(0)
+            # graph_time's stream does not wait for the legacy stream's fills and random inputs
+            # (session 14's first 1B runs read x0 / raced the fills and failed their check).
+            cp.cuda.Device().synchronize()
+            sec = graph_time(cp, kiln_launch(use_pdl))
+            gbs = nbytes / sec / 1e9
+            worst = worst_stage_error()
+            ok = worst < 1e-2
+            fails += not ok
+            print(f"{name:<14} {'kiln linear' + (' pdl' if use_pdl else ''):<22} {sec * 1e6:>9.1f} "
+                  f"{sec * 1e6 / L:>9.2f} {gbs:>7.0f} {gbs / bandwidth:>11.2f}  check {'PASS' if ok else 'FAIL'} "
+                  f"(worst stage error {worst:.1e} of max|ref|)", flush=True)
+
+        # The stage table: {w, x, y, K, N} as 3 pointers and 2 u32 (32 bytes).
+        table = np.zeros((len(stages), 4), dtype=np.uint64)
+        for i, (k, n) in enumerate(stages):
+            table[i, 0], table[i, 1], table[i, 2] = ws[i].data.ptr, xs[i].data.ptr, ys[i].data.ptr
+            table[i, 3] = np.uint64(k) | (np.uint64(n) << np.uint64(32))
+        dtable = cp.asarray(table)
+        bar = cp.zeros(1, dtype=cp.uint32)
+        variants = [(12, ""), (12, "_red"), (12, "_red_b6"), (12, "_red_b3"), (6, ""), (2, "")]
+        assert len(stages) <= MAX_STAGES
+        for ns, red in [] if args.no_persistent else variants:
+            fn = probe.get_function(f"probe_chain_ns{ns}{red}")
+            smem = ns * CHUNK + XMAX * 2 + MAX_ITEMS * 4 + MAX_STAGES * 32
+            rc = libcuda.cuFuncSetAttribute(ctypes.c_void_p(getattr(fn, "kernel", fn).ptr), 8, ctypes.c_int(smem))
+            if rc:
+                print(f"cuFuncSetAttribute: CUresult {rc}")
+                fails += 1
+                continue
+            for y in ys:
+                y.fill(0)
+
+            cp.cuda.Device().synchronize()
+
+            def launches(fn=fn, smem=smem):
+                return [lambda: cp.cuda.runtime.memsetAsync(bar.data.ptr, 0, 4, cp.cuda.get_current_stream().ptr),
+                        lambda: fn((sms, 1, 1), (512, 1, 1), (dtable, np.uint32(len(stages)), bar), shared_mem=smem)]
+
+            sec = graph_time(cp, launches())
+            gbs = nbytes / sec / 1e9
+            worst = worst_stage_error()
+            ok = worst < 1e-2
+            fails += not ok
+            print(f"{name:<14} {f'persistent ns{ns}{red}':<22} {sec * 1e6:>9.1f} {sec * 1e6 / L:>9.2f} {gbs:>7.0f} "
+                  f"{gbs / bandwidth:>11.2f}  check {'PASS' if ok else 'FAIL'} (worst stage error {worst:.1e} of "
+                  f"max|ref|)", flush=True)
+        print(f"{name:<14} {'bytes at measured BW':<22} {nbytes / bandwidth / 1e3:>9.1f} "
+              f"{nbytes / bandwidth / 1e3 / L:>9.2f}  ({nbytes / 1e6:.1f} MB per chain, {len(stages)} GEMVs)")
+        del ws, ys, xs
+        cp.get_default_memory_pool().free_all_blocks()
+    print("probe:", "FAIL" if fails else "ok")
+    return 1 if fails else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
