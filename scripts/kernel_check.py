@@ -1622,6 +1622,9 @@ def main():
     ap.add_argument("--gemv-cubins", metavar="DIR",
                     help="--bench: also time the GEMVs of each DIR/NAME.cubin (tuning variants built elsewhere); "
                          "with --compile-only: write each --gemv-variant there")
+    ap.add_argument("--define", action="append", default=[], metavar="NAME=VALUE",
+                    help="compile the checked unit with -DNAME=VALUE (a tuning define, e.g. "
+                         "KILN_ATTN_SPLIT_UNROLL=1; as kiln's KILN_NVRTC_DEFINES)")
     ap.add_argument("--compile-only", metavar="ARCH", nargs="?", const="sm_90a",
                     help="no GPU: compile kernels/ with NVRTC for ARCH (default sm_90a) and report warnings")
     args = ap.parse_args()
@@ -1664,7 +1667,7 @@ def main():
     print(f"kernel_check: seed {seed}, device {cp.cuda.runtime.getDeviceProperties(0)['name'].decode()}")
     report = Report()
     t0 = time.time()
-    module, how = load_module(cp, report)
+    module, how = load_module(cp, report, defines=args.define)
     print(f"compiled the kernels ({how}) in {time.time() - t0:.1f} s")
 
     checker = Checker(cp, module, np.random.default_rng(seed), report)
