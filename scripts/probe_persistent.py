@@ -48,7 +48,7 @@ def cuda_include():  # as kernel_check.cuda_include (imported only on the GPU pa
     sys.exit("no CUDA include directory with cuda_bf16.h: set KILN_CUDA_INCLUDE")
 
 
-def compile_probe(arch):
+def compile_probe(arch, src_path=SRC):
     import ctypes
 
     lib = None
@@ -60,9 +60,9 @@ def compile_probe(arch):
             pass
     if lib is None:
         sys.exit("libnvrtc not loadable")
-    src = open(SRC, "rb").read()
+    src = open(src_path, "rb").read()
     prog = ctypes.c_void_p()
-    if lib.nvrtcCreateProgram(ctypes.byref(prog), src, b"probe_persistent.cu", 0, None, None):
+    if lib.nvrtcCreateProgram(ctypes.byref(prog), src, os.path.basename(src_path).encode(), 0, None, None):
         sys.exit("nvrtcCreateProgram failed")
     opts = [f"--gpu-architecture={arch}", "-std=c++17", "-lineinfo", f"--include-path={cuda_include()}",
             "--ptxas-options=-v"]
