@@ -41,6 +41,9 @@ import time
 
 import numpy as np
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from nvrtc_util import compile_unit, cuda_include  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KERNELS = os.path.join(ROOT, "kernels")
 
@@ -1527,57 +1530,19 @@ def within_rounding(logits, temperature, top_k, top_p, seed, counter, got, tol=1
 # ---- main -----------------------------------------------------------------------------------
 
 
-def cuda_include():
-    for d in (os.environ.get("KILN_CUDA_INCLUDE"),
-              os.path.join(os.environ["CUDA_HOME"], "include") if os.environ.get("CUDA_HOME") else None,
-              "/usr/local/cuda/include"):
-        if d and os.path.isfile(os.path.join(d, "cuda_bf16.h")):
-            return d
-    sys.exit("no CUDA include directory with cuda_bf16.h: set KILN_CUDA_INCLUDE")
-
-
 def nvrtc_cubin(cp, arch, only=None, defines=()):
     """Compiles kernels/ exactly as src/runtime/cuda/nvrtc.rs does (one unit including every *.cu,
     every file registered as an NVRTC header) and returns (cubin bytes, log). `only` limits the
     unit to some .cu files and `defines` adds -D options: the tuning sweep of --bench compiles
     variants of one kernel that way. `cp` may be None (--compile-only, no GPU)."""
-    import ctypes
-
     if cp is not None:
         cp.cuda.nvrtc.getVersion()  # makes CuPy load libnvrtc, so the soname below resolves
-    lib = None
-    for name in ("libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"):
-        try:
-            lib = ctypes.CDLL(name)
-            break
-        except OSError:
-            pass
-    if lib is None:
-        raise OSError("libnvrtc not loadable through ctypes")
     files = sorted(n for n in os.listdir(KERNELS) if n.endswith(".cu") or n.endswith(".cuh"))
     unit = "".join(f'#include "{n}"\n' for n in files if n.endswith(".cu") and (only is None or n in only)).encode()
-    texts = [open(os.path.join(KERNELS, n), "rb").read() for n in files]
-    prog = ctypes.c_void_p()
-    arr = lambda xs: (ctypes.c_char_p * len(xs))(*xs)
-    rc = lib.nvrtcCreateProgram(ctypes.byref(prog), unit, b"kiln_kernels.cu", len(files), arr(texts),
-                                arr([n.encode() for n in files]))
-    if rc:
-        raise RuntimeError(f"nvrtcCreateProgram: {rc}")
+    headers = [(n, open(os.path.join(KERNELS, n), "rb").read()) for n in files]
     opts = [f"--gpu-architecture={arch}", "-std=c++17", "-lineinfo", f"--include-path={cuda_include()}"]
     opts += [f"-D{d}" for d in defines]
-    rc = lib.nvrtcCompileProgram(prog, len(opts), arr([o.encode() for o in opts]))
-    size = ctypes.c_size_t()
-    lib.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
-    log = ctypes.create_string_buffer(size.value)
-    lib.nvrtcGetProgramLog(prog, log)
-    log = log.value.decode(errors="replace").strip()
-    if rc:
-        raise RuntimeError(f"NVRTC failed ({rc}):\n{log}")
-    lib.nvrtcGetCUBINSize(prog, ctypes.byref(size))
-    cubin = ctypes.create_string_buffer(size.value)
-    lib.nvrtcGetCUBIN(prog, cubin)
-    lib.nvrtcDestroyProgram(ctypes.byref(prog))
-    return cubin.raw, log
+    return compile_unit(unit, "kiln_kernels.cu", headers, opts)
 
 
 def load_module(cp, report, only=None, defines=()):

@@ -15,7 +15,7 @@
 // Geometry: grid ceil(N / 16), block 256: warp w computes rows 16 b + 2 w and + 1. Both kernels
 // load their weight rows into registers (16-byte loads, the whole row: K <= 2048), then let their
 // dependents launch and wait for the prior grid (PDL), then build x in shared memory and finish.
-#include <cuda_bf16.h>
+#include "probe_common.cuh"
 
 #define FOLD_THREADS 256
 #define FOLD_ROWS 16
@@ -32,42 +32,6 @@ __device__ __forceinline__ unsigned int fold_live_split_len(int p, unsigned int 
   const unsigned int q = (even + 15u) / 16u * 16u;
   return max(min(max(q, min_split_len), split_len), 1u);
 }
-__device__ __forceinline__ uint4 ld_w16(const void* p) {  // weights: read-only for the kernel's lifetime
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
-__device__ __forceinline__ uint4 ld_cg16(const void* p) {
-  uint4 v;
-  asm volatile("ld.global.cg.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
-__device__ __forceinline__ float ld_cgf(const float* p) {
-  float v;
-  asm volatile("ld.global.cg.f32 %0, [%1];\n" : "=f"(v) : "l"(p));
-  return v;
-}
-__device__ __forceinline__ int ld_cgi(const int* p) {
-  int v;
-  asm volatile("ld.global.cg.s32 %0, [%1];\n" : "=r"(v) : "l"(p));
-  return v;
-}
-__device__ __forceinline__ float fold_dot8(const uint4& a, const uint4& b, float acc) {
-  const unsigned int aw[4] = {a.x, a.y, a.z, a.w}, bw[4] = {b.x, b.y, b.z, b.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 fa = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&aw[i]));
-    const float2 fb = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&bw[i]));
-    acc = __fmaf_rn(fa.x, fb.x, acc);
-    acc = __fmaf_rn(fa.y, fb.y, acc);
-  }
-  return acc;
-}
-
 template <bool FOLD>
 __device__ void probe_gemv(const __nv_bfloat16* x, const float* ws, const int* positions, const __nv_bfloat16* w,
                            __nv_bfloat16* y, unsigned int K, unsigned int N, unsigned int heads, unsigned int head_dim,
@@ -95,16 +59,30 @@ __device__ void probe_gemv(const __nv_bfloat16* x, const float* ws, const int* p
     const unsigned int L = fold_live_split_len(p, splits, split_len, min_split_len);
     const unsigned int na = p < 0 ? 0u : min((unsigned int)p / L + 1u, splits);
     const unsigned int stride = head_dim + 2;
-    // The first FOLD_SB splits' acc of this thread's elements, loaded with the (m, l) below.
+    // acc of splits [s0, s0 + FOLD_SB) of this thread's elements, in one round trip; and their
+    // weighted sum into v (wt: the per-(head, split) weights below).
+    auto load_batch = [&](unsigned int s0, float (&b)[FOLD_MAXE][FOLD_SB]) {
+#pragma unroll
+      for (int e = 0; e < FOLD_MAXE; ++e) {
+        const unsigned int k = threadIdx.x + FOLD_THREADS * e;
+        const unsigned int h = k / head_dim, d = k % head_dim;
+#pragma unroll
+        for (int s = 0; s < FOLD_SB; ++s)
+          b[e][s] = (k < K && s0 + s < na) ? ld_cgf(ws + ((size_t)h * splits + s0 + s) * stride + d) : 0.0f;
+      }
+    };
+    float v[FOLD_MAXE];
+    auto add_batch = [&](unsigned int s0, const float (&b)[FOLD_MAXE][FOLD_SB]) {
+#pragma unroll
+      for (int e = 0; e < FOLD_MAXE; ++e) {
+        const unsigned int h = min(threadIdx.x + FOLD_THREADS * e, K - 1) / head_dim;
+#pragma unroll
+        for (int s = 0; s < FOLD_SB; ++s)
+          if (s0 + s < na) v[e] = __fmaf_rn(wt[h * na + s0 + s], b[e][s], v[e]);
+      }
+    };
     float a[FOLD_MAXE][FOLD_SB];
-#pragma unroll
-    for (int e = 0; e < FOLD_MAXE; ++e) {
-      const unsigned int k = threadIdx.x + FOLD_THREADS * e;
-      const unsigned int h = k / head_dim, d = k % head_dim;
-#pragma unroll
-      for (int s = 0; s < FOLD_SB; ++s)
-        a[e][s] = (k < K && (unsigned int)s < na) ? ld_cgf(ws + ((size_t)h * splits + s) * stride + d) : 0.0f;
-    }
+    load_batch(0, a);  // in flight with the (m, l) loads below
     // Per head: M, the denominator, and each active split's weight.
     for (unsigned int t = threadIdx.x; t < heads * na; t += FOLD_THREADS) {
       const unsigned int h = t / na, s = t % na;
@@ -127,33 +105,13 @@ __device__ void probe_gemv(const __nv_bfloat16* x, const float* ws, const int* p
       for (unsigned int s = 0; s < na; ++s) wt[h * na + s] *= inv;
     }
     __syncthreads();
-    float v[FOLD_MAXE];
 #pragma unroll
-    for (int e = 0; e < FOLD_MAXE; ++e) {
-      const unsigned int h = min(threadIdx.x + FOLD_THREADS * e, K - 1) / head_dim;
-      v[e] = 0.0f;
-#pragma unroll
-      for (int s = 0; s < FOLD_SB; ++s)
-        if ((unsigned int)s < na) v[e] = __fmaf_rn(wt[h * na + s], a[e][s], v[e]);
-    }
+    for (int e = 0; e < FOLD_MAXE; ++e) v[e] = 0.0f;
+    add_batch(0, a);
     // Splits past the first FOLD_SB: one round trip per FOLD_SB splits for all the elements.
     for (unsigned int s0 = FOLD_SB; s0 < na; s0 += FOLD_SB) {
-      float b[FOLD_MAXE][FOLD_SB];
-#pragma unroll
-      for (int e = 0; e < FOLD_MAXE; ++e) {
-        const unsigned int k = threadIdx.x + FOLD_THREADS * e;
-        const unsigned int h = k / head_dim, d = k % head_dim;
-#pragma unroll
-        for (int s = 0; s < FOLD_SB; ++s)
-          b[e][s] = (k < K && s0 + s < na) ? ld_cgf(ws + ((size_t)h * splits + s0 + s) * stride + d) : 0.0f;
-      }
-#pragma unroll
-      for (int e = 0; e < FOLD_MAXE; ++e) {
-        const unsigned int h = min(threadIdx.x + FOLD_THREADS * e, K - 1) / head_dim;
-#pragma unroll
-        for (int s = 0; s < FOLD_SB; ++s)
-          if (s0 + s < na) v[e] = __fmaf_rn(wt[h * na + s0 + s], b[e][s], v[e]);
-      }
+      load_batch(s0, a);
+      add_batch(s0, a);
     }
 #pragma unroll
     for (int e = 0; e < FOLD_MAXE; ++e) {
@@ -172,7 +130,7 @@ __device__ void probe_gemv(const __nv_bfloat16* x, const float* ws, const int* p
 #pragma unroll
     for (int c = 0; c < FOLD_MAXC; ++c) {
       const unsigned int ch = lane + 32 * c;
-      if (ch < k16) acc = fold_dot8(wr[j][c], xv[ch], acc);
+      if (ch < k16) acc = dot8(wr[j][c], xv[ch], acc);
     }
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);

@@ -24,7 +24,7 @@
 // at once); each item's dot is summed over the lanes by shuffles into shared memory, then one
 // thread per row adds the row's segments in order (deterministic).
 // K must be a multiple of 8, at most CHUNK / 2 elements; x of a stage at most XMAX elements.
-#include <cuda_bf16.h>
+#include "probe_common.cuh"
 
 #define PROBE_THREADS 512
 #define PROBE_WARPS 16
@@ -54,25 +54,6 @@ __device__ __forceinline__ unsigned int ld_acquire(const unsigned int* p) {
   asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
   return v;
 }
-__device__ __forceinline__ uint4 ld_cg16(const void* p) {
-  uint4 v;
-  asm volatile("ld.global.cg.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
-__device__ __forceinline__ float dot8(const uint4& a, const uint4& b, float acc) {
-  const unsigned int aw[4] = {a.x, a.y, a.z, a.w}, bw[4] = {b.x, b.y, b.z, b.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 fa = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&aw[i]));
-    const float2 fb = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&bw[i]));
-    acc = __fmaf_rn(fa.x, fb.x, acc);
-    acc = __fmaf_rn(fa.y, fb.y, acc);
-  }
-  return acc;
-}
-
 // The block's tile of stage s: rows [r0, r1).
 __device__ __forceinline__ void tile_of(const ProbeStage& st, unsigned int& r0, unsigned int& r1) {
   const unsigned int per = (st.N + gridDim.x - 1) / gridDim.x;

@@ -30,6 +30,8 @@ import os
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import nvrtc_util  # noqa: E402
 SRC = os.path.join(HERE, "probe_persistent.cu")
 SHAPES = {  # name: (hidden, q + 2 kv features, intermediate, layers)
     "qwen2.5-0.5b": (896, 896 + 2 * 128, 4864, 24),
@@ -39,46 +41,15 @@ SHAPES = {  # name: (hidden, q + 2 kv features, intermediate, layers)
 CHUNK, XMAX, MAX_ITEMS, MAX_STAGES = 16384, 8192, 512, 128
 
 
-def cuda_include():  # as kernel_check.cuda_include (imported only on the GPU path: it needs NumPy)
-    for d in (os.environ.get("KILN_CUDA_INCLUDE"),
-              os.path.join(os.environ["CUDA_HOME"], "include") if os.environ.get("CUDA_HOME") else None,
-              "/usr/local/cuda/include"):
-        if d and os.path.isfile(os.path.join(d, "cuda_bf16.h")):
-            return d
-    sys.exit("no CUDA include directory with cuda_bf16.h: set KILN_CUDA_INCLUDE")
-
-
 def compile_probe(arch, src_path=SRC):
-    import ctypes
-
-    lib = None
-    for name in ("libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"):
-        try:
-            lib = ctypes.CDLL(name)
-            break
-        except OSError:
-            pass
-    if lib is None:
-        sys.exit("libnvrtc not loadable")
-    src = open(src_path, "rb").read()
-    prog = ctypes.c_void_p()
-    if lib.nvrtcCreateProgram(ctypes.byref(prog), src, os.path.basename(src_path).encode(), 0, None, None):
-        sys.exit("nvrtcCreateProgram failed")
-    opts = [f"--gpu-architecture={arch}", "-std=c++17", "-lineinfo", f"--include-path={cuda_include()}",
+    """NVRTC build of a probe source (with scripts/probe_common.cuh): (cubin bytes, log)."""
+    headers = [(n, open(os.path.join(HERE, n), "rb").read()) for n in ("probe_common.cuh",)]
+    opts = [f"--gpu-architecture={arch}", "-std=c++17", "-lineinfo", f"--include-path={nvrtc_util.cuda_include()}",
             "--ptxas-options=-v"]
-    arr = lambda xs: (ctypes.c_char_p * len(xs))(*xs)
-    rc = lib.nvrtcCompileProgram(prog, len(opts), arr([o.encode() for o in opts]))
-    size = ctypes.c_size_t()
-    lib.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
-    log = ctypes.create_string_buffer(size.value)
-    lib.nvrtcGetProgramLog(prog, log)
-    log = log.value.decode(errors="replace").strip()
-    if rc:
-        sys.exit(f"NVRTC failed:\n{log}")
-    lib.nvrtcGetCUBINSize(prog, ctypes.byref(size))
-    cubin = ctypes.create_string_buffer(size.value)
-    lib.nvrtcGetCUBIN(prog, cubin)
-    return cubin.raw, log
+    try:
+        return nvrtc_util.compile_unit(open(src_path, "rb").read(), os.path.basename(src_path), headers, opts)
+    except (OSError, RuntimeError) as e:
+        sys.exit(str(e))
 
 
 def graph_time(cp, launches, reps=9):
@@ -134,7 +105,6 @@ def main():
     import cupy as cp
     import numpy as np
 
-    sys.path.insert(0, HERE)
     import kernel_check as kc
 
     dev = cp.cuda.Device()
@@ -200,20 +170,22 @@ def main():
                 print("    " + line)
             return worst
 
+        def report(label, sec):
+            """Prints the chain's line (time, bandwidth, its stages' check); 1 if the check failed."""
+            gbs = nbytes / sec / 1e9
+            worst = worst_stage_error()
+            ok = worst < 1e-2
+            print(f"{name:<14} {label:<22} {sec * 1e6:>9.1f} {sec * 1e6 / L:>9.2f} {gbs:>7.0f} {gbs / bandwidth:>11.2f}"
+                  f"  check {'PASS' if ok else 'FAIL'} (worst stage error {worst:.1e} of max|ref|)", flush=True)
+            return int(not ok)
+
         for use_pdl in [False, True] * args.kiln_repeats:
             for y in ys:
                 y.fill(0)
             # graph_time's stream does not wait for the legacy stream's fills and random inputs
             # (session 14's first 1B runs read x0 / raced the fills and failed their check).
             cp.cuda.Device().synchronize()
-            sec = graph_time(cp, kiln_launch(use_pdl))
-            gbs = nbytes / sec / 1e9
-            worst = worst_stage_error()
-            ok = worst < 1e-2
-            fails += not ok
-            print(f"{name:<14} {'kiln linear' + (' pdl' if use_pdl else ''):<22} {sec * 1e6:>9.1f} "
-                  f"{sec * 1e6 / L:>9.2f} {gbs:>7.0f} {gbs / bandwidth:>11.2f}  check {'PASS' if ok else 'FAIL'} "
-                  f"(worst stage error {worst:.1e} of max|ref|)", flush=True)
+            fails += report("kiln linear" + (" pdl" if use_pdl else ""), graph_time(cp, kiln_launch(use_pdl)))
 
         # The stage table: {w, x, y, K, N} as 3 pointers and 2 u32 (32 bytes).
         table = np.zeros((len(stages), 4), dtype=np.uint64)
@@ -241,14 +213,7 @@ def main():
                 return [lambda: cp.cuda.runtime.memsetAsync(bar.data.ptr, 0, 4, cp.cuda.get_current_stream().ptr),
                         lambda: fn((sms, 1, 1), (512, 1, 1), (dtable, np.uint32(len(stages)), bar), shared_mem=smem)]
 
-            sec = graph_time(cp, launches())
-            gbs = nbytes / sec / 1e9
-            worst = worst_stage_error()
-            ok = worst < 1e-2
-            fails += not ok
-            print(f"{name:<14} {f'persistent ns{ns}{red}':<22} {sec * 1e6:>9.1f} {sec * 1e6 / L:>9.2f} {gbs:>7.0f} "
-                  f"{gbs / bandwidth:>11.2f}  check {'PASS' if ok else 'FAIL'} (worst stage error {worst:.1e} of "
-                  f"max|ref|)", flush=True)
+            fails += report(f"persistent ns{ns}{red}", graph_time(cp, launches()))
         print(f"{name:<14} {'bytes at measured BW':<22} {nbytes / bandwidth / 1e3:>9.1f} "
               f"{nbytes / bandwidth / 1e3 / L:>9.2f}  ({nbytes / 1e6:.1f} MB per chain, {len(stages)} GEMVs)")
         del ws, ys, xs
