@@ -15,6 +15,7 @@
 // Geometry: grid ceil(N / 16), block 256: warp w computes rows 16 b + 2 w and + 1. Both kernels
 // load their weight rows into registers (16-byte loads, the whole row: K <= 2048), then let their
 // dependents launch and wait for the prior grid (PDL), then build x in shared memory and finish.
+#include "attention_split.cu"  // kiln::live_split_len, the rule of kiln's split and merge
 #include "probe_common.cuh"
 
 #define FOLD_THREADS 256
@@ -25,13 +26,6 @@
 #define FOLD_SB 8         // splits whose acc a thread loads at once
 #define FOLD_MAXE (FOLD_MAX_K / FOLD_THREADS)
 
-__device__ __forceinline__ unsigned int fold_live_split_len(int p, unsigned int splits, unsigned int split_len,
-                                                            unsigned int min_split_len) {
-  const unsigned int keys = (unsigned int)max(p, 0) + 1u;
-  const unsigned int even = (keys + max(splits, 1u) - 1u) / max(splits, 1u);
-  const unsigned int q = (even + 15u) / 16u * 16u;
-  return max(min(max(q, min_split_len), split_len), 1u);
-}
 template <bool FOLD>
 __device__ void probe_gemv(const __nv_bfloat16* x, const float* ws, const int* positions, const __nv_bfloat16* w,
                            __nv_bfloat16* y, unsigned int K, unsigned int N, unsigned int heads, unsigned int head_dim,
@@ -56,7 +50,7 @@ __device__ void probe_gemv(const __nv_bfloat16* x, const float* ws, const int* p
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
 
   if constexpr (FOLD) {
-    const unsigned int L = fold_live_split_len(p, splits, split_len, min_split_len);
+    const unsigned int L = kiln::live_split_len(p, splits, split_len, min_split_len);
     const unsigned int na = p < 0 ? 0u : min((unsigned int)p / L + 1u, splits);
     const unsigned int stride = head_dim + 2;
     // acc of splits [s0, s0 + FOLD_SB) of this thread's elements, in one round trip; and their

@@ -50,7 +50,7 @@ def main():
     ap.add_argument("--positions", default="129,383,4095")
     args = ap.parse_args()
     if args.compile_only:
-        _, log = pp.compile_probe(args.compile_only, SRC)
+        _, log = pp.compile_probe(args.compile_only, SRC, kiln_headers=True)
         print(log)
         bad = "warning" in log.lower()
         print("probe compile:", "FAIL" if bad else "ok")
@@ -65,7 +65,7 @@ def main():
 
     dev = cp.cuda.Device()
     arch = "sm_90a" if dev.compute_capability == "90" else f"sm_{dev.compute_capability}"
-    cubin, _ = pp.compile_probe(arch, SRC)
+    cubin, _ = pp.compile_probe(arch, SRC, kiln_headers=True)
     path = os.path.join(tempfile.mkdtemp(), "probe_fold.cubin")
     open(path, "wb").write(cubin)
     probe = cp.RawModule(path=path)
@@ -105,9 +105,7 @@ def main():
         gp, bp = ((hidden + 15) // 16, 1, 1), (256, 1, 1)
         for p in [int(v) for v in args.positions.split(",")]:
             pos = cp.full(1, p, dtype=cp.int32)
-            live = max(-(-(-(-(p + 1) // S)) // 16) * 16, MINL)
-            live = max(min(live, SL), 1)
-            active = min(p // live + 1, S)
+            active = min(p // kc.Checker.live_split_len(p, S, SL, MINL) + 1, S)
 
             def chain(kind):
                 out = []

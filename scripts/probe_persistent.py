@@ -41,9 +41,14 @@ SHAPES = {  # name: (hidden, q + 2 kv features, intermediate, layers)
 CHUNK, XMAX, MAX_ITEMS, MAX_STAGES = 16384, 8192, 512, 128
 
 
-def compile_probe(arch, src_path=SRC):
-    """NVRTC build of a probe source (with scripts/probe_common.cuh): (cubin bytes, log)."""
+def compile_probe(arch, src_path=SRC, kiln_headers=False):
+    """NVRTC build of a probe source (with scripts/probe_common.cuh, and kiln's kernels/ files as
+    headers when `kiln_headers`): (cubin bytes, log)."""
     headers = [(n, open(os.path.join(HERE, n), "rb").read()) for n in ("probe_common.cuh",)]
+    if kiln_headers:
+        kernels = os.path.join(os.path.dirname(HERE), "kernels")
+        headers += [(n, open(os.path.join(kernels, n), "rb").read()) for n in sorted(os.listdir(kernels))
+                    if n.endswith(".cu") or n.endswith(".cuh")]
     opts = [f"--gpu-architecture={arch}", "-std=c++17", "-lineinfo", f"--include-path={nvrtc_util.cuda_include()}",
             "--ptxas-options=-v"]
     try:
