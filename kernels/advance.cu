@@ -4,7 +4,8 @@
 // Check on a GPU: kiln gate --checks 5 (device loop == one-step decode; NVRTC build, no GPU:
 // cargo test --test kernels_compile)
 //
-// Semantics (Op::Advance): the step of a device loop, after `sample`. For every row r with
+// Semantics (Op::Advance): the step of a device loop, after `sample`. When done is already set,
+// nothing changes (the condition stays 0). Otherwise, for every row r with
 // positions[r] >= 0: ring[produced * rows + r] = tokens[r] (while produced < burst),
 // token_ids[r] = tokens[r], positions[r] += 1, counter[r] += 1; a row whose token is one of
 // stop_ids (-1 = unused slot) is finished (control[4 + r] = 1, sticky); a padding row
@@ -39,6 +40,13 @@ extern "C" __global__ void __launch_bounds__(1024)
                  unsigned int* control, int* ring, unsigned int rows, unsigned int burst, unsigned int n_stop,
                  unsigned long long cond_handle) {
   kiln::wait_prior_grids();
+  // A loop already done (the step block said so, or an earlier step of an unrolled loop body)
+  // changes nothing: no ring write, no position or counter moved. Every thread reads `done`
+  // before thread 0 could rewrite it (after the barrier below), so all of them return or none.
+  if (__ldcg(control + 2) != 0u) {
+    if (threadIdx.x == 0 && cond_handle != 0) cudaGraphSetConditional(cond_handle, 0u);
+    return;
+  }
   // Every thread reads `produced` before thread 0 rewrites it (the barrier below orders them).
   const unsigned int produced = control[1];
   const long long max_position = (long long)control[3];

@@ -308,7 +308,8 @@ __device__ __forceinline__ void allow_dependents() {
 // down), 8 qkv_rope / qkv_linear, 16 attention_split, 32 attention_merge, 64 linear (the logits:
 // the fusion pass never fuses the vocabulary projection), 256 the fused GEMVs' folded norm only
 // (as if has_norm were 0), 512 the gated_linear blocks from KILN_ABLATE_GATED_FROM (792) on only;
-// 4 names no kernel. 0, the default, compiles every check away.
+// 1024 sample, 2048 gather (the token embedding), 4096 rms_norm (decode's output norm); 4 names no
+// kernel. 0, the default, compiles every check away.
 #ifndef KILN_ABLATE
 #define KILN_ABLATE 0
 #endif

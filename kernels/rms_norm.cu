@@ -109,6 +109,7 @@ __device__ void rms_norm_row(const T* x, const T* b, const T* weight, T* sum, T*
   extern "C" __global__ void __launch_bounds__(256)                                                 \
       kiln_rms_norm_##dt(const T* x, const T* weight, T* out, unsigned int rows, unsigned int dim, \
                          float eps) {                                                               \
+    KILN_ABLATED(4096);                                                                             \
     kiln::wait_prior_grids();                                                                       \
     kiln::rms_norm_row<T, false>(x, nullptr, weight, nullptr, out, rows, dim, eps);                          \
   }

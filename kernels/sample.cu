@@ -52,6 +52,17 @@
 #define KILN_SAMPLE_THREADS 1024
 #define KILN_SAMPLE_CAP 4096
 #define KILN_SAMPLE_FIXED_SHIFT 40
+// Blocks per row (src/plan/geometry.rs SAMPLE_BLOCKS_PER_ROW): one thread-block cluster on sm_90+,
+// whose blocks share step 1 (the argmax over the row: ~15 us per step on one SM of an H200 for a
+// 152k vocabulary, bench/NOTES-decode.md session 15); before sm_90 block 0 of each row does it alone.
+#define KILN_SAMPLE_CLUSTER 8
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define KILN_SAMPLE_PARTS KILN_SAMPLE_CLUSTER
+#define KILN_SAMPLE_CLUSTER_ATTR __cluster_dims__(KILN_SAMPLE_CLUSTER, 1, 1)
+#else
+#define KILN_SAMPLE_PARTS 1
+#define KILN_SAMPLE_CLUSTER_ATTR
+#endif
 
 namespace kiln {
 namespace sample_impl {
@@ -64,6 +75,8 @@ struct SampleShared {
   u64 mass_hist[256];
   float red_v[32];
   int red_i[32];
+  float part_v[32];  // step 1 per block of the cluster (block 0's copy)
+  int part_i[32];
   u64 red_u[32];
   u64 bcast_prefix;
   u64 bcast_need;
@@ -323,32 +336,18 @@ __device__ unsigned int draw_sorted(const Row& row, unsigned int n, bool apply_t
   return index_of(row, s.cand[n - 1]);
 }
 
-}  // namespace sample_impl
-}  // namespace kiln
-
-using namespace kiln::sample_impl;
-
-extern "C" __global__ void __launch_bounds__(KILN_SAMPLE_THREADS)
-    kiln_sample_f32(const float* logits, const float* temperature, const int* top_k, const float* top_p,
-                    const unsigned int* seed, const unsigned int* counter, int* out, unsigned int rows,
-                    unsigned int vocab) {
-  kiln::wait_prior_grids();
-  __shared__ SampleShared s;
-  const unsigned int r = blockIdx.x;
-  if (r >= rows || vocab == 0) return;
-  const float* l = logits + (size_t)r * vocab;
-
-  // Step 1: argmax (also the max of step 2). argmax_better is a total order, so the result does
-  // not depend on the order candidates are visited: 16-byte loads, 4 in flight per thread (a
-  // scalar load per iteration left one SM waiting on ~125 dependent round trips, ~55 us per
-  // step on a 128k vocabulary in the H200 profile).
-  float best_v = kiln::quiet_nan();
-  int best_i = 0x7fffffff;
-  unsigned int tail = 0;
-  if (vocab % 4 == 0 && kiln::aligned16(l)) {
+// Step 1 over elements [lo, hi) of row l (lo, hi multiples of 4 when `vec`): this thread's best
+// (value, index) under argmax_better.
+__device__ __forceinline__ void argmax_range(const float* l, unsigned int lo, unsigned int hi, bool vec, float& best_v,
+                                             int& best_i) {
+  best_v = kiln::quiet_nan();
+  best_i = 0x7fffffff;
+  if (vec) {
+    // 16-byte loads, 4 in flight per thread (a scalar load per iteration left one SM waiting on
+    // ~125 dependent round trips, ~55 us per step on a 128k vocabulary in the H200 profile).
     const float4* l4 = reinterpret_cast<const float4*>(l);
-    const unsigned int n4 = vocab / 4, step = blockDim.x;
-    unsigned int j = threadIdx.x;
+    const unsigned int n4 = hi / 4, step = blockDim.x;
+    unsigned int j = lo / 4 + threadIdx.x;
     for (; j + 3 * step < n4; j += 4 * step) {
       float4 v[4];
 #pragma unroll
@@ -377,15 +376,19 @@ extern "C" __global__ void __launch_bounds__(KILN_SAMPLE_THREADS)
         }
       }
     }
-    tail = vocab;  // every candidate visited
+    return;
   }
-  for (unsigned int i = tail + threadIdx.x; i < vocab; i += blockDim.x) {
+  for (unsigned int i = lo + threadIdx.x; i < hi; i += blockDim.x) {
     const float v = l[i];
     if (argmax_better(v, (int)i, best_v, best_i)) {
       best_v = v;
       best_i = (int)i;
     }
   }
+}
+
+// Reduces (best_v, best_i) over the block; the result is valid in warp 0.
+__device__ __forceinline__ void block_argmax(float& best_v, int& best_i, SampleShared& s) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) {
     const float ov = __shfl_xor_sync(0xffffffffu, best_v, o);
@@ -413,8 +416,70 @@ extern "C" __global__ void __launch_bounds__(KILN_SAMPLE_THREADS)
         best_i = oi;
       }
     }
-    if (lane == 0) s.red_i[0] = best_i >= (int)vocab ? 0 : best_i;
   }
+}
+
+}  // namespace sample_impl
+}  // namespace kiln
+
+using namespace kiln::sample_impl;
+
+extern "C" __global__ void __launch_bounds__(KILN_SAMPLE_THREADS) KILN_SAMPLE_CLUSTER_ATTR
+    kiln_sample_f32(const float* logits, const float* temperature, const int* top_k, const float* top_p,
+                    const unsigned int* seed, const unsigned int* counter, int* out, unsigned int rows,
+                    unsigned int vocab) {
+  KILN_ABLATED(1024);
+  kiln::wait_prior_grids();
+  __shared__ SampleShared s;
+  // KILN_SAMPLE_CLUSTER blocks per row (one thread-block cluster): each takes step 1 over a
+  // contiguous part of the row and stores its (value, index) in block 0's shared memory; after
+  // the cluster barrier the other blocks exit and block 0 goes on alone. argmax_better is a total
+  // order, so the result is the same for any split of the row.
+  const unsigned int r = blockIdx.x / KILN_SAMPLE_CLUSTER, part = blockIdx.x % KILN_SAMPLE_CLUSTER;
+  if (r >= rows || vocab == 0) return;  // the whole cluster: its blocks share r
+  const float* l = logits + (size_t)r * vocab;
+  const bool vec = vocab % 4 == 0 && kiln::aligned16(l);
+  const unsigned int per = vec ? (vocab / 4 + KILN_SAMPLE_PARTS - 1) / KILN_SAMPLE_PARTS * 4
+                               : (vocab + KILN_SAMPLE_PARTS - 1) / KILN_SAMPLE_PARTS;
+  float best_v;
+  int best_i;
+  if (part < KILN_SAMPLE_PARTS) {
+    argmax_range(l, min(part * per, vocab), min((part + 1) * per, vocab), vec, best_v, best_i);
+  } else {  // a block past the parts (no clusters: only block 0 of the row works)
+    best_v = kiln::quiet_nan();
+    best_i = 0x7fffffff;
+  }
+  block_argmax(best_v, best_i, s);
+#if KILN_SAMPLE_PARTS > 1
+  if (threadIdx.x == 0) {
+    // Into block 0's shared memory (distributed shared memory of the cluster).
+    unsigned int local_v = (unsigned int)__cvta_generic_to_shared(&s.part_v[part]);
+    unsigned int local_i = (unsigned int)__cvta_generic_to_shared(&s.part_i[part]);
+    unsigned int remote_v, remote_i;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, 0;" : "=r"(remote_v) : "r"(local_v));
+    asm volatile("mapa.shared::cluster.u32 %0, %1, 0;" : "=r"(remote_i) : "r"(local_i));
+    asm volatile("st.shared::cluster.f32 [%0], %1;" ::"r"(remote_v), "f"(best_v) : "memory");
+    asm volatile("st.shared::cluster.s32 [%0], %1;" ::"r"(remote_i), "r"(best_i) : "memory");
+  }
+  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+  if (part != 0) return;
+  if (threadIdx.x < 32) {
+    best_v = threadIdx.x < KILN_SAMPLE_PARTS ? s.part_v[threadIdx.x] : kiln::quiet_nan();
+    best_i = threadIdx.x < KILN_SAMPLE_PARTS ? s.part_i[threadIdx.x] : 0x7fffffff;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      const float ov = __shfl_xor_sync(0xffffffffu, best_v, o);
+      const int oi = __shfl_xor_sync(0xffffffffu, best_i, o);
+      if (argmax_better(ov, oi, best_v, best_i)) {
+        best_v = ov;
+        best_i = oi;
+      }
+    }
+  }
+#else
+  if (part != 0) return;
+#endif
+  if (threadIdx.x == 0) s.red_i[0] = best_i >= (int)vocab ? 0 : best_i;
   __syncthreads();
   const int argmax = s.red_i[0];
 

@@ -136,8 +136,8 @@ def geometry(kernel, **p):
         return (p["rows"], p["heads"], 1), (256, 1, 1)
     if kernel in ("swiglu", "add"):  # ELEMENTWISE_VEC = 8 elements per thread
         return (cdiv(p["n"], 256 * 8), 1, 1), (256, 1, 1)
-    if kernel == "sample":
-        return (p["rows"], 1, 1), (1024, 1, 1)
+    if kernel == "sample":  # SAMPLE_BLOCKS_PER_ROW: one cluster of 8 blocks per row
+        return (p["rows"] * 8, 1, 1), (1024, 1, 1)
     raise ValueError(kernel)
 
 
@@ -1390,7 +1390,7 @@ class Checker:
                     ((t, np.float32), (k, np.int32), (p, np.float32), (1, np.uint32), (2, np.uint32))]
             out = self.dev(np.zeros(R, dtype=np.int32))
             f = self.fn("kiln_sample_f32")
-            sec, _ = self.graph_time([lambda: f((R, 1, 1), (1024, 1, 1), (logits, *args, out, np.uint32(R), np.uint32(V)))] * 5,
+            sec, _ = self.graph_time([lambda: f(*geometry("sample", rows=R), (logits, *args, out, np.uint32(R), np.uint32(V)))] * 5,
                                      reps=5)
             lines.append(f"sample {R} rows vocab {V} {label}: {sec * 1e6:.1f} us")
         return lines

@@ -146,3 +146,22 @@ fn loop_stops_at_budget_ring_end_stop_token_and_context_end() {
     let (ring, ctl) = looped(&plan, &w, &[3], 0, 0, &[], 0.0);
     assert!(ring.is_empty() && ctl[1] == 0);
 }
+
+/// A step block whose loop control already says done runs nothing: no ring write, no position
+/// or counter moved. The CPU loop checks the flag before each step; on the GPU the WHILE body
+/// runs once and its `advance` returns at once on the flag (kernels/advance.cu, `kiln gate`
+/// check 5).
+#[test]
+fn loop_with_done_preset_changes_nothing() {
+    let (plan, w) = setup(8);
+    let mut exec = CpuExecutor::new(plan.clone(), &w).unwrap();
+    let prog = plan.program(Phase::DecodeLoop, 1).unwrap();
+    let mut s = step_for(&plan, &[3], &[5], 0.0);
+    s.set_u32(&plan, names::LOOP_CONTROL, &[8, 0, 1, MAX_CONTEXT as u32, 0]).unwrap();
+    s.set_i32(&plan, names::LOOP_STOP_IDS, &[-1i32; MAX_STOP_IDS]).unwrap();
+    exec.run(prog, &s).unwrap();
+    let ctl = ints(&exec.read_tensor(names::LOOP_CONTROL, 4 * 5).unwrap());
+    assert_eq!(ctl, vec![8, 0, 1, MAX_CONTEXT as i32, 0]);
+    assert_eq!(ints(&exec.read_tensor(names::POSITIONS, 4).unwrap()), vec![5]);
+    assert_eq!(ints(&exec.read_tensor(names::TOKEN_IDS, 4).unwrap()), vec![3]);
+}

@@ -225,7 +225,8 @@ pub enum Op {
     SwiGlu { gate: ValueId, up: ValueId, out: ValueId },
     /// `out = a + b`, elementwise.
     Add { a: ValueId, b: ValueId, out: ValueId },
-    /// The step of a device loop, after `sample`: for every row `r` with `positions[r] >= 0`,
+    /// The step of a device loop, after `sample`. When `done` is already set it changes nothing.
+    /// Otherwise, for every row `r` with `positions[r] >= 0`,
     /// `ring[produced * rows + r] = tokens[r]`, `token_ids[r] = tokens[r]`, `positions[r] += 1`,
     /// `counter[r] += 1`; a row whose token is in `stop_ids` (-1 = unused slot) is finished.
     /// Then `produced += 1`, and `done = 1` when `produced >= budget`, when every row is

@@ -169,6 +169,9 @@ pub const ELEMENTWISE_VEC: u32 = 8;
 pub const LINEAR_TILE: u32 = 64;
 /// `sample.cu`: threads of the one block per row (`KILN_SAMPLE_THREADS`).
 pub const SAMPLE_THREADS: u32 = 1024;
+/// `sample.cu`: blocks per row (`KILN_SAMPLE_CLUSTER`), one thread-block cluster that shares the
+/// argmax over the row on sm_90+ (before sm_90 the first block of each row works alone).
+pub const SAMPLE_BLOCKS_PER_ROW: u32 = 8;
 /// `attention.cu`: threads per (row, head) block, 8 warps (`KILN_ATTN_WARPS` x 32).
 pub const ATTENTION_THREADS: u32 = 256;
 /// Largest head_dim `attention.cu` supports (`KILN_ATTN_MAX_HEAD_DIM`).
@@ -270,7 +273,7 @@ pub fn launch_geometry(kernel: &Kernel, _bufs: &[BufArg]) -> Geometry {
         Kernel::Advance { rows, .. } => g(1, 1, rows.div_ceil(32) * 32),
         // ELEMENTWISE_VEC elements per thread.
         Kernel::SwiGlu { n } | Kernel::Add { n } => g(n.div_ceil(ELEMENTWISE_THREADS * ELEMENTWISE_VEC), 1, ELEMENTWISE_THREADS),
-        Kernel::Sample { rows, .. } => g(rows, 1, SAMPLE_THREADS),
+        Kernel::Sample { rows, .. } => g(rows * SAMPLE_BLOCKS_PER_ROW, 1, SAMPLE_THREADS),
     }
 }
 

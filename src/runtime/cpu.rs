@@ -856,6 +856,9 @@ fn execute(regions: &mut [Vec<u8>; N_REGIONS], s: &mut Scratch, launch: &Launch)
             let mut ctr: Vec<u32> = ints(operand(regions, counter)?).into_iter().map(|x| x as u32).collect();
             let mut ctl: Vec<u32> = ints(operand(regions, control)?).into_iter().map(|x| x as u32).collect();
             let (budget, produced, max_position) = (ctl[0] as usize, ctl[1] as usize, ctl[3] as i64);
+            if ctl[2] != 0 {
+                return Ok(()); // already done: changes nothing (kernels/advance.cu)
+            }
             let mut ring_writes = Vec::new();
             let mut ids = ints(operand(regions, token_ids)?);
             let mut past_end = false;
