@@ -17,7 +17,8 @@
 // CPU reference: `sampling::sample_row(logits[r], temperature[r], top_k[r], top_p[r], seed[r],
 // counter[r])` for each row r.
 //
-// Algorithm (one block of 1024 threads per row; never materializes the whole sorted vocab):
+// Algorithm (a cluster of 8 blocks of 1024 threads per row: all 8 share step 1's argmax, then
+// block 0 goes on alone; never materializes the whole sorted vocab):
 // - Every candidate has a distinct 64-bit key `w_bits << IB | (vocab - 1 - i)`: keys order
 //   exactly as step 3 does (w >= 0, so its bits order as the float; the low part breaks ties
 //   by index). The key is recomputed from the logits in each pass (logits stay in L2).
@@ -40,13 +41,16 @@
 //   such draws against exact sums.
 //
 // Histograms aggregate per warp before their shared atomics (a flat distribution puts most
-// candidates in one bin). Cost: every pass re-reads the row and recomputes exp, on one SM per
-// row: on an H200, 8 rows of a 151936 vocab took ~40 us greedy (before the argmax read 16 bytes per
-// load), ~360 us with top_k 40, ~1.4 ms
-// top_p 0.95 alone, ~3.3 ms on a flat distribution (many passes). Faster sampling (several
-// blocks per row, or keys cached in a scratch buffer) needs a scratch region in the plan.
+// candidates in one bin). Cost: every pass after step 1 re-reads the row and recomputes exp, on
+// one SM per row: on an H200, 8 rows of a 151936 vocab took ~40 us greedy with one block per row
+// and scalar loads, 5.4 us with the cluster and 16-byte loads (kernel_check --bench, 2026-12-01),
+// ~360 us with top_k 40 (323 us with the cluster), ~1.4 ms top_p 0.95 alone, ~3.3 ms on a flat
+// distribution (many passes). Faster non-greedy sampling (the cluster's blocks in every pass, or
+// keys cached in a scratch buffer)
+// needs the passes' histograms shared over the cluster or a scratch region in the plan.
 //
-// Geometry: grid (rows), block 1024, no dynamic shared memory (about 36 KB static).
+// Geometry: grid (rows * 8) in clusters of 8 (src/plan/geometry.rs SAMPLE_BLOCKS_PER_ROW), block
+// 1024, no dynamic shared memory (about 36 KB static).
 #include "common.cuh"
 
 #define KILN_SAMPLE_THREADS 1024

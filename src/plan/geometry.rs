@@ -167,7 +167,7 @@ pub fn rope_heads_per_block(rows: u32) -> u32 {
 pub const ELEMENTWISE_VEC: u32 = 8;
 /// `linear.cu`: outputs per tiled block along rows and features (`KILN_LINEAR_TILE`).
 pub const LINEAR_TILE: u32 = 64;
-/// `sample.cu`: threads of the one block per row (`KILN_SAMPLE_THREADS`).
+/// `sample.cu`: threads per block (`KILN_SAMPLE_THREADS`).
 pub const SAMPLE_THREADS: u32 = 1024;
 /// `sample.cu`: blocks per row (`KILN_SAMPLE_CLUSTER`), one thread-block cluster that shares the
 /// argmax over the row on sm_90+ (before sm_90 the first block of each row works alone).
