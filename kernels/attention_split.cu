@@ -5,6 +5,12 @@
 //                             min_split_len, early)
 //   kiln_attention_merge_{dt}(workspace, positions, out, rows, heads, head_dim, splits, split_len,
 //                             min_split_len, early)
+//   kiln_attention_cluster_{dt}(q, k_cache, v_cache, positions, cache_base, out, rows, heads,
+//                               kv_heads, head_dim, scale, kv_rows, split_len, min_split_len,
+//                               chunk_heads, early)
+//   the same attention in one launch: 8 splits per (row, kv head, chunk of chunk_heads heads) as
+//   one thread-block cluster, merged through distributed shared memory (Kernel::AttentionCluster,
+//   planned with KILN_ATTN_CLUSTER=1; sm_90+; see attention_cluster below).
 //   early != 0 (planned, Kernel::AttentionSplit / AttentionMerge `early`): positions and cache_base
 //   predate the program (plan::early_reads_safe), so they are read before the block waits for the
 //   grids before it, taking their L2 round trip off the critical path; the same bits either way.
@@ -514,6 +520,105 @@ __device__ void attention_merge(const float* workspace, const int* positions,
   }
 }
 
+// Decode attention in one launch (Kernel::AttentionCluster): the KILN_ATTN_CLUSTER_SPLITS splits
+// of one (row, kv head, chunk of `chunk_heads` heads) are the blocks of one thread-block cluster.
+// Each runs the split block above over its live split (its (acc, m, l) slots in its own shared
+// memory instead of a workspace); after a cluster barrier, thread x of block r merges output
+// element r * 256 + x of the chunk from the active blocks' slots through distributed shared
+// memory (two passes: the max, then the weighted sums in split order, as the CPU reference's
+// merge), and a second barrier keeps every block's slots alive until all reads are done. No
+// merge launch, no workspace round trip through the L2. sm_90+ only (clusters): elsewhere the
+// kernel traps, and the planner plans it only on request (KILN_ATTN_CLUSTER=1).
+#define KILN_ATTN_CLUSTER_SPLITS 8
+#define KILN_ATTN_CLUSTER_SLOTS (KILN_ATTN_SPLIT_MAX_GROUP * (KILN_ATTN_SPLIT_MAX_HEAD_DIM + 2))
+
+template <typename T>
+__device__ void attention_cluster(const T* q, const T* k_cache, const T* v_cache, const int* positions,
+                                  const int* cache_base, T* __restrict__ out, unsigned int rows, unsigned int heads,
+                                  unsigned int kv_heads, unsigned int head_dim, float scale, unsigned int kv_rows,
+                                  unsigned int planned_len, unsigned int min_split_len, unsigned int chunk_heads,
+                                  bool early) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  __shared__ SplitShared sh;
+  __shared__ float slots[KILN_ATTN_CLUSTER_SLOTS];
+  constexpr unsigned int S = KILN_ATTN_CLUSTER_SPLITS;
+  // Shapes the planner never plans: every block of the cluster returns alike (no barrier reached).
+  if (kv_heads == 0 || heads % kv_heads != 0 || head_dim == 0 || head_dim > KILN_ATTN_SPLIT_MAX_HEAD_DIM ||
+      planned_len == 0 || chunk_heads == 0 || chunk_heads > KILN_ATTN_SPLIT_MAX_GROUP) {
+    if (early) wait_prior_grids();
+    return;
+  }
+  const unsigned int group = heads / kv_heads;
+  const unsigned int chunks = (group + chunk_heads - 1) / chunk_heads;
+  unsigned int bx = blockIdx.x;
+  const unsigned int chunk = bx % chunks;
+  bx /= chunks;
+  const unsigned int g = bx % kv_heads, t = bx / kv_heads, s = blockIdx.y;
+  if (t >= rows) {  // the whole cluster: its blocks share blockIdx.x
+    if (early) wait_prior_grids();
+    return;
+  }
+  const int p = early ? __ldcg(positions + t) : positions[t];
+  const long long base_t = early ? __ldcg(cache_base + t) : cache_base[t];
+  if (early) wait_prior_grids();
+  const unsigned int split_len = live_split_len(p, S, planned_len, min_split_len);
+  const unsigned int n_active = p < 0 ? 0u : min((unsigned int)p / split_len + 1u, S);
+  const unsigned int h0 = g * group + chunk * chunk_heads;
+  const unsigned int nh = min(chunk_heads, group - chunk * chunk_heads);
+  const unsigned int slot = head_dim + 2;
+  if (s < n_active) {
+    const long long lo = (long long)s * split_len;
+    long long base = base_t, hi = min(lo + (long long)split_len, (long long)p + 1);
+    if (base < 0) {
+      base = 0;
+      hi = lo;  // no readable row: an empty split
+    } else {
+      hi = min(hi, (long long)kv_rows - base);
+    }
+    const bool vec = head_dim % 8 == 0 && aligned16(k_cache) && aligned16(v_cache);
+    // The split block writes slot ((t * heads + h0 + i) * splits + s) of its workspace: with
+    // splits = 1 and s = 0 that is slots + i * slot once the base is shifted back by those slots.
+    float* ws = slots - ((size_t)t * heads + h0) * slot;
+    if (nh <= 1) {
+      attention_split_dispatch_vec<T, 1>(sh, vec, q, k_cache, v_cache, ws, t, h0, nh, g, 0, lo, hi, base, heads,
+                                         kv_heads, head_dim, scale, 1);
+    } else if (nh <= 2) {
+      attention_split_dispatch_vec<T, 2>(sh, vec, q, k_cache, v_cache, ws, t, h0, nh, g, 0, lo, hi, base, heads,
+                                         kv_heads, head_dim, scale, 1);
+    } else {
+      attention_split_dispatch_vec<T, 4>(sh, vec, q, k_cache, v_cache, ws, t, h0, nh, g, 0, lo, hi, base, heads,
+                                         kv_heads, head_dim, scale, 1);
+    }
+  }
+  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+  const unsigned int e = s * blockDim.x + threadIdx.x;
+  if (e < nh * head_dim) {
+    const unsigned int i = e / head_dim, d = e % head_dim;
+    const float* mine = slots + (size_t)i * slot;
+    auto in_rank = [&](unsigned int r) {
+      unsigned long long a;
+      asm volatile("mapa.u64 %0, %1, %2;\n" : "=l"(a) : "l"(mine), "r"(r));
+      return reinterpret_cast<const float*>(a);
+    };
+    float big_m = -inf();
+    for (unsigned int r = 0; r < n_active; ++r) big_m = fmaxf(big_m, in_rank(r)[head_dim]);
+    float num = 0.0f, den = 0.0f;
+    if (big_m != -inf()) {
+      for (unsigned int r = 0; r < n_active; ++r) {
+        const float* st = in_rank(r);
+        const float w = weight_of(st[head_dim], big_m);
+        num += w * st[d];
+        den += w * st[head_dim + 1];
+      }
+    }
+    out[((size_t)t * heads + h0 + i) * head_dim + d] = from_f32<T>(den > 0.0f ? num / den : 0.0f);
+  }
+  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+#else
+  __trap();  // needs thread-block clusters (sm_90+); never planned without KILN_ATTN_CLUSTER=1
+#endif
+}
+
 }  // namespace kiln
 
 #define KILN_ATTENTION_SPLIT(dt, T)                                                                     \
@@ -538,3 +643,22 @@ __device__ void attention_merge(const float* workspace, const int* positions,
                              min_split_len, early != 0);                                                \
   }
 KILN_FOR_EACH_DTYPE(KILN_ATTENTION_SPLIT)
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define KILN_ATTN_CLUSTER_ATTR __cluster_dims__(1, KILN_ATTN_CLUSTER_SPLITS, 1)
+#else
+#define KILN_ATTN_CLUSTER_ATTR
+#endif
+#define KILN_ATTENTION_CLUSTER(dt, T)                                                                        \
+  extern "C" __global__ void __launch_bounds__(KILN_ATTN_SPLIT_THREADS, 1) KILN_ATTN_CLUSTER_ATTR           \
+      kiln_attention_cluster_##dt(const T* q, const T* k_cache, const T* v_cache, const int* positions,      \
+                                  const int* cache_base, T* out, unsigned int rows, unsigned int heads,      \
+                                  unsigned int kv_heads, unsigned int head_dim, float scale, unsigned int kv_rows, \
+                                  unsigned int split_len, unsigned int min_split_len, unsigned int chunk_heads, \
+                                  unsigned int early) {                                                      \
+    KILN_ABLATED(16);                                                                                        \
+    if (early == 0) kiln::wait_prior_grids();                                                                \
+    kiln::attention_cluster<T>(q, k_cache, v_cache, positions, cache_base, out, rows, heads, kv_heads, head_dim, \
+                               scale, kv_rows, split_len, min_split_len, chunk_heads, early != 0);           \
+  }
+KILN_FOR_EACH_DTYPE(KILN_ATTENTION_CLUSTER)

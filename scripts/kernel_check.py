@@ -134,6 +134,9 @@ def geometry(kernel, **p):
         return (p["rows"] * p["kv_heads"] * chunks, p["splits"], 1), (256, 1, 1)
     if kernel == "attention_merge":
         return (p["rows"], p["heads"], 1), (256, 1, 1)
+    if kernel == "attention_cluster":  # clusters of 8 splits along y (ATTENTION_CLUSTER_SPLITS)
+        chunks = cdiv(p["heads"] // max(1, p["kv_heads"]), p["chunk_heads"])
+        return (p["rows"] * p["kv_heads"] * chunks, 8, 1), (256, 1, 1)
     if kernel in ("swiglu", "add"):  # ELEMENTWISE_VEC = 8 elements per thread
         return (cdiv(p["n"], 256 * 8), 1, 1), (256, 1, 1)
     if kernel == "sample":  # SAMPLE_BLOCKS_PER_ROW: one cluster of 8 blocks per row
@@ -1073,6 +1076,24 @@ class Checker:
                                "poison bytes kept; empty splits (0, -inf, 0)")
             self.report.compare(f"attention_merge {name}", dt.name, dt.load(outg), ref.reshape(R, H * HD),
                                 1.5 * dt.unit + 1e-5, 2e-5)
+            # The same attention in one launch (Kernel::AttentionCluster, sm_90+): 8 splits long
+            # enough for the longest position, merged through a cluster's shared memory.
+            if int(self.cp.cuda.Device().compute_capability) >= 90:
+                SLc = max(16, cdiv(cdiv(int(pos.max()) + 1, 8), 16) * 16)
+                for G in (1, 2, 4):
+                    outs = []
+                    for early in (0, 1):
+                        out_c = self.dev(dt.poison((R, H * HD)))
+                        self.launch(f"kiln_attention_cluster_{dt.name}", "attention_cluster",
+                                    (qd, kd, vd, pd, cd, out_c, np.uint32(R), np.uint32(H), np.uint32(KVH),
+                                     np.uint32(HD), np.float32(scale), np.uint32(KVR), np.uint32(SLc),
+                                     np.uint32(min(MSL, SLc)), np.uint32(G), np.uint32(early)),
+                                    rows=R, heads=H, kv_heads=KVH, chunk_heads=G)
+                        outs.append(out_c.get())
+                    self.report.compare(f"attention_cluster {name} chunk {G} (8 x {SLc})", dt.name, dt.load(outs[0]),
+                                        ref.reshape(R, H * HD), 1.5 * dt.unit + 1e-5, 2e-5)
+                    self.report.record(f"attention_cluster {name} chunk {G}: early == late", dt.name,
+                                       bool(np.array_equal(outs[0].view(np.uint8), outs[1].view(np.uint8))), "bitwise")
             same = wsg.tobytes() == wsg2.tobytes() and outg.tobytes() == outg2.tobytes()
             self.report.record(f"attention_split+merge {name}: deterministic", dt.name, same,
                                "two runs (early 0 and 1), bitwise")

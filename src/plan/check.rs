@@ -25,7 +25,7 @@
 //!    SM, compiled for at most 256 threads) only for the linear kernels with 256-thread blocks,
 //!    for `gated_linear` only with a staged norm and for `fused_linear` only with a norm, the
 //!    tensor-core paths those variants have (`geometry::dense_variant_covers`).
-//! 9. Planned early reads (the `early` of `QkvRope`, `AttentionSplit` and `AttentionMerge`:
+//! 9. Planned early reads (the `early` of `QkvRope`, `AttentionSplit`, `AttentionMerge` and `AttentionCluster`:
 //!    positions and cache bases read before the kernel waits for the grids before it) only
 //!    where no earlier launch of the program writes those bytes: the values then predate the program (GEMV kernels let their dependents launch
 //!    before they wait, so a grid several launches back may still be running).

@@ -137,6 +137,12 @@ fn kernel_params(k: &Kernel) -> String {
                 if *early { " early=true" } else { "" }
             )
         }
+        Kernel::AttentionCluster { rows, heads, kv_heads, head_dim, scale, kv_rows, split_len, min_split_len, chunk_heads, early } => {
+            format!(
+                "rows={rows} heads={heads} kv_heads={kv_heads} head_dim={head_dim} scale={scale} kv_rows={kv_rows} split_len={split_len} min_split_len={min_split_len} chunk_heads={chunk_heads}{}",
+                if *early { " early=true" } else { "" }
+            )
+        }
         Kernel::SwiGlu { n } | Kernel::Add { n } => format!("n={n}"),
         Kernel::Sample { rows, vocab } => format!("rows={rows} vocab={vocab}"),
         Kernel::Advance { rows, burst, stop_ids } => format!("rows={rows} burst={burst} stop_ids={stop_ids}"),

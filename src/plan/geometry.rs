@@ -257,6 +257,13 @@ pub fn launch_geometry(kernel: &Kernel, _bufs: &[BufArg]) -> Geometry {
         }
         // One block per (row, head).
         Kernel::AttentionMerge { rows, heads, .. } => g(rows, heads, ATTENTION_MERGE_THREADS),
+        // One cluster of ATTENTION_CLUSTER_SPLITS blocks (along y) per (row, kv head, chunk of
+        // `chunk_heads` query heads) along x.
+        Kernel::AttentionCluster { rows, heads, kv_heads, chunk_heads, .. } => g(
+            rows * kv_heads * (heads / kv_heads.max(1)).div_ceil(chunk_heads.max(1)),
+            crate::plan::ATTENTION_CLUSTER_SPLITS,
+            ATTENTION_SPLIT_THREADS,
+        ),
         // `qkv_linear` (linear_fused.cu): the GEMV grid over all three outputs, whatever the rows
         // (more than 8 rows take its SIMT path, 8 rows at a time).
         // `qkv_rope` (linear_fused.cu): the GEMV grid over its outputs, default variant only (its

@@ -217,7 +217,30 @@ pub enum Kernel {
         early: bool,
         rope: crate::ir::RopeSpec,
     },
+    /// Decode attention in one launch (one query row per sequence; the same result as
+    /// `AttentionSplit` + `AttentionMerge` up to rounding order): [`ATTENTION_CLUSTER_SPLITS`]
+    /// splits over the live split length [`live_split_len`]`(p, ATTENTION_CLUSTER_SPLITS,
+    /// split_len, min_split_len)`, each a block of one thread-block cluster per (row, kv head,
+    /// chunk of `chunk_heads` query heads), merged through the cluster's distributed shared memory
+    /// (max, then the weighted sums in split order). bufs: q, k_cache, v_cache, positions,
+    /// cache_base, out. `early`: as `AttentionSplit`'s. Planned only with `KILN_ATTN_CLUSTER=1`
+    /// (an A/B knob until measured; sm_90+).
+    AttentionCluster {
+        rows: u32,
+        heads: u32,
+        kv_heads: u32,
+        head_dim: u32,
+        scale: f32,
+        kv_rows: u32,
+        split_len: u32,
+        min_split_len: u32,
+        chunk_heads: u32,
+        early: bool,
+    },
 }
+
+/// Splits (blocks of one cluster) of [`Kernel::AttentionCluster`] (`KILN_ATTN_CLUSTER_SPLITS`).
+pub const ATTENTION_CLUSTER_SPLITS: u32 = 8;
 
 /// Quantum of the live split length of decode attention (positions).
 pub const SPLIT_LEN_QUANTUM: u32 = 16;
@@ -271,6 +294,7 @@ impl Kernel {
             Kernel::AttentionSplit { .. } => "attention_split",
             Kernel::AttentionPrefill { .. } => "attention_prefill",
             Kernel::AttentionMerge { .. } => "attention_merge",
+            Kernel::AttentionCluster { .. } => "attention_cluster",
             Kernel::SwiGlu { .. } => "swiglu",
             Kernel::Add { .. } => "add",
             Kernel::Sample { .. } => "sample",
@@ -281,13 +305,13 @@ impl Kernel {
 
 /// The operands of a launch that its kernel may read before it waits for the grids before it
 /// (programmatic dependent launch), when [`early_reads_safe`] holds: the positions and cache
-/// bases of a `QkvRope` and an `AttentionSplit`, the positions of an `AttentionMerge`. Indices into
+/// bases of a `QkvRope`, an `AttentionSplit` and an `AttentionCluster`, the positions of an `AttentionMerge`. Indices into
 /// `Launch::bufs`.
 pub fn early_read_operands(l: &Launch) -> Vec<usize> {
     let n = l.bufs.len();
     match l.kernel {
         Kernel::QkvRope { .. } if n >= 5 => vec![n - 5, n - 4],
-        Kernel::AttentionSplit { .. } if n == 6 => vec![3, 4],
+        Kernel::AttentionSplit { .. } | Kernel::AttentionCluster { .. } if n == 6 => vec![3, 4],
         Kernel::AttentionMerge { .. } if n == 3 => vec![1],
         _ => Vec::new(),
     }
@@ -298,7 +322,10 @@ impl Kernel {
     pub fn early(&self) -> bool {
         matches!(
             self,
-            Kernel::QkvRope { early: true, .. } | Kernel::AttentionSplit { early: true, .. } | Kernel::AttentionMerge { early: true, .. }
+            Kernel::QkvRope { early: true, .. }
+                | Kernel::AttentionSplit { early: true, .. }
+                | Kernel::AttentionMerge { early: true, .. }
+                | Kernel::AttentionCluster { early: true, .. }
         )
     }
 }

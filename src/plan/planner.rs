@@ -306,6 +306,45 @@ pub fn attention_splits(rows: u32, heads: u32, kv_heads: u32, max_context: u32) 
     (max_context.div_ceil(split_len), split_len)
 }
 
+/// Decode attention in one launch ([`Kernel::AttentionCluster`]), planned only with
+/// `KILN_ATTN_CLUSTER=1` at plan time (an A/B knob until measured on a GPU; sm_90+): eight splits of
+/// `ceil(max_context / 8)` positions (a multiple of 16) per (row, kv head, chunk of query heads),
+/// the chunk the fewest heads (1, 2 or 4) that keep the grid within one wave of
+/// [`ATTENTION_SPLIT_TARGET_BLOCKS`] blocks.
+pub fn attention_cluster(
+    rows: u32,
+    heads: u32,
+    kv_heads: u32,
+    head_dim: u32,
+    scale: f32,
+    kv_rows: u32,
+    max_context: u32,
+) -> Option<Kernel> {
+    if super::knob("KILN_ATTN_CLUSTER") != "1" || kv_heads == 0 || !heads.is_multiple_of(kv_heads) || head_dim == 0 || head_dim > 256 {
+        return None;
+    }
+    let group = heads / kv_heads;
+    let splits = super::ATTENTION_CLUSTER_SPLITS;
+    let chunk_heads = [1u32, 2, 4]
+        .into_iter()
+        .map(|c| c.min(group))
+        .find(|&c| rows * kv_heads * group.div_ceil(c) * splits <= ATTENTION_SPLIT_TARGET_BLOCKS)
+        .unwrap_or(4.min(group));
+    let split_len = max_context.div_ceil(splits).div_ceil(super::SPLIT_LEN_QUANTUM) * super::SPLIT_LEN_QUANTUM;
+    Some(Kernel::AttentionCluster {
+        rows,
+        heads,
+        kv_heads,
+        head_dim,
+        scale,
+        kv_rows,
+        split_len,
+        min_split_len: ATTENTION_MIN_SPLIT_LEN.min(split_len),
+        chunk_heads,
+        early: false,
+    })
+}
+
 /// The shortest live split of decode attention ([`super::live_split_len`]): at context 128 the
 /// planned 34 splits of 128 positions (max context 4352) would leave one or two splits active,
 /// each block walking 128 positions; with splits of 32 there are 4-5, each one step of the
@@ -351,6 +390,18 @@ fn launches_of(p: &Program, name: &str, op: &Op, max_context: usize, workspaces:
     }
     // Device loops run the decode program as their body: the same split, so the same bits.
     if let (Phase::Decode | Phase::DecodeLoop, Kernel::Attention { rows, heads, kv_heads, head_dim, scale, kv_rows }) = (p.phase, &kernel) {
+        if let Some(kernel) = attention_cluster(*rows, *heads, *kv_heads, *head_dim, *scale, *kv_rows, max_context as u32) {
+            let Op::Attention { q, k_cache, v_cache, positions, cache_base, out, .. } = *op else {
+                unreachable!("attention kernel from attention op")
+            };
+            let r = |v| (Operand::Value(v), Access::Read);
+            return vec![LaunchSpec {
+                name: name.to_string(),
+                kernel,
+                operands: vec![r(q), r(k_cache), r(v_cache), r(positions), r(cache_base), (Operand::Value(out), Access::Write)],
+                packs: Vec::new(),
+            }];
+        }
         let (splits, split_len) = attention_splits(*rows, *heads, *kv_heads, max_context as u32);
         let min_split_len = ATTENTION_MIN_SPLIT_LEN.min(split_len);
         if splits > 1 {
@@ -528,7 +579,9 @@ fn plan_program(p: &Program, persistent: &BTreeMap<&str, &PlannedTensor>, max_co
         let safe = super::early_reads_safe(&launches, i);
         match &mut launches[i].kernel {
             Kernel::QkvRope { early, .. } => *early = safe,
-            Kernel::AttentionSplit { early, .. } | Kernel::AttentionMerge { early, .. } => *early = safe && attn_early,
+            Kernel::AttentionSplit { early, .. } | Kernel::AttentionMerge { early, .. } | Kernel::AttentionCluster { early, .. } => {
+                *early = safe && attn_early
+            }
             _ => {}
         }
     }

@@ -765,30 +765,17 @@ fn execute(regions: &mut [Vec<u8>; N_REGIONS], s: &mut Scratch, launch: &Launch)
                             if lo >= hi {
                                 break; // inactive splits write nothing
                             }
-                            s.b.clear();
-                            let mut m = f32::NEG_INFINITY;
-                            for j in lo..hi {
-                                load_into(kb, k_cache.dtype, (base + j) * kvw + g * hd, &mut s.row);
-                                let mut dot = 0.0f32;
-                                for (a, b) in qh.iter().zip(&s.row) {
-                                    dot += a * b;
-                                }
-                                let score = scale * dot;
-                                m = m.max(score);
-                                s.b.push(score);
-                            }
-                            let mut state = vec![0.0f32; slot];
-                            let mut l = 0.0f32;
-                            for (j, &score) in (lo..hi).zip(&s.b) {
-                                let e = (score - m).exp();
-                                l += e;
-                                load_into(vb, v_cache.dtype, (base + j) * kvw + g * hd, &mut s.row);
-                                for (acc, v) in state[..hd].iter_mut().zip(&s.row) {
-                                    *acc += e * v;
-                                }
-                            }
-                            state[hd] = m;
-                            state[hd + 1] = l;
+                            let state = split_state(
+                                SplitRead { kb, kdt: k_cache.dtype, vb, vdt: v_cache.dtype, kvw, hd },
+                                qh,
+                                base,
+                                g,
+                                lo,
+                                hi,
+                                scale,
+                                &mut s.row,
+                                &mut s.b,
+                            );
                             partials.push((((t * heads + h) * splits + sp) * slot, state));
                         }
                     }
@@ -799,6 +786,68 @@ fn execute(regions: &mut [Vec<u8>; N_REGIONS], s: &mut Scratch, launch: &Launch)
                 store_into(dst, DType::F32, *at, state);
             }
             Ok(())
+        }
+        Kernel::AttentionCluster { rows, heads, kv_heads, head_dim, scale, kv_rows, split_len, min_split_len, .. } => {
+            // The splits of AttentionSplit (ATTENTION_CLUSTER_SPLITS of them), then the merge of
+            // AttentionMerge's reference: the chunking of heads over blocks changes no arithmetic.
+            let splits_u = crate::plan::ATTENTION_CLUSTER_SPLITS;
+            let (rows, heads, kv_heads, hd, splits) =
+                (rows as usize, heads as usize, kv_heads as usize, head_dim as usize, splits_u as usize);
+            let [q, k_cache, v_cache, positions, cache_base, out] = arity(launch, 5, 1)? else { unreachable!() };
+            ensure!(kv_heads > 0 && heads % kv_heads == 0, "{heads} heads are not a multiple of {kv_heads} kv heads");
+            ensure!(split_len > 0, "attention split of zero length");
+            let (qw, kvw) = (heads * hd, kv_heads * hd);
+            float_operand(q, "q", rows * qw)?;
+            float_operand(k_cache, "k_cache", kv_rows as usize * kvw)?;
+            float_operand(v_cache, "v_cache", kv_rows as usize * kvw)?;
+            typed_operand(positions, "positions", DType::I32, rows)?;
+            typed_operand(cache_base, "cache_base", DType::I32, rows)?;
+            float_operand(out, "out", rows * qw)?;
+            let group = heads / kv_heads;
+            load_all(operand(regions, q)?, q.dtype, &mut s.a);
+            load_ints(operand(regions, positions)?, &mut s.ints_a);
+            load_ints(operand(regions, cache_base)?, &mut s.ints_b);
+            s.row.clear();
+            s.row.resize(hd, 0.0);
+            s.out.clear();
+            s.out.resize(rows * qw, 0.0);
+            let (kb, vb) = (operand(regions, k_cache)?, operand(regions, v_cache)?);
+            for t in 0..rows {
+                let pos = s.ints_a[t];
+                if pos < 0 {
+                    continue;
+                }
+                let base = kv_span(t, pos, s.ints_b[t], kv_rows)?;
+                let n_keys = pos as usize + 1;
+                ensure!(n_keys <= splits * split_len as usize, "position {pos} is beyond the {splits} x {split_len} attention splits");
+                let live = crate::plan::live_split_len(pos, splits_u, split_len, min_split_len) as usize;
+                let active = (pos as usize / live + 1).min(splits);
+                for h in 0..heads {
+                    let g = h / group;
+                    let qh = &s.a[t * qw + h * hd..t * qw + (h + 1) * hd];
+                    let states: Vec<Vec<f32>> = (0..active)
+                        .map(|sp| {
+                            let (lo, hi) = (sp * live, ((sp + 1) * live).min(n_keys));
+                            let c = SplitRead { kb, kdt: k_cache.dtype, vb, vdt: v_cache.dtype, kvw, hd };
+                            split_state(c, qh, base, g, lo, hi, scale, &mut s.row, &mut s.b)
+                        })
+                        .collect();
+                    let big_m = states.iter().map(|st| st[hd]).fold(f32::NEG_INFINITY, f32::max);
+                    let mut denom = 0.0f32;
+                    let o = &mut s.out[(t * heads + h) * hd..][..hd];
+                    for st in &states {
+                        let w = (st[hd] - big_m).exp();
+                        denom += w * st[hd + 1];
+                        for (oi, acc) in o.iter_mut().zip(&st[..hd]) {
+                            *oi += w * acc;
+                        }
+                    }
+                    for oi in o.iter_mut() {
+                        *oi /= denom;
+                    }
+                }
+            }
+            store(regions, out, &s.out)
         }
         Kernel::AttentionMerge { rows, heads, head_dim, splits, split_len, min_split_len, .. } => {
             let (splits_u, planned_len) = (splits, split_len);
@@ -1152,4 +1201,56 @@ fn rotate_head(head: &mut [f32], inv_freq: &[f32], rope: &RopeSpec, pos: i32) {
         head[ia] = a * cos - b * sin;
         head[ib] = a * sin + b * cos;
     }
+}
+
+/// The K / V caches one decode attention split reads.
+struct SplitRead<'a> {
+    kb: &'a [u8],
+    kdt: DType,
+    vb: &'a [u8],
+    vdt: DType,
+    kvw: usize,
+    hd: usize,
+}
+
+/// One split's state `(acc[0..hd], m, l)` of query head `qh` over cache rows `base + lo..base + hi`
+/// of kv head `g` (the arithmetic of `Kernel::AttentionSplit`, shared by `AttentionCluster`).
+#[allow(clippy::too_many_arguments)]
+fn split_state(
+    c: SplitRead,
+    qh: &[f32],
+    base: usize,
+    g: usize,
+    lo: usize,
+    hi: usize,
+    scale: f32,
+    row: &mut [f32],
+    scores: &mut Vec<f32>,
+) -> Vec<f32> {
+    let SplitRead { kb, kdt, vb, vdt, kvw, hd } = c;
+    scores.clear();
+    let mut m = f32::NEG_INFINITY;
+    for j in lo..hi {
+        load_into(kb, kdt, (base + j) * kvw + g * hd, row);
+        let mut dot = 0.0f32;
+        for (a, b) in qh.iter().zip(row.iter()) {
+            dot += a * b;
+        }
+        let score = scale * dot;
+        m = m.max(score);
+        scores.push(score);
+    }
+    let mut state = vec![0.0f32; hd + 2];
+    let mut l = 0.0f32;
+    for (j, &score) in (lo..hi).zip(scores.iter()) {
+        let e = (score - m).exp();
+        l += e;
+        load_into(vb, vdt, (base + j) * kvw + g * hd, row);
+        for (acc, v) in state[..hd].iter_mut().zip(row.iter()) {
+            *acc += e * v;
+        }
+    }
+    state[hd] = m;
+    state[hd + 1] = l;
+    state
 }

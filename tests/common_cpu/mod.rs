@@ -1,4 +1,4 @@
-//! Helpers shared by `tests/cpu_numerics.rs` and `tests/planner_invariants.rs`: a seeded
+//! Helpers shared by `tests/cpu_numerics.rs`, `tests/planner_invariants.rs` and the decode attention tests: a seeded
 //! generator (no `rand` crate, so every run sees the same numbers on every machine) and a
 //! compact way to spell a small model config.
 #![allow(dead_code)]
@@ -95,4 +95,105 @@ impl Shape {
 /// (wavelength > 1024).
 pub fn llama3_scaling() -> RopeScaling {
     RopeScaling::Llama3 { factor: 8.0, low_freq_factor: 1.0, high_freq_factor: 4.0, original_max_position: 1024 }
+}
+
+/// Decode attention through `decode.b2` (row 1; row 0 is padding) gives the same last-token
+/// logits as one unsplit `prefill` step over the same tokens, within f32 rounding, at lengths
+/// before, on and after split boundaries; `attention` picks the decode attention launch that the
+/// plan must hold and returns its longest split. Shared by `tests/attention_split.rs` (split +
+/// merge) and `tests/attention_cluster.rs` (one launch).
+pub fn decode_attention_matches_unsplit_prefill(attention: fn(&kiln::plan::Kernel) -> Option<(u32, u32)>) {
+    use kiln::ir::{DType, Phase};
+    use kiln::lower::names;
+    use kiln::model::SrcDType;
+    use kiln::plan::{build_plan, PlanOptions};
+    use kiln::runtime::cpu::CpuExecutor;
+    use kiln::runtime::{Executor, StepBlock};
+    use kiln::synth::MemWeights;
+    let logits = |exec: &mut CpuExecutor, rows: usize, vocab: usize| -> Vec<f32> {
+        let b = exec.read_tensor(names::LOGITS, rows * vocab * 4).unwrap();
+        b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+    };
+    let cfg = Shape {
+        vocab: 64,
+        hidden: 32,
+        ffn: 48,
+        layers: 2,
+        heads: 4,
+        kv_heads: 2,
+        head_dim: 8,
+        rotary_dim: 8,
+        style: RopeStyle::HalfSplit,
+        scaling: RopeScaling::None,
+        tied: true,
+        qkv_bias: false,
+        qk_norm: false,
+    }
+    .build();
+    let cfg = kiln::model::ModelConfig { max_position_embeddings: 512, ..cfg };
+    let max_context = 512;
+    let opts = PlanOptions {
+        decode_buckets: vec![1, 2],
+        prefill_buckets: vec![512],
+        max_context,
+        dtype: DType::F32,
+        memory_budget: None,
+        burst: 0,
+        fuse: false,
+    };
+    let plan = build_plan(&cfg, &opts).unwrap();
+    let decode = plan.program(Phase::Decode, 2).unwrap();
+    let split_len = plan.programs[decode].launches.iter().find_map(|l| attention(&l.kernel)).expect("the decode attention launch");
+    assert!(split_len.0 > 1, "{split_len:?}");
+    let split_len = split_len.1 as usize;
+    let prefill = plan.program(Phase::Prefill, 512).unwrap();
+    let weights = MemWeights::random(&cfg, 7, SrcDType::F32);
+    let mut exec = CpuExecutor::new(plan.clone(), &weights).unwrap();
+    let tokens: Vec<i32> = (0..max_context as i32).map(|i| (i * 7 + 3) % cfg.vocab_size as i32).collect();
+    let v = cfg.vocab_size;
+
+    // Short lengths take live splits shorter than the planned split_len (plan::live_split_len).
+    for n in [1, 20, 33, 40, split_len - 1, split_len, split_len + 1, 2 * split_len + 5, max_context] {
+        // Reference: one prefill step over the first n tokens (sequence 0), logits of row n-1.
+        let mut step = StepBlock::new(&plan);
+        let mut ids = vec![0i32; 512];
+        let mut pos = vec![-1i32; 512];
+        for i in 0..n {
+            ids[i] = tokens[i];
+            pos[i] = i as i32;
+        }
+        step.set_i32(&plan, names::TOKEN_IDS, &ids).unwrap();
+        step.set_i32(&plan, names::POSITIONS, &pos).unwrap();
+        step.set_i32(&plan, names::CACHE_BASE, &[0; 512]).unwrap();
+        step.set_i32(&plan, names::LOGIT_ROWS, &[n as i32 - 1]).unwrap();
+        exec.run(prefill, &step).unwrap();
+        let reference = logits(&mut exec, 1, v);
+        // The same cache again in sequence 1 (rows from max_context), all but the last token, then
+        // the last token through the split decode program as row 1 (row 0 is padding).
+        let mut step = StepBlock::new(&plan);
+        for i in 0..n - 1 {
+            ids[i] = tokens[i];
+            pos[i] = i as i32;
+        }
+        ids[n - 1] = 0;
+        pos[n - 1] = -1;
+        if n > 1 {
+            step.set_i32(&plan, names::TOKEN_IDS, &ids).unwrap();
+            step.set_i32(&plan, names::POSITIONS, &pos).unwrap();
+            step.set_i32(&plan, names::CACHE_BASE, &[max_context as i32; 512]).unwrap();
+            step.set_i32(&plan, names::LOGIT_ROWS, &[0]).unwrap();
+            exec.run(prefill, &step).unwrap();
+        }
+        let mut step = StepBlock::new(&plan);
+        step.set_i32(&plan, names::TOKEN_IDS, &[0, tokens[n - 1]]).unwrap();
+        step.set_i32(&plan, names::POSITIONS, &[-1, n as i32 - 1]).unwrap();
+        step.set_i32(&plan, names::CACHE_BASE, &[0, max_context as i32]).unwrap();
+        exec.run(decode, &step).unwrap();
+        let got = logits(&mut exec, 2, v);
+        let worst = reference.iter().zip(&got[v..]).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+        let scale = reference.iter().fold(0.0f32, |m, x| m.max(x.abs()));
+        println!("n={n}: decode vs prefill max |diff| {worst:.3e} (max |logit| {scale:.3})");
+        assert!(worst <= 1e-5 * scale.max(1.0), "n={n}: {worst}");
+        assert!(got[..v].iter().all(|&x| x.is_finite()), "padding row produced non-finite logits");
+    }
 }

@@ -151,6 +151,22 @@ pub fn scalars(kernel: &Kernel) -> Vec<Scalar> {
         Kernel::AttentionMerge { rows, heads, head_dim, splits, split_len, min_split_len, early } => {
             vec![U32(rows), U32(heads), U32(head_dim), U32(splits), U32(split_len), U32(min_split_len), U32(early as u32)]
         }
+        // (q, k_cache, v_cache, positions, cache_base, out, rows, heads, kv_heads, head_dim, scale,
+        //  kv_rows, split_len, min_split_len, chunk_heads, early)
+        Kernel::AttentionCluster { rows, heads, kv_heads, head_dim, scale, kv_rows, split_len, min_split_len, chunk_heads, early } => {
+            vec![
+                U32(rows),
+                U32(heads),
+                U32(kv_heads),
+                U32(head_dim),
+                F32(scale),
+                U32(kv_rows),
+                U32(split_len),
+                U32(min_split_len),
+                U32(chunk_heads),
+                U32(early as u32),
+            ]
+        }
         // (gate, up, out, n) / (a, b, out, n)
         Kernel::SwiGlu { n } | Kernel::Add { n } => vec![U32(n)],
         // (tokens, stop_ids, token_ids, positions, counter, control, ring, rows, burst, stop_ids,

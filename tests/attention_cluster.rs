@@ -1,0 +1,66 @@
+//! Decode attention in one launch (`Kernel::AttentionCluster`, planned with `KILN_ATTN_CLUSTER=1`)
+//! on the CPU executor: stories260K's known greedy output, as the split + merge plans give it
+//! (tests/stories.rs), and the last-token logits of a decode step against an unsplit prefill
+//! step (as tests/attention_split.rs for split + merge). Its own test binary: the knob is read
+//! once per process.
+
+mod common_cpu;
+
+use kiln::ir::{DType, Phase};
+use kiln::plan::{build_plan, Kernel, PlanOptions};
+use kiln::runtime::cpu::CpuExecutor;
+use kiln::runtime::session::{generate, Sampling};
+use std::path::PathBuf;
+
+const KNOWN: &str = "Once upon a time, there was a little girl named Lily. She loved to play outside in the park. One day, she saw a big, red ball. She wanted to play with it, but it was too high.\nLily's mom said, \"Lily, let's go to the park.\" Lily was sad and didn't know what to do.";
+
+#[test]
+fn cluster_attention_plans_one_launch_and_keeps_the_known_greedy_output() {
+    std::env::set_var("KILN_ATTN_CLUSTER", "1");
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("models/stories260K");
+    let m = kiln::model::open(&dir.join("stories260K.gguf"), None).unwrap();
+    let options = PlanOptions {
+        decode_buckets: vec![1, 4],
+        prefill_buckets: vec![16],
+        max_context: 512,
+        dtype: DType::F32,
+        memory_budget: None,
+        burst: 0,
+        fuse: false,
+    };
+    let plan = build_plan(&m.config, &options).unwrap();
+    for p in plan.programs.iter().filter(|p| p.phase == Phase::Decode) {
+        let kinds = |f: fn(&Kernel) -> bool| p.launches.iter().filter(|l| f(&l.kernel)).count();
+        assert_eq!(kinds(|k| matches!(k, Kernel::AttentionCluster { .. })), m.config.n_layers, "{}", p.label());
+        assert_eq!(kinds(|k| matches!(k, Kernel::AttentionSplit { .. } | Kernel::AttentionMerge { .. })), 0);
+        for l in &p.launches {
+            if let Kernel::AttentionCluster { rows, kv_heads, heads, chunk_heads, .. } = l.kernel {
+                assert_eq!(l.grid, [rows * kv_heads * (heads / kv_heads).div_ceil(chunk_heads), 8, 1]);
+                assert!(l.grid[0] * l.grid[1] <= kiln::plan::planner::ATTENTION_SPLIT_TARGET_BLOCKS || chunk_heads == 4);
+            }
+        }
+    }
+    let tok = m.tokenizer.as_deref().expect("tokenizer");
+    let mut exec = CpuExecutor::new(plan, m.weights.as_ref()).expect("executor");
+    let bos = tok.bos().expect("bos");
+    let mut stops = tok.eos();
+    stops.push(bos);
+    let g = generate(&mut exec, &[bos], 200, Sampling::greedy(), &stops, |_| true).expect("generate");
+    let mut prev = Some(bos);
+    let mut bytes = Vec::new();
+    for &t in &g.tokens {
+        bytes.extend(tok.decode_piece(prev, t));
+        prev = Some(t);
+    }
+    let text = String::from_utf8(bytes).expect("utf-8");
+    assert!(text.starts_with(KNOWN), "got:\n{text}");
+}
+
+#[test]
+fn cluster_decode_attention_matches_unsplit_prefill() {
+    std::env::set_var("KILN_ATTN_CLUSTER", "1");
+    common_cpu::decode_attention_matches_unsplit_prefill(|k| match *k {
+        Kernel::AttentionCluster { split_len, .. } => Some((kiln::plan::ATTENTION_CLUSTER_SPLITS, split_len)),
+        _ => None,
+    });
+}
