@@ -391,8 +391,8 @@ __device__ __forceinline__ void argmax_range(const float* l, unsigned int lo, un
   }
 }
 
-// Reduces (best_v, best_i) over the block; the result is valid in warp 0.
-__device__ __forceinline__ void block_argmax(float& best_v, int& best_i, SampleShared& s) {
+// Reduces (best_v, best_i) over the warp (every lane gets the result).
+__device__ __forceinline__ void warp_argmax(float& best_v, int& best_i) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) {
     const float ov = __shfl_xor_sync(0xffffffffu, best_v, o);
@@ -402,6 +402,11 @@ __device__ __forceinline__ void block_argmax(float& best_v, int& best_i, SampleS
       best_i = oi;
     }
   }
+}
+
+// Reduces (best_v, best_i) over the block; the result is valid in warp 0.
+__device__ __forceinline__ void block_argmax(float& best_v, int& best_i, SampleShared& s) {
+  warp_argmax(best_v, best_i);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   if (lane == 0) {
     s.red_v[warp] = best_v;
@@ -411,15 +416,7 @@ __device__ __forceinline__ void block_argmax(float& best_v, int& best_i, SampleS
   if (warp == 0) {
     best_v = lane < (int)(blockDim.x >> 5) ? s.red_v[lane] : kiln::quiet_nan();
     best_i = lane < (int)(blockDim.x >> 5) ? s.red_i[lane] : 0x7fffffff;
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-      const float ov = __shfl_xor_sync(0xffffffffu, best_v, o);
-      const int oi = __shfl_xor_sync(0xffffffffu, best_i, o);
-      if (argmax_better(ov, oi, best_v, best_i)) {
-        best_v = ov;
-        best_i = oi;
-      }
-    }
+    warp_argmax(best_v, best_i);
   }
 }
 
@@ -470,15 +467,7 @@ extern "C" __global__ void __launch_bounds__(KILN_SAMPLE_THREADS) KILN_SAMPLE_CL
   if (threadIdx.x < 32) {
     best_v = threadIdx.x < KILN_SAMPLE_PARTS ? s.part_v[threadIdx.x] : kiln::quiet_nan();
     best_i = threadIdx.x < KILN_SAMPLE_PARTS ? s.part_i[threadIdx.x] : 0x7fffffff;
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-      const float ov = __shfl_xor_sync(0xffffffffu, best_v, o);
-      const int oi = __shfl_xor_sync(0xffffffffu, best_i, o);
-      if (argmax_better(ov, oi, best_v, best_i)) {
-        best_v = ov;
-        best_i = oi;
-      }
-    }
+    warp_argmax(best_v, best_i);
   }
 #else
   if (part != 0) return;

@@ -27,7 +27,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import probe_persistent as pp  # noqa: E402
-from probe_merge_fold import planned_splits  # noqa: E402
+from probe_merge_fold import attention_layers, planned_splits  # noqa: E402
 
 SRC = os.path.join(HERE, "probe_cluster_merge.cu")
 SHAPES = {  # name: (heads, kv_heads, head_dim, hidden, layers)
@@ -47,25 +47,14 @@ def main():
     ap.add_argument("--groups", default="1,2,4", help="heads per cluster block (G) to try")
     args = ap.parse_args()
     if args.compile_only:
-        _, log = pp.compile_probe(args.compile_only, SRC, kiln_headers=True)
-        print(log)
-        bad = "warning" in log.lower()
-        print("probe compile:", "FAIL" if bad else "ok")
-        return 1 if bad else 0
-
-    import tempfile
+        return pp.compile_only(args.compile_only, SRC, kiln_headers=True)
 
     import cupy as cp
     import numpy as np
 
     import kernel_check as kc
 
-    dev = cp.cuda.Device()
-    arch = "sm_90a" if dev.compute_capability == "90" else f"sm_{dev.compute_capability}"
-    cubin, _ = pp.compile_probe(arch, SRC, kiln_headers=True)
-    path = os.path.join(tempfile.mkdtemp(), "probe_cm.cubin")
-    open(path, "wb").write(cubin)
-    probe = cp.RawModule(path=path)
+    probe = pp.load_probe(cp, SRC, "probe_cm")
     kiln_mod, how = kc.load_module(cp, kc.Report(), only=["linear.cu", "attention_split.cu"])
     pdl = kc.PdlLaunch(cp)
     f_split = kiln_mod.get_function("kiln_attention_split_bf16")
@@ -84,21 +73,7 @@ def main():
         S, SL = planned_splits(H, KVH, MAX_CONTEXT)
         MINL = min(32, SL)
         K = H * HD
-        layers = []
-        for _ in range(L):
-            layers.append(dict(
-                q=pp.bf16_random(cp, K, 1.0),
-                kc=pp.bf16_random(cp, MAX_CONTEXT * KVH * HD, 1.0),
-                vc=pp.bf16_random(cp, MAX_CONTEXT * KVH * HD, 1.0),
-                ws=cp.zeros(H * S * (HD + 2), dtype=cp.float32),
-                att=cp.zeros(K, dtype=cp.uint16),
-                w=pp.bf16_random(cp, hidden * K, 1.0 / math.sqrt(K)),
-                y=cp.zeros(hidden, dtype=cp.uint16),
-            ))
-        cb = cp.zeros(1, dtype=cp.int32)
-        gs, bs = kc.geometry("attention_split", rows=1, heads=H, kv_heads=KVH, splits=S)
-        gm, bm = kc.geometry("attention_merge", rows=1, heads=H)
-        gl, bl = kc.geometry("linear", rows=1, out_features=hidden)
+        layers, cb, (gs, bs), (gm, bm), (gl, bl) = attention_layers(cp, kc, H, KVH, HD, hidden, L, S)
         scale = np.float32(1.0 / math.sqrt(HD))
         for p in [int(v) for v in args.positions.split(",")]:
             pos = cp.full(1, p, dtype=cp.int32)

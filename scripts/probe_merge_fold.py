@@ -44,31 +44,42 @@ def planned_splits(heads, kv_heads, max_context, target=132):
     return -(-max_context // split_len), split_len
 
 
+def attention_layers(cp, kc, H, KVH, HD, hidden, L, S):
+    """Per layer (L of them): its own q, KV caches of MAX_CONTEXT rows, split workspace, attention
+    output, o weight and o output (bf16 bits, f32 workspace); then a zero cache base and the kiln
+    geometries of the split (S splits), the merge and the o GEMV, at batch 1."""
+    K = H * HD
+    layers = []
+    for _ in range(L):
+        layers.append(dict(
+            q=pp.bf16_random(cp, K, 1.0),
+            kc=pp.bf16_random(cp, MAX_CONTEXT * KVH * HD, 1.0),
+            vc=pp.bf16_random(cp, MAX_CONTEXT * KVH * HD, 1.0),
+            ws=cp.zeros(H * S * (HD + 2), dtype=cp.float32),
+            att=cp.zeros(K, dtype=cp.uint16),
+            w=pp.bf16_random(cp, hidden * K, 1.0 / math.sqrt(K)),
+            y=cp.zeros(hidden, dtype=cp.uint16),
+        ))
+    return (layers, cp.zeros(1, dtype=cp.int32),
+            kc.geometry("attention_split", rows=1, heads=H, kv_heads=KVH, splits=S),
+            kc.geometry("attention_merge", rows=1, heads=H),
+            kc.geometry("linear", rows=1, out_features=hidden))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--compile-only", metavar="ARCH", nargs="?", const="sm_90a")
     ap.add_argument("--positions", default="129,383,4095")
     args = ap.parse_args()
     if args.compile_only:
-        _, log = pp.compile_probe(args.compile_only, SRC, kiln_headers=True)
-        print(log)
-        bad = "warning" in log.lower()
-        print("probe compile:", "FAIL" if bad else "ok")
-        return 1 if bad else 0
-
-    import tempfile
+        return pp.compile_only(args.compile_only, SRC, kiln_headers=True)
 
     import cupy as cp
     import numpy as np
 
     import kernel_check as kc
 
-    dev = cp.cuda.Device()
-    arch = "sm_90a" if dev.compute_capability == "90" else f"sm_{dev.compute_capability}"
-    cubin, _ = pp.compile_probe(arch, SRC, kiln_headers=True)
-    path = os.path.join(tempfile.mkdtemp(), "probe_fold.cubin")
-    open(path, "wb").write(cubin)
-    probe = cp.RawModule(path=path)
+    probe = pp.load_probe(cp, SRC, "probe_fold")
     report = kc.Report()
     kiln_mod, how = kc.load_module(cp, report, only=["linear.cu", "attention_split.cu"])
     pdl = kc.PdlLaunch(cp)
@@ -87,21 +98,7 @@ def main():
         MINL = min(32, SL)
         K = H * HD
         assert K <= 2048 and K % 8 == 0 and H * S <= 2048
-        layers = []
-        for _ in range(L):
-            layers.append(dict(
-                q=pp.bf16_random(cp, K, 1.0),
-                kc=pp.bf16_random(cp, MAX_CONTEXT * KVH * HD, 1.0),
-                vc=pp.bf16_random(cp, MAX_CONTEXT * KVH * HD, 1.0),
-                ws=cp.zeros(H * S * (HD + 2), dtype=cp.float32),
-                att=cp.zeros(K, dtype=cp.uint16),
-                w=pp.bf16_random(cp, hidden * K, 1.0 / math.sqrt(K)),
-                y=cp.zeros(hidden, dtype=cp.uint16),
-            ))
-        cb = cp.zeros(1, dtype=cp.int32)
-        gs, bs = kc.geometry("attention_split", rows=1, heads=H, kv_heads=KVH, splits=S)
-        gm, bm = kc.geometry("attention_merge", rows=1, heads=H)
-        gl, bl = kc.geometry("linear", rows=1, out_features=hidden)
+        layers, cb, (gs, bs), (gm, bm), (gl, bl) = attention_layers(cp, kc, H, KVH, HD, hidden, L, S)
         gp, bp = ((hidden + 15) // 16, 1, 1), (256, 1, 1)
         for p in [int(v) for v in args.positions.split(",")]:
             pos = cp.full(1, p, dtype=cp.int32)

@@ -57,6 +57,27 @@ def compile_probe(arch, src_path=SRC, kiln_headers=False):
         sys.exit(str(e))
 
 
+def compile_only(arch, src_path=SRC, kiln_headers=False):
+    """`--compile-only`: the NVRTC build of a probe without a GPU; prints ptxas' log and returns
+    the exit status (1 when the log has a warning)."""
+    _, log = compile_probe(arch, src_path, kiln_headers)
+    print(log)
+    bad = "warning" in log.lower()
+    print("probe compile:", "FAIL" if bad else "ok")
+    return 1 if bad else 0
+
+
+def load_probe(cp, src_path, name):
+    """The probe's module on this GPU (sm_90a on an sm_90 device) with kiln's kernels as headers."""
+    import tempfile
+
+    cc = cp.cuda.Device().compute_capability
+    cubin, _ = compile_probe("sm_90a" if cc == "90" else f"sm_{cc}", src_path, kiln_headers=True)
+    path = os.path.join(tempfile.mkdtemp(), name + ".cubin")
+    open(path, "wb").write(cubin)
+    return cp.RawModule(path=path)
+
+
 def graph_time(cp, launches, reps=9):
     stream = cp.cuda.Stream(non_blocking=True)
     with stream:
@@ -99,11 +120,7 @@ def main():
     ap.add_argument("--no-persistent", action="store_true", help="only the kiln chains")
     args = ap.parse_args()
     if args.compile_only:
-        _, log = compile_probe(args.compile_only)
-        print(log)
-        bad = "warning" in log.lower()
-        print("probe compile:", "FAIL" if bad else "ok")
-        return 1 if bad else 0
+        return compile_only(args.compile_only)
 
     import ctypes
 

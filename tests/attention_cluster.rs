@@ -8,8 +8,6 @@ mod common_cpu;
 
 use kiln::ir::{DType, Phase};
 use kiln::plan::{build_plan, Kernel, PlanOptions};
-use kiln::runtime::cpu::CpuExecutor;
-use kiln::runtime::session::{generate, Sampling};
 use std::path::PathBuf;
 
 const KNOWN: &str = "Once upon a time, there was a little girl named Lily. She loved to play outside in the park. One day, she saw a big, red ball. She wanted to play with it, but it was too high.\nLily's mom said, \"Lily, let's go to the park.\" Lily was sad and didn't know what to do.";
@@ -40,19 +38,7 @@ fn cluster_attention_plans_one_launch_and_keeps_the_known_greedy_output() {
             }
         }
     }
-    let tok = m.tokenizer.as_deref().expect("tokenizer");
-    let mut exec = CpuExecutor::new(plan, m.weights.as_ref()).expect("executor");
-    let bos = tok.bos().expect("bos");
-    let mut stops = tok.eos();
-    stops.push(bos);
-    let g = generate(&mut exec, &[bos], 200, Sampling::greedy(), &stops, |_| true).expect("generate");
-    let mut prev = Some(bos);
-    let mut bytes = Vec::new();
-    for &t in &g.tokens {
-        bytes.extend(tok.decode_piece(prev, t));
-        prev = Some(t);
-    }
-    let text = String::from_utf8(bytes).expect("utf-8");
+    let text = common_cpu::greedy_text(&m, plan);
     assert!(text.starts_with(KNOWN), "got:\n{text}");
 }
 

@@ -3,11 +3,13 @@
 //! `models/stories260K/README.md`), not something kiln computed.
 
 use kiln::ir::DType;
-use kiln::model::LoadedModel;
 use kiln::plan::{build_plan, file, PlanOptions};
 use kiln::runtime::cpu::CpuExecutor;
 use kiln::runtime::session::{generate, Sampling};
 use std::path::PathBuf;
+
+mod common_cpu;
+use common_cpu::greedy_text;
 
 const KNOWN: &str = "Once upon a time, there was a little girl named Lily. She loved to play outside in the park. One day, she saw a big, red ball. She wanted to play with it, but it was too high.\nLily's mom said, \"Lily, let's go to the park.\" Lily was sad and didn't know what to do.";
 
@@ -25,23 +27,6 @@ fn options() -> PlanOptions {
         burst: 0,
         fuse: false,
     }
-}
-
-/// Greedy text from BOS, 200 tokens at most, stopping at BOS/EOS.
-fn greedy_text(m: &LoadedModel, plan: kiln::plan::Plan) -> String {
-    let tok = m.tokenizer.as_deref().expect("tokenizer");
-    let mut exec = CpuExecutor::new(plan, m.weights.as_ref()).expect("executor");
-    let bos = tok.bos().expect("bos");
-    let mut stops = tok.eos();
-    stops.push(bos);
-    let g = generate(&mut exec, &[bos], 200, Sampling::greedy(), &stops, |_| true).expect("generate");
-    let mut prev = Some(bos);
-    let mut bytes = Vec::new();
-    for &t in &g.tokens {
-        bytes.extend(tok.decode_piece(prev, t));
-        prev = Some(t);
-    }
-    String::from_utf8(bytes).expect("utf-8")
 }
 
 #[test]

@@ -343,6 +343,35 @@ fn kv_span(t: usize, pos: i32, cache_base: i32, kv_rows: u32) -> Result<usize> {
     Ok(cache_base as usize)
 }
 
+/// The operands of an attention launch (q, k_cache, v_cache, positions, cache_base, then the one
+/// operand it writes), checked, with q, the positions and the cache bases loaded into `s.a`,
+/// `s.ints_a` and `s.ints_b`. The caller checks the written operand.
+#[allow(clippy::too_many_arguments)]
+fn attention_inputs<'l>(
+    regions: &[Vec<u8>; N_REGIONS],
+    s: &mut Scratch,
+    launch: &'l Launch,
+    rows: usize,
+    heads: usize,
+    kv_heads: usize,
+    hd: usize,
+    kv_rows: u32,
+) -> Result<&'l [BufArg]> {
+    let bufs = arity(launch, 5, 1)?;
+    let [q, k_cache, v_cache, positions, cache_base, _] = bufs else { unreachable!() };
+    ensure!(kv_heads > 0 && heads.is_multiple_of(kv_heads), "{heads} heads are not a multiple of {kv_heads} kv heads");
+    let (qw, kvw) = (heads * hd, kv_heads * hd);
+    float_operand(q, "q", rows * qw)?;
+    float_operand(k_cache, "k_cache", kv_rows as usize * kvw)?;
+    float_operand(v_cache, "v_cache", kv_rows as usize * kvw)?;
+    typed_operand(positions, "positions", DType::I32, rows)?;
+    typed_operand(cache_base, "cache_base", DType::I32, rows)?;
+    load_all(operand(regions, q)?, q.dtype, &mut s.a);
+    load_ints(operand(regions, positions)?, &mut s.ints_a);
+    load_ints(operand(regions, cache_base)?, &mut s.ints_b);
+    Ok(bufs)
+}
+
 // ---------------------------------------------------------------------------------------------
 // Kernels.
 
@@ -665,19 +694,12 @@ fn execute(regions: &mut [Vec<u8>; N_REGIONS], s: &mut Scratch, launch: &Launch)
         Kernel::Attention { rows, heads, kv_heads, head_dim, scale, kv_rows }
         | Kernel::AttentionPrefill { rows, heads, kv_heads, head_dim, scale, kv_rows } => {
             let (rows, heads, kv_heads, hd) = (rows as usize, heads as usize, kv_heads as usize, head_dim as usize);
-            let [q, k_cache, v_cache, positions, cache_base, out] = arity(launch, 5, 1)? else { unreachable!() };
-            ensure!(kv_heads > 0 && heads % kv_heads == 0, "{heads} heads are not a multiple of {kv_heads} kv heads");
+            let [_, k_cache, v_cache, _, _, out] = attention_inputs(regions, s, launch, rows, heads, kv_heads, hd, kv_rows)? else {
+                unreachable!()
+            };
             let (qw, kvw) = (heads * hd, kv_heads * hd);
-            float_operand(q, "q", rows * qw)?;
-            float_operand(k_cache, "k_cache", kv_rows as usize * kvw)?;
-            float_operand(v_cache, "v_cache", kv_rows as usize * kvw)?;
-            typed_operand(positions, "positions", DType::I32, rows)?;
-            typed_operand(cache_base, "cache_base", DType::I32, rows)?;
             float_operand(out, "out", rows * qw)?;
             let group = heads / kv_heads;
-            load_all(operand(regions, q)?, q.dtype, &mut s.a);
-            load_ints(operand(regions, positions)?, &mut s.ints_a);
-            load_ints(operand(regions, cache_base)?, &mut s.ints_b);
             let (kb, vb) = (operand(regions, k_cache)?, operand(regions, v_cache)?);
             s.out.clear();
             s.out.resize(rows * qw, 0.0);
@@ -727,20 +749,13 @@ fn execute(regions: &mut [Vec<u8>; N_REGIONS], s: &mut Scratch, launch: &Launch)
             let (rows, heads, kv_heads, hd) = (rows as usize, heads as usize, kv_heads as usize, head_dim as usize);
             let (splits_u, planned_len) = (splits, split_len);
             let (splits, split_len) = (splits as usize, split_len as usize);
-            let [q, k_cache, v_cache, positions, cache_base, workspace] = arity(launch, 5, 1)? else { unreachable!() };
-            ensure!(kv_heads > 0 && heads % kv_heads == 0, "{heads} heads are not a multiple of {kv_heads} kv heads");
+            let [_, k_cache, v_cache, _, _, workspace] = attention_inputs(regions, s, launch, rows, heads, kv_heads, hd, kv_rows)? else {
+                unreachable!()
+            };
             ensure!(split_len > 0 && splits > 0, "attention split of zero length");
             let (qw, kvw, slot) = (heads * hd, kv_heads * hd, hd + 2);
-            float_operand(q, "q", rows * qw)?;
-            float_operand(k_cache, "k_cache", kv_rows as usize * kvw)?;
-            float_operand(v_cache, "v_cache", kv_rows as usize * kvw)?;
-            typed_operand(positions, "positions", DType::I32, rows)?;
-            typed_operand(cache_base, "cache_base", DType::I32, rows)?;
             typed_operand(workspace, "workspace", DType::F32, rows * heads * splits * slot)?;
             let group = heads / kv_heads;
-            load_all(operand(regions, q)?, q.dtype, &mut s.a);
-            load_ints(operand(regions, positions)?, &mut s.ints_a);
-            load_ints(operand(regions, cache_base)?, &mut s.ints_b);
             s.row.clear();
             s.row.resize(hd, 0.0);
             // Partial states are computed first, then written, so the workspace write is the
@@ -793,20 +808,13 @@ fn execute(regions: &mut [Vec<u8>; N_REGIONS], s: &mut Scratch, launch: &Launch)
             let splits_u = crate::plan::ATTENTION_CLUSTER_SPLITS;
             let (rows, heads, kv_heads, hd, splits) =
                 (rows as usize, heads as usize, kv_heads as usize, head_dim as usize, splits_u as usize);
-            let [q, k_cache, v_cache, positions, cache_base, out] = arity(launch, 5, 1)? else { unreachable!() };
-            ensure!(kv_heads > 0 && heads % kv_heads == 0, "{heads} heads are not a multiple of {kv_heads} kv heads");
+            let [_, k_cache, v_cache, _, _, out] = attention_inputs(regions, s, launch, rows, heads, kv_heads, hd, kv_rows)? else {
+                unreachable!()
+            };
             ensure!(split_len > 0, "attention split of zero length");
             let (qw, kvw) = (heads * hd, kv_heads * hd);
-            float_operand(q, "q", rows * qw)?;
-            float_operand(k_cache, "k_cache", kv_rows as usize * kvw)?;
-            float_operand(v_cache, "v_cache", kv_rows as usize * kvw)?;
-            typed_operand(positions, "positions", DType::I32, rows)?;
-            typed_operand(cache_base, "cache_base", DType::I32, rows)?;
             float_operand(out, "out", rows * qw)?;
             let group = heads / kv_heads;
-            load_all(operand(regions, q)?, q.dtype, &mut s.a);
-            load_ints(operand(regions, positions)?, &mut s.ints_a);
-            load_ints(operand(regions, cache_base)?, &mut s.ints_b);
             s.row.clear();
             s.row.resize(hd, 0.0);
             s.out.clear();

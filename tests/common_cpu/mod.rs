@@ -197,3 +197,23 @@ pub fn decode_attention_matches_unsplit_prefill(attention: fn(&kiln::plan::Kerne
         assert!(got[..v].iter().all(|&x| x.is_finite()), "padding row produced non-finite logits");
     }
 }
+
+/// Greedy text from BOS, 200 tokens at most, stopping at BOS/EOS (stories260K's known output is
+/// given this way).
+pub fn greedy_text(m: &kiln::model::LoadedModel, plan: kiln::plan::Plan) -> String {
+    use kiln::runtime::cpu::CpuExecutor;
+    use kiln::runtime::session::{generate, Sampling};
+    let tok = m.tokenizer.as_deref().expect("tokenizer");
+    let mut exec = CpuExecutor::new(plan, m.weights.as_ref()).expect("executor");
+    let bos = tok.bos().expect("bos");
+    let mut stops = tok.eos();
+    stops.push(bos);
+    let g = generate(&mut exec, &[bos], 200, Sampling::greedy(), &stops, |_| true).expect("generate");
+    let mut prev = Some(bos);
+    let mut bytes = Vec::new();
+    for &t in &g.tokens {
+        bytes.extend(tok.decode_piece(prev, t));
+        prev = Some(t);
+    }
+    String::from_utf8(bytes).expect("utf-8")
+}
