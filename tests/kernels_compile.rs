@@ -29,6 +29,7 @@ fn expected_symbols() -> BTreeSet<String> {
         "attention",
         "attention_split",
         "attention_merge",
+        "attention_cluster",
         "swiglu",
         "add",
     ] {
