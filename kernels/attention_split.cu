@@ -385,6 +385,43 @@ __device__ void attention_split_dispatch_vec(SplitShared& sh, bool vec, const T*
   }
 }
 
+// Shapes the split code covers (the planner plans no other; a launch of another writes nothing).
+__device__ __forceinline__ bool split_shape_ok(unsigned int heads, unsigned int kv_heads, unsigned int head_dim,
+                                               unsigned int planned_len) {
+  return kv_heads != 0 && heads % kv_heads == 0 && head_dim != 0 && head_dim <= KILN_ATTN_SPLIT_MAX_HEAD_DIM &&
+         planned_len != 0;
+}
+
+// One active split: keys [lo, min(lo + split_len, p + 1)) of row t's cache rows from base_t (kv
+// head g), clamped to the cache, for the nh heads from h0; writes slot ((t * heads + h0 + i) *
+// splits + s) of `workspace` (the vector path and the compile-time head count picked here).
+template <typename T>
+__device__ void split_block(SplitShared& sh, const T* q, const T* k_cache, const T* v_cache, float* workspace,
+                            unsigned int t, unsigned int h0, unsigned int nh, unsigned int g, unsigned int s, long long lo,
+                            unsigned int split_len, int p, long long base_t, unsigned int heads, unsigned int kv_heads,
+                            unsigned int head_dim, float scale, unsigned int kv_rows, unsigned int splits) {
+  long long base = base_t;
+  long long hi = min(lo + (long long)split_len, (long long)p + 1);
+  if (base < 0) {
+    base = 0;
+    hi = lo;  // no readable row: an empty split
+  } else {
+    hi = min(hi, (long long)kv_rows - base);
+  }
+  const bool vec = head_dim % 8 == 0 && aligned16(k_cache) && aligned16(v_cache);
+  static_assert(KILN_ATTN_SPLIT_MAX_GROUP == 4, "dispatch below: 1, 2 or 4 heads per block");
+  if (nh <= 1) {
+    attention_split_dispatch_vec<T, 1>(sh, vec, q, k_cache, v_cache, workspace, t, h0, nh, g, s, lo, hi, base,
+                                       heads, kv_heads, head_dim, scale, splits);
+  } else if (nh <= 2) {
+    attention_split_dispatch_vec<T, 2>(sh, vec, q, k_cache, v_cache, workspace, t, h0, nh, g, s, lo, hi, base,
+                                       heads, kv_heads, head_dim, scale, splits);
+  } else {
+    attention_split_dispatch_vec<T, 4>(sh, vec, q, k_cache, v_cache, workspace, t, h0, nh, g, s, lo, hi, base,
+                                       heads, kv_heads, head_dim, scale, splits);
+  }
+}
+
 // Called before the block waits for the prior grids when `early` (the kernel entry waits first
 // otherwise): it waits itself right after reading positions and cache_base, and on every return
 // before that.
@@ -396,8 +433,7 @@ __device__ void attention_split(const T* q, const T* k_cache, const T* v_cache, 
                                 bool early) {
   __shared__ SplitShared sh;
   KILN_ABLATED(16);
-  if (kv_heads == 0 || heads % kv_heads != 0 || head_dim == 0 || head_dim > KILN_ATTN_SPLIT_MAX_HEAD_DIM ||
-      planned_len == 0) {
+  if (!split_shape_ok(heads, kv_heads, head_dim, planned_len)) {
     if (early) wait_prior_grids();
     return;
   }
@@ -421,26 +457,8 @@ __device__ void attention_split(const T* q, const T* k_cache, const T* v_cache, 
   if (p < 0 || lo > p) return;  // inactive: the merge never reads this slot
   const unsigned int h0 = g * group + chunk * chunk_heads;
   const unsigned int nh = min(chunk_heads, group - chunk * chunk_heads);
-  long long base = base_t;
-  long long hi = min(lo + (long long)split_len, (long long)p + 1);
-  if (base < 0) {
-    base = 0;
-    hi = lo;  // no readable row: an empty split
-  } else {
-    hi = min(hi, (long long)kv_rows - base);
-  }
-  const bool vec = head_dim % 8 == 0 && aligned16(k_cache) && aligned16(v_cache);
-  static_assert(KILN_ATTN_SPLIT_MAX_GROUP == 4, "dispatch below: 1, 2 or 4 heads per block");
-  if (nh <= 1) {
-    attention_split_dispatch_vec<T, 1>(sh, vec, q, k_cache, v_cache, workspace, t, h0, nh, g, s, lo, hi, base,
-                                       heads, kv_heads, head_dim, scale, splits);
-  } else if (nh <= 2) {
-    attention_split_dispatch_vec<T, 2>(sh, vec, q, k_cache, v_cache, workspace, t, h0, nh, g, s, lo, hi, base,
-                                       heads, kv_heads, head_dim, scale, splits);
-  } else {
-    attention_split_dispatch_vec<T, 4>(sh, vec, q, k_cache, v_cache, workspace, t, h0, nh, g, s, lo, hi, base,
-                                       heads, kv_heads, head_dim, scale, splits);
-  }
+  split_block<T>(sh, q, k_cache, v_cache, workspace, t, h0, nh, g, s, lo, split_len, p, base_t, heads, kv_heads,
+                 head_dim, scale, kv_rows, splits);
 }
 
 // `early`: as attention_split's (the positions read before the wait).
@@ -543,8 +561,8 @@ __device__ void attention_cluster(const T* q, const T* k_cache, const T* v_cache
   __shared__ float slots[KILN_ATTN_CLUSTER_SLOTS];
   constexpr unsigned int S = KILN_ATTN_CLUSTER_SPLITS;
   // Shapes the planner never plans: every block of the cluster returns alike (no barrier reached).
-  if (kv_heads == 0 || heads % kv_heads != 0 || head_dim == 0 || head_dim > KILN_ATTN_SPLIT_MAX_HEAD_DIM ||
-      planned_len == 0 || chunk_heads == 0 || chunk_heads > KILN_ATTN_SPLIT_MAX_GROUP) {
+  if (!split_shape_ok(heads, kv_heads, head_dim, planned_len) || chunk_heads == 0 ||
+      chunk_heads > KILN_ATTN_SPLIT_MAX_GROUP) {
     if (early) wait_prior_grids();
     return;
   }
@@ -567,45 +585,23 @@ __device__ void attention_cluster(const T* q, const T* k_cache, const T* v_cache
   const unsigned int nh = min(chunk_heads, group - chunk * chunk_heads);
   const unsigned int slot = head_dim + 2;
   if (s < n_active) {
-    const long long lo = (long long)s * split_len;
-    long long base = base_t, hi = min(lo + (long long)split_len, (long long)p + 1);
-    if (base < 0) {
-      base = 0;
-      hi = lo;  // no readable row: an empty split
-    } else {
-      hi = min(hi, (long long)kv_rows - base);
-    }
-    const bool vec = head_dim % 8 == 0 && aligned16(k_cache) && aligned16(v_cache);
     // The split block writes slot ((t * heads + h0 + i) * splits + s) of its workspace: with
     // splits = 1 and s = 0 that is slots + i * slot once the base is shifted back by those slots.
     float* ws = slots - ((size_t)t * heads + h0) * slot;
-    if (nh <= 1) {
-      attention_split_dispatch_vec<T, 1>(sh, vec, q, k_cache, v_cache, ws, t, h0, nh, g, 0, lo, hi, base, heads,
-                                         kv_heads, head_dim, scale, 1);
-    } else if (nh <= 2) {
-      attention_split_dispatch_vec<T, 2>(sh, vec, q, k_cache, v_cache, ws, t, h0, nh, g, 0, lo, hi, base, heads,
-                                         kv_heads, head_dim, scale, 1);
-    } else {
-      attention_split_dispatch_vec<T, 4>(sh, vec, q, k_cache, v_cache, ws, t, h0, nh, g, 0, lo, hi, base, heads,
-                                         kv_heads, head_dim, scale, 1);
-    }
+    split_block<T>(sh, q, k_cache, v_cache, ws, t, h0, nh, g, 0, (long long)s * split_len, split_len, p, base_t, heads,
+                   kv_heads, head_dim, scale, kv_rows, 1);
   }
-  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+  cluster_sync();
   const unsigned int e = s * blockDim.x + threadIdx.x;
   if (e < nh * head_dim) {
     const unsigned int i = e / head_dim, d = e % head_dim;
     const float* mine = slots + (size_t)i * slot;
-    auto in_rank = [&](unsigned int r) {
-      unsigned long long a;
-      asm volatile("mapa.u64 %0, %1, %2;\n" : "=l"(a) : "l"(mine), "r"(r));
-      return reinterpret_cast<const float*>(a);
-    };
     float big_m = -inf();
-    for (unsigned int r = 0; r < n_active; ++r) big_m = fmaxf(big_m, in_rank(r)[head_dim]);
+    for (unsigned int r = 0; r < n_active; ++r) big_m = fmaxf(big_m, cluster_map(mine, r)[head_dim]);
     float num = 0.0f, den = 0.0f;
     if (big_m != -inf()) {
       for (unsigned int r = 0; r < n_active; ++r) {
-        const float* st = in_rank(r);
+        const float* st = cluster_map(mine, r);
         const float w = weight_of(st[head_dim], big_m);
         num += w * st[d];
         den += w * st[head_dim + 1];
@@ -613,7 +609,7 @@ __device__ void attention_cluster(const T* q, const T* k_cache, const T* v_cache
     }
     out[((size_t)t * heads + h0 + i) * head_dim + d] = from_f32<T>(den > 0.0f ? num / den : 0.0f);
   }
-  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+  cluster_sync();
 #else
   __trap();  // needs thread-block clusters (sm_90+); never planned without KILN_ATTN_CLUSTER=1
 #endif

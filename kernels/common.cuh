@@ -301,6 +301,25 @@ __device__ __forceinline__ void allow_dependents() {
 #endif
 }
 
+// Thread-block clusters (sm_90+; kernels/sample.cu, attention_split.cu): a barrier over every
+// thread of the cluster that orders shared-memory writes before it with reads after it, in any
+// block of the cluster; and the address of `p` (in this block's shared memory) in the shared
+// memory of cluster block `rank`, generic, for plain loads and stores.
+__device__ __forceinline__ void cluster_sync() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+#endif
+}
+template <typename P> __device__ __forceinline__ P* cluster_map(P* p, unsigned int rank) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  unsigned long long a;
+  asm volatile("mapa.u64 %0, %1, %2;\n" : "=l"(a) : "l"(p), "r"(rank));
+  return reinterpret_cast<P*>(a);
+#else
+  return rank == 0 ? p : nullptr;
+#endif
+}
+
 // Timing ablation, for `kiln bench` only (KILN_NVRTC_DEFINES=KILN_ABLATE=<mask>): a kernel whose bit
 // is set keeps its launch and its place in the PDL chain (it waits, then lets its dependents
 // launch) but does no work, so the step time it removes is what that kernel costs on the critical

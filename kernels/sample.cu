@@ -462,7 +462,7 @@ extern "C" __global__ void __launch_bounds__(KILN_SAMPLE_THREADS) KILN_SAMPLE_CL
     asm volatile("st.shared::cluster.f32 [%0], %1;" ::"r"(remote_v), "f"(best_v) : "memory");
     asm volatile("st.shared::cluster.s32 [%0], %1;" ::"r"(remote_i), "r"(best_i) : "memory");
   }
-  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+  kiln::cluster_sync();
   if (part != 0) return;
   if (threadIdx.x < 32) {
     best_v = threadIdx.x < KILN_SAMPLE_PARTS ? s.part_v[threadIdx.x] : kiln::quiet_nan();

@@ -24,17 +24,6 @@
 #define CM_SPLITS 8
 #define CM_MAX_SLOT (KILN_ATTN_SPLIT_MAX_GROUP * (KILN_ATTN_SPLIT_MAX_HEAD_DIM + 2))
 
-__device__ __forceinline__ void cluster_sync_all() {
-  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-}
-
-// The generic address of `p` (this block's shared memory) in cluster block `rank`.
-__device__ __forceinline__ const float* in_rank(const float* p, unsigned int rank) {
-  unsigned long long out;
-  asm volatile("mapa.u64 %0, %1, %2;\n" : "=l"(out) : "l"(p), "r"(rank));
-  return reinterpret_cast<const float*>(out);
-}
-
 template <int G>
 __device__ void probe_split_cm(const __nv_bfloat16* q, const __nv_bfloat16* k_cache, const __nv_bfloat16* v_cache,
                                const int* positions, const int* cache_base, __nv_bfloat16* out, unsigned int heads,
@@ -76,17 +65,17 @@ __device__ void probe_split_cm(const __nv_bfloat16* q, const __nv_bfloat16* k_ca
                                                            base, heads, kv_heads, head_dim, scale, 1);
     }
   }
-  cluster_sync_all();
+  kiln::cluster_sync();
   const unsigned int e = s * blockDim.x + threadIdx.x;
   if (e < nh * head_dim) {
     const unsigned int i = e / head_dim, d = e % head_dim;
     const float* mine = slots + (size_t)i * slot;
     float big_m = -kiln::inf();
-    for (unsigned int r = 0; r < n_active; ++r) big_m = fmaxf(big_m, in_rank(mine, r)[head_dim]);
+    for (unsigned int r = 0; r < n_active; ++r) big_m = fmaxf(big_m, kiln::cluster_map(mine, r)[head_dim]);
     float num = 0.0f, den = 0.0f;
     if (big_m != -kiln::inf()) {
       for (unsigned int r = 0; r < n_active; ++r) {
-        const float* st = in_rank(mine, r);
+        const float* st = kiln::cluster_map(mine, r);
         const float m = st[head_dim];
         const float w = m == -kiln::inf() ? 0.0f : expf(m - big_m);
         num += w * st[d];
@@ -95,7 +84,7 @@ __device__ void probe_split_cm(const __nv_bfloat16* q, const __nv_bfloat16* k_ca
     }
     out[(size_t)(h0 + i) * head_dim + d] = __float2bfloat16_rn(den > 0.0f ? num / den : 0.0f);
   }
-  cluster_sync_all();  // no block leaves while another may still read its slots
+  kiln::cluster_sync();  // no block leaves while another may still read its slots
 }
 
 #define CM_KERNEL(G)                                                                                             \

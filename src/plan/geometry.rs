@@ -181,6 +181,8 @@ pub const ATTENTION_SPLIT_THREADS: u32 = 256;
 /// `attention_split.cu`: q heads one split block applies its K/V rows to
 /// (`KILN_ATTN_SPLIT_MAX_GROUP`); larger GQA groups take several head chunks.
 pub const ATTENTION_SPLIT_MAX_GROUP: u32 = 4;
+/// Largest head_dim `attention_split.cu` supports (`KILN_ATTN_SPLIT_MAX_HEAD_DIM`).
+pub const ATTENTION_SPLIT_MAX_HEAD_DIM: u32 = 256;
 /// `attention_split.cu`: threads of a merge block (`KILN_ATTN_MERGE_THREADS`).
 pub const ATTENTION_MERGE_THREADS: u32 = 256;
 /// Threads of the elementwise kernels (`swiglu.cu`, `add.cu`), one element each.
@@ -205,6 +207,12 @@ pub fn attention_prefill_geometry(rows: u32, heads: u32, head_dim: u32) -> ([u32
         _ => 0,
     };
     ([heads.max(1), rows.div_ceil(ATTENTION_PREFILL_ROWS).max(1), 1], [32 * ATTENTION_PREFILL_WARPS, 1, 1], shared)
+}
+
+/// Blocks of one `attention_cluster` launch: a cluster of `ATTENTION_CLUSTER_SPLITS` (along y)
+/// per (row, kv head, chunk of `chunk_heads` query heads) (along x).
+pub fn attention_cluster_grid(rows: u32, heads: u32, kv_heads: u32, chunk_heads: u32) -> [u32; 2] {
+    [rows * kv_heads * (heads / kv_heads.max(1)).div_ceil(chunk_heads.max(1)), crate::plan::ATTENTION_CLUSTER_SPLITS]
 }
 
 /// Head chunks of one KV head's GQA group in `attention_split.cu`: ceil(group / 4).
@@ -257,13 +265,10 @@ pub fn launch_geometry(kernel: &Kernel, _bufs: &[BufArg]) -> Geometry {
         }
         // One block per (row, head).
         Kernel::AttentionMerge { rows, heads, .. } => g(rows, heads, ATTENTION_MERGE_THREADS),
-        // One cluster of ATTENTION_CLUSTER_SPLITS blocks (along y) per (row, kv head, chunk of
-        // `chunk_heads` query heads) along x.
-        Kernel::AttentionCluster { rows, heads, kv_heads, chunk_heads, .. } => g(
-            rows * kv_heads * (heads / kv_heads.max(1)).div_ceil(chunk_heads.max(1)),
-            crate::plan::ATTENTION_CLUSTER_SPLITS,
-            ATTENTION_SPLIT_THREADS,
-        ),
+        Kernel::AttentionCluster { rows, heads, kv_heads, chunk_heads, .. } => {
+            let [x, y] = attention_cluster_grid(rows, heads, kv_heads, chunk_heads);
+            g(x, y, ATTENTION_SPLIT_THREADS)
+        }
         // `qkv_linear` (linear_fused.cu): the GEMV grid over all three outputs, whatever the rows
         // (more than 8 rows take its SIMT path, 8 rows at a time).
         // `qkv_rope` (linear_fused.cu): the GEMV grid over its outputs, default variant only (its

@@ -320,16 +320,23 @@ pub fn attention_cluster(
     kv_rows: u32,
     max_context: u32,
 ) -> Option<Kernel> {
-    if super::knob("KILN_ATTN_CLUSTER") != "1" || kv_heads == 0 || !heads.is_multiple_of(kv_heads) || head_dim == 0 || head_dim > 256 {
+    use super::geometry::{attention_cluster_grid, ATTENTION_SPLIT_MAX_GROUP, ATTENTION_SPLIT_MAX_HEAD_DIM};
+    if super::knob("KILN_ATTN_CLUSTER") != "1"
+        || kv_heads == 0
+        || !heads.is_multiple_of(kv_heads)
+        || head_dim == 0
+        || head_dim > ATTENTION_SPLIT_MAX_HEAD_DIM
+    {
         return None;
     }
     let group = heads / kv_heads;
-    let splits = super::ATTENTION_CLUSTER_SPLITS;
-    let chunk_heads = [1u32, 2, 4]
+    let max_chunk = ATTENTION_SPLIT_MAX_GROUP.min(group);
+    let chunk_heads = [1u32, 2, max_chunk]
         .into_iter()
         .map(|c| c.min(group))
-        .find(|&c| rows * kv_heads * group.div_ceil(c) * splits <= ATTENTION_SPLIT_TARGET_BLOCKS)
-        .unwrap_or(4.min(group));
+        .find(|&c| attention_cluster_grid(rows, heads, kv_heads, c).iter().product::<u32>() <= ATTENTION_SPLIT_TARGET_BLOCKS)
+        .unwrap_or(max_chunk);
+    let splits = super::ATTENTION_CLUSTER_SPLITS;
     let split_len = max_context.div_ceil(splits).div_ceil(super::SPLIT_LEN_QUANTUM) * super::SPLIT_LEN_QUANTUM;
     Some(Kernel::AttentionCluster {
         rows,
