@@ -393,9 +393,10 @@ __device__ __forceinline__ bool split_shape_ok(unsigned int heads, unsigned int 
 }
 
 // One active split: keys [lo, min(lo + split_len, p + 1)) of row t's cache rows from base_t (kv
-// head g), clamped to the cache, for the nh heads from h0; writes slot ((t * heads + h0 + i) *
-// splits + s) of `workspace` (the vector path and the compile-time head count picked here).
-template <typename T>
+// head g), clamped to the cache, for the nh <= MAXG heads from h0; writes slot ((t * heads + h0 +
+// i) * splits + s) of `workspace` (the vector path and the compile-time head count picked here;
+// MAXG below 4 compiles only the smaller head counts, and with them fewer registers).
+template <typename T, int MAXG = KILN_ATTN_SPLIT_MAX_GROUP>
 __device__ void split_block(SplitShared& sh, const T* q, const T* k_cache, const T* v_cache, float* workspace,
                             unsigned int t, unsigned int h0, unsigned int nh, unsigned int g, unsigned int s, long long lo,
                             unsigned int split_len, int p, long long base_t, unsigned int heads, unsigned int kv_heads,
@@ -410,10 +411,11 @@ __device__ void split_block(SplitShared& sh, const T* q, const T* k_cache, const
   }
   const bool vec = head_dim % 8 == 0 && aligned16(k_cache) && aligned16(v_cache);
   static_assert(KILN_ATTN_SPLIT_MAX_GROUP == 4, "dispatch below: 1, 2 or 4 heads per block");
-  if (nh <= 1) {
+  static_assert(MAXG == 1 || MAXG == 2 || MAXG == 4, "1, 2 or 4 heads per block");
+  if (MAXG == 1 || nh <= 1) {
     attention_split_dispatch_vec<T, 1>(sh, vec, q, k_cache, v_cache, workspace, t, h0, nh, g, s, lo, hi, base,
                                        heads, kv_heads, head_dim, scale, splits);
-  } else if (nh <= 2) {
+  } else if (MAXG == 2 || nh <= 2) {
     attention_split_dispatch_vec<T, 2>(sh, vec, q, k_cache, v_cache, workspace, t, h0, nh, g, s, lo, hi, base,
                                        heads, kv_heads, head_dim, scale, splits);
   } else {
@@ -546,11 +548,13 @@ __device__ void attention_merge(const float* workspace, const int* positions,
 // memory (two passes: the max, then the weighted sums in split order, as the CPU reference's
 // merge), and a second barrier keeps every block's slots alive until all reads are done. No
 // merge launch, no workspace round trip through the L2. sm_90+ only (clusters): elsewhere the
-// kernel traps, and the planner plans it only on request (KILN_ATTN_CLUSTER=1).
+// kernel traps. One entry point per chunk size CH (kiln_attention_cluster_g{1,2,4}_{dt}; the
+// planner's `chunk_heads`), so that a chunk of one or two heads keeps the registers of one or two
+// heads and more blocks fit on an SM (clusters need all 8 of their blocks resident at once).
 #define KILN_ATTN_CLUSTER_SPLITS 8
 #define KILN_ATTN_CLUSTER_SLOTS (KILN_ATTN_SPLIT_MAX_GROUP * (KILN_ATTN_SPLIT_MAX_HEAD_DIM + 2))
 
-template <typename T>
+template <typename T, int CH>
 __device__ void attention_cluster(const T* q, const T* k_cache, const T* v_cache, const int* positions,
                                   const int* cache_base, T* __restrict__ out, unsigned int rows, unsigned int heads,
                                   unsigned int kv_heads, unsigned int head_dim, float scale, unsigned int kv_rows,
@@ -561,8 +565,7 @@ __device__ void attention_cluster(const T* q, const T* k_cache, const T* v_cache
   __shared__ float slots[KILN_ATTN_CLUSTER_SLOTS];
   constexpr unsigned int S = KILN_ATTN_CLUSTER_SPLITS;
   // Shapes the planner never plans: every block of the cluster returns alike (no barrier reached).
-  if (!split_shape_ok(heads, kv_heads, head_dim, planned_len) || chunk_heads == 0 ||
-      chunk_heads > KILN_ATTN_SPLIT_MAX_GROUP) {
+  if (!split_shape_ok(heads, kv_heads, head_dim, planned_len) || chunk_heads != CH) {
     if (early) wait_prior_grids();
     return;
   }
@@ -588,7 +591,7 @@ __device__ void attention_cluster(const T* q, const T* k_cache, const T* v_cache
     // The split block writes slot ((t * heads + h0 + i) * splits + s) of its workspace: with
     // splits = 1 and s = 0 that is slots + i * slot once the base is shifted back by those slots.
     float* ws = slots - ((size_t)t * heads + h0) * slot;
-    split_block<T>(sh, q, k_cache, v_cache, ws, t, h0, nh, g, 0, (long long)s * split_len, split_len, p, base_t, heads,
+    split_block<T, CH>(sh, q, k_cache, v_cache, ws, t, h0, nh, g, 0, (long long)s * split_len, split_len, p, base_t, heads,
                    kv_heads, head_dim, scale, kv_rows, 1);
   }
   cluster_sync();
@@ -645,16 +648,21 @@ KILN_FOR_EACH_DTYPE(KILN_ATTENTION_SPLIT)
 #else
 #define KILN_ATTN_CLUSTER_ATTR
 #endif
-#define KILN_ATTENTION_CLUSTER(dt, T)                                                                        \
-  extern "C" __global__ void __launch_bounds__(KILN_ATTN_SPLIT_THREADS, 1) KILN_ATTN_CLUSTER_ATTR           \
-      kiln_attention_cluster_##dt(const T* q, const T* k_cache, const T* v_cache, const int* positions,      \
+// Blocks per SM (MINB) 3, 2, 1 for chunks of 1, 2, 4 heads: src/plan/planner.rs ATTENTION_CLUSTER_WAVE.
+#define KILN_ATTENTION_CLUSTER_G(dt, T, CH, MINB)                                                            \
+  extern "C" __global__ void __launch_bounds__(KILN_ATTN_SPLIT_THREADS, MINB) KILN_ATTN_CLUSTER_ATTR        \
+      kiln_attention_cluster_g##CH##_##dt(const T* q, const T* k_cache, const T* v_cache, const int* positions, \
                                   const int* cache_base, T* out, unsigned int rows, unsigned int heads,      \
                                   unsigned int kv_heads, unsigned int head_dim, float scale, unsigned int kv_rows, \
                                   unsigned int split_len, unsigned int min_split_len, unsigned int chunk_heads, \
                                   unsigned int early) {                                                      \
     KILN_ABLATED(16);                                                                                        \
     if (early == 0) kiln::wait_prior_grids();                                                                \
-    kiln::attention_cluster<T>(q, k_cache, v_cache, positions, cache_base, out, rows, heads, kv_heads, head_dim, \
-                               scale, kv_rows, split_len, min_split_len, chunk_heads, early != 0);           \
+    kiln::attention_cluster<T, CH>(q, k_cache, v_cache, positions, cache_base, out, rows, heads, kv_heads,    \
+                                   head_dim, scale, kv_rows, split_len, min_split_len, chunk_heads, early != 0); \
   }
+#define KILN_ATTENTION_CLUSTER(dt, T) \
+  KILN_ATTENTION_CLUSTER_G(dt, T, 1, 3) \
+  KILN_ATTENTION_CLUSTER_G(dt, T, 2, 2) \
+  KILN_ATTENTION_CLUSTER_G(dt, T, 4, 1)
 KILN_FOR_EACH_DTYPE(KILN_ATTENTION_CLUSTER)

@@ -60,6 +60,13 @@
 // whose blocks share step 1 (the argmax over the row: ~15 us per step on one SM of an H200 for a
 // 152k vocabulary, bench/NOTES-decode.md session 15); before sm_90 block 0 of each row does it alone.
 #define KILN_SAMPLE_CLUSTER 8
+// Minimum resident blocks per SM in the launch bounds. 1 (one 1024-thread block per SM, which is
+// all a cluster launch of rows x 8 blocks needs) leaves ptxas 64 registers a thread; without it
+// (or with 2) ptxas caps the cluster kernel at 32 and spills (bench/NOTES-decode.md session 16).
+// `KILN_NVRTC_DEFINES=-DKILN_SAMPLE_MIN_BLOCKS=2` restores the old bound for an A/B.
+#ifndef KILN_SAMPLE_MIN_BLOCKS
+#define KILN_SAMPLE_MIN_BLOCKS 1
+#endif
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #define KILN_SAMPLE_PARTS KILN_SAMPLE_CLUSTER
 #define KILN_SAMPLE_CLUSTER_ATTR __cluster_dims__(KILN_SAMPLE_CLUSTER, 1, 1)
@@ -425,7 +432,7 @@ __device__ __forceinline__ void block_argmax(float& best_v, int& best_i, SampleS
 
 using namespace kiln::sample_impl;
 
-extern "C" __global__ void __launch_bounds__(KILN_SAMPLE_THREADS) KILN_SAMPLE_CLUSTER_ATTR
+extern "C" __global__ void __launch_bounds__(KILN_SAMPLE_THREADS, KILN_SAMPLE_MIN_BLOCKS) KILN_SAMPLE_CLUSTER_ATTR
     kiln_sample_f32(const float* logits, const float* temperature, const int* top_k, const float* top_p,
                     const unsigned int* seed, const unsigned int* counter, int* out, unsigned int rows,
                     unsigned int vocab) {

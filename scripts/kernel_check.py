@@ -1084,7 +1084,7 @@ class Checker:
                     outs = []
                     for early in (0, 1):
                         out_c = self.dev(dt.poison((R, H * HD)))
-                        self.launch(f"kiln_attention_cluster_{dt.name}", "attention_cluster",
+                        self.launch(f"kiln_attention_cluster_g{G}_{dt.name}", "attention_cluster",
                                     (qd, kd, vd, pd, cd, out_c, np.uint32(R), np.uint32(H), np.uint32(KVH),
                                      np.uint32(HD), np.float32(scale), np.uint32(KVR), np.uint32(SLc),
                                      np.uint32(min(MSL, SLc)), np.uint32(G), np.uint32(early)),

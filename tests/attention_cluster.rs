@@ -1,4 +1,4 @@
-//! Decode attention in one launch (`Kernel::AttentionCluster`, planned with `KILN_ATTN_CLUSTER=1`)
+//! Decode attention in one launch (`Kernel::AttentionCluster`, planned by default where its clusters fit in one wave)
 //! on the CPU executor: stories260K's known greedy output, as the split + merge plans give it
 //! (tests/stories.rs), and the last-token logits of a decode step against an unsplit prefill
 //! step (as tests/attention_split.rs for split + merge). Its own test binary: the knob is read
@@ -34,7 +34,8 @@ fn cluster_attention_plans_one_launch_and_keeps_the_known_greedy_output() {
         for l in &p.launches {
             if let Kernel::AttentionCluster { rows, kv_heads, heads, chunk_heads, .. } = l.kernel {
                 assert_eq!(l.grid, [rows * kv_heads * (heads / kv_heads).div_ceil(chunk_heads), 8, 1]);
-                assert!(l.grid[0] * l.grid[1] <= kiln::plan::planner::ATTENTION_SPLIT_TARGET_BLOCKS || chunk_heads == 4);
+                let wave = kiln::plan::planner::ATTENTION_CLUSTER_WAVE.iter().find(|w| w.0 == chunk_heads).unwrap().1;
+                assert!(l.grid[0] <= wave, "{} clusters of chunk {chunk_heads} in one wave of {wave}", l.grid[0]);
             }
         }
     }

@@ -11,6 +11,9 @@ use kiln::plan::Kernel;
 
 #[test]
 fn split_decode_attention_matches_unsplit_prefill() {
+    // Split + merge (not the one-launch cluster attention the planner picks where it fits in one
+    // wave: tests/attention_cluster.rs); the knob is read once per process, this binary's only plan.
+    std::env::set_var("KILN_ATTN_CLUSTER", "0");
     common_cpu::decode_attention_matches_unsplit_prefill(|k| match *k {
         Kernel::AttentionSplit { splits, split_len, .. } => Some((splits, split_len)),
         _ => None,

@@ -14,7 +14,7 @@ use kiln::runtime::cuda::{abi, nvrtc};
 use std::collections::BTreeSet;
 use std::sync::OnceLock;
 
-/// Every symbol kernels/ must define: 12 kernels x 3 dtypes, attention_prefill x 2 (f16, bf16),
+/// Every symbol kernels/ must define: 12 kernels x 3 dtypes, attention_cluster x 3 chunk sizes x 3 dtypes, attention_prefill x 2 (f16, bf16),
 /// linear's and fused_linear's 5 (dt, out) pairs each, gated_linear and qkv_linear x 3 dtypes (each also `_o3`), qkv_rope x 3, sample, advance.
 fn expected_symbols() -> BTreeSet<String> {
     let mut s = BTreeSet::new();
@@ -29,7 +29,6 @@ fn expected_symbols() -> BTreeSet<String> {
         "attention",
         "attention_split",
         "attention_merge",
-        "attention_cluster",
         "swiglu",
         "add",
     ] {
@@ -58,6 +57,12 @@ fn expected_symbols() -> BTreeSet<String> {
     // Flash-attention prefill: f16 and bf16 only (the planner picks it for head_dim 64 / 128).
     for dt in ["f16", "bf16"] {
         s.insert(format!("kiln_attention_prefill_{dt}"));
+    }
+    // Decode attention in one launch: one entry point per chunk of 1, 2 or 4 heads.
+    for g in [1, 2, 4] {
+        for dt in ["f32", "f16", "bf16"] {
+            s.insert(format!("kiln_attention_cluster_g{g}_{dt}"));
+        }
     }
     s.insert("kiln_sample_f32".to_string());
     s.insert("kiln_advance".to_string());

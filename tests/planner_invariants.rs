@@ -395,6 +395,31 @@ fn attention_split_grid_is_one_wave_and_covers_the_context() {
     assert_eq!(attention_splits(1, 32, 8, 4096), (16, 256));
 }
 
+/// Decode attention in one launch where its clusters fit in one wave (`ATTENTION_CLUSTER_WAVE`),
+/// with the fewest heads per block that fit; split + merge where none does (larger buckets).
+#[test]
+fn attention_cluster_only_in_one_wave() {
+    use kiln::plan::planner::{attention_cluster, ATTENTION_CLUSTER_WAVE};
+    use kiln::plan::Kernel;
+    let chunk = |rows, heads, kv_heads| match attention_cluster(rows, heads, kv_heads, 64, 0.125, 4352, 4352) {
+        Some(Kernel::AttentionCluster { chunk_heads, split_len, .. }) => {
+            assert_eq!(split_len, 544);
+            Some(chunk_heads)
+        }
+        Some(k) => panic!("{k:?}"),
+        None => None,
+    };
+    // Qwen2.5-0.5B (14 / 2): 14 and 28 clusters of one head at batch 1 and 2; 56, 32, 16 at 4.
+    assert_eq!([1, 2, 4, 8].map(|r| chunk(r, 14, 2)), [Some(1), Some(1), None, None]);
+    // Llama-3.2-1B / 3.1-8B (32 / 8): 32 clusters of one head at batch 1; 64, 32, 16 at 2.
+    assert_eq!([1, 2, 4, 8].map(|r| chunk(r, 32, 8)), [Some(1), None, None, None]);
+    // Qwen3-0.6B (16 / 8): group 2.
+    assert_eq!([1, 2, 4, 8].map(|r| chunk(r, 16, 8)), [Some(1), Some(1), None, None]);
+    for (c, wave) in ATTENTION_CLUSTER_WAVE {
+        assert!(wave > 0 && [1, 2, 4].contains(&c));
+    }
+}
+
 /// The dense `fused_linear` / `gated_linear` keep one tensor-core path (8 warps, a norm whose
 /// rows are staged in shared memory): the planner asks for them only there, and the checker
 /// refuses a dense launch without a norm or with rows too wide to stage.
@@ -505,7 +530,7 @@ fn early_reads_only_of_values_that_predate_the_program() {
     use kiln::plan::Kernel;
     let cfg = ModelConfig::preset("qwen2.5-0.5b").unwrap();
     let opts =
-        PlanOptions { decode_buckets: vec![1], prefill_buckets: vec![16], max_context: 256, fuse: true, burst: 16, ..small_options() };
+        PlanOptions { decode_buckets: vec![1, 4], prefill_buckets: vec![16], max_context: 256, fuse: true, burst: 16, ..small_options() };
     let plan = build_plan(&cfg, &PlanOptions { dtype: DType::BF16, ..opts }).unwrap();
     for phase in [Phase::Decode, Phase::DecodeLoop] {
         let launches = &plan.programs[plan.program(phase, 1).unwrap()].launches;
@@ -526,37 +551,52 @@ fn early_reads_only_of_values_that_predate_the_program() {
     assert!(msg.contains("before its wait") && msg.contains(&name), "{msg}");
 
     // The decode attention's positions and cache bases predate the program too, and are planned
-    // early (unless the plan-time A/B knob `KILN_ATTN_EARLY=0` is set, which no test sets); an
-    // early split whose positions an earlier launch writes is refused, and so is an early merge.
-    for phase in [Phase::Decode, Phase::DecodeLoop] {
-        let launches = &plan.programs[plan.program(phase, 1).unwrap()].launches;
-        let attn: Vec<usize> = (0..launches.len())
-            .filter(|&i| matches!(launches[i].kernel, Kernel::AttentionSplit { .. } | Kernel::AttentionMerge { .. }))
-            .collect();
-        assert_eq!(attn.len(), 2 * cfg.n_layers, "{phase:?}");
-        for i in attn {
-            assert!(kiln::plan::early_reads_safe(launches, i), "{phase:?} launch {i} `{}`", launches[i].name);
-            let planned = match launches[i].kernel {
-                Kernel::AttentionSplit { early, .. } | Kernel::AttentionMerge { early, .. } => early,
-                _ => unreachable!(),
-            };
-            assert!(planned, "{phase:?} launch {i} `{}` is not planned early", launches[i].name);
+    // early (unless the plan-time A/B knob `KILN_ATTN_EARLY=0` is set, which no test sets): the
+    // one-launch cluster attention at batch 1, split + merge at batch 4 (its clusters would not
+    // fit in one wave). An early attention launch whose positions an earlier launch writes is
+    // refused, and so is an early merge.
+    for (bucket, per_layer) in [(1, 1), (4, 2)] {
+        for phase in [Phase::Decode, Phase::DecodeLoop] {
+            let launches = &plan.programs[plan.program(phase, bucket).unwrap()].launches;
+            let attn: Vec<usize> = (0..launches.len())
+                .filter(|&i| {
+                    matches!(
+                        launches[i].kernel,
+                        Kernel::AttentionSplit { .. } | Kernel::AttentionMerge { .. } | Kernel::AttentionCluster { .. }
+                    )
+                })
+                .collect();
+            assert_eq!(attn.len(), per_layer * cfg.n_layers, "{phase:?} b{bucket}");
+            for i in attn {
+                assert!(kiln::plan::early_reads_safe(launches, i), "{phase:?} launch {i} `{}`", launches[i].name);
+                let planned = match launches[i].kernel {
+                    Kernel::AttentionSplit { early, .. }
+                    | Kernel::AttentionMerge { early, .. }
+                    | Kernel::AttentionCluster { early, .. } => early,
+                    _ => unreachable!(),
+                };
+                assert!(planned, "{phase:?} launch {i} `{}` is not planned early", launches[i].name);
+            }
         }
     }
-    for merge in [false, true] {
+    for (bucket, kind) in [(4, 0), (4, 1), (1, 2)] {
+        let p = plan.program(Phase::Decode, bucket).unwrap();
+        let launches = &plan.programs[p].launches;
+        let written = *launches[0].bufs.iter().find(|b| b.access == Access::Write).unwrap();
+        let merge = kind == 1;
         let at = launches
             .iter()
-            .position(|l| {
-                if merge {
-                    matches!(l.kernel, Kernel::AttentionMerge { .. })
-                } else {
-                    matches!(l.kernel, Kernel::AttentionSplit { .. })
-                }
+            .position(|l| match kind {
+                0 => matches!(l.kernel, Kernel::AttentionSplit { .. }),
+                1 => matches!(l.kernel, Kernel::AttentionMerge { .. }),
+                _ => matches!(l.kernel, Kernel::AttentionCluster { .. }),
             })
             .unwrap();
         let mut good = plan.clone();
         match &mut good.programs[p].launches[at].kernel {
-            Kernel::AttentionSplit { early, .. } | Kernel::AttentionMerge { early, .. } => *early = true,
+            Kernel::AttentionSplit { early, .. } | Kernel::AttentionMerge { early, .. } | Kernel::AttentionCluster { early, .. } => {
+                *early = true
+            }
             _ => unreachable!(),
         }
         check_plan(&good).unwrap();

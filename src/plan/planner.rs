@@ -306,11 +306,19 @@ pub fn attention_splits(rows: u32, heads: u32, kv_heads: u32, max_context: u32) 
     (max_context.div_ceil(split_len), split_len)
 }
 
-/// Decode attention in one launch ([`Kernel::AttentionCluster`]), planned only with
-/// `KILN_ATTN_CLUSTER=1` at plan time (an A/B knob until measured on a GPU; sm_90+): eight splits of
-/// `ceil(max_context / 8)` positions (a multiple of 16) per (row, kv head, chunk of query heads),
-/// the chunk the fewest heads (1, 2 or 4) that keep the grid within one wave of
-/// [`ATTENTION_SPLIT_TARGET_BLOCKS`] blocks.
+/// Clusters of [`Kernel::AttentionCluster`] (8 blocks each, all resident at once) that one wave of
+/// an H200 holds, for chunks of 1, 2 and 4 heads. The kernels' launch bounds give 3, 2 and 1 blocks
+/// of 256 threads per SM (`kiln_attention_cluster_g{1,2,4}`: 72, 113 and 168 registers in bf16), and
+/// a cluster must fit in one GPC: 14 clusters per resident block per SM, as the 0.5B shape's 14
+/// clusters of one block per SM ran in one wave and the 1B shape's 16 did not (session 16,
+/// bench/NOTES-decode.md).
+pub const ATTENTION_CLUSTER_WAVE: [(u32, u32); 3] = [(1, 42), (2, 28), (4, 14)];
+
+/// Decode attention in one launch ([`Kernel::AttentionCluster`], sm_90+; `KILN_ATTN_CLUSTER=0` at
+/// plan time plans split + merge instead): eight splits of `ceil(max_context / 8)` positions (a
+/// multiple of 16) per (row, kv head, chunk of query heads), the chunk the fewest heads (1, 2 or 4)
+/// whose clusters fit in one wave ([`ATTENTION_CLUSTER_WAVE`]). None when no chunk fits (larger
+/// batch buckets): a second wave of clusters costs more than the merge launch it saves.
 pub fn attention_cluster(
     rows: u32,
     heads: u32,
@@ -321,7 +329,7 @@ pub fn attention_cluster(
     max_context: u32,
 ) -> Option<Kernel> {
     use super::geometry::{attention_cluster_grid, ATTENTION_SPLIT_MAX_GROUP, ATTENTION_SPLIT_MAX_HEAD_DIM};
-    if super::knob("KILN_ATTN_CLUSTER") != "1"
+    if super::knob("KILN_ATTN_CLUSTER") == "0"
         || kv_heads == 0
         || !heads.is_multiple_of(kv_heads)
         || head_dim == 0
@@ -329,13 +337,11 @@ pub fn attention_cluster(
     {
         return None;
     }
-    let group = heads / kv_heads;
-    let max_chunk = ATTENTION_SPLIT_MAX_GROUP.min(group);
-    let chunk_heads = [1u32, 2, max_chunk]
+    let chunk_heads = ATTENTION_CLUSTER_WAVE
         .into_iter()
-        .map(|c| c.min(group))
-        .find(|&c| attention_cluster_grid(rows, heads, kv_heads, c).iter().product::<u32>() <= ATTENTION_SPLIT_TARGET_BLOCKS)
-        .unwrap_or(max_chunk);
+        .filter(|&(c, _)| c <= ATTENTION_SPLIT_MAX_GROUP)
+        .find(|&(c, wave)| attention_cluster_grid(rows, heads, kv_heads, c)[0] <= wave)?
+        .0;
     let splits = super::ATTENTION_CLUSTER_SPLITS;
     let split_len = max_context.div_ceil(splits).div_ceil(super::SPLIT_LEN_QUANTUM) * super::SPLIT_LEN_QUANTUM;
     Some(Kernel::AttentionCluster {

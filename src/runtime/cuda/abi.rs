@@ -45,6 +45,8 @@ pub fn symbol(kernel: &Kernel, bufs: &[BufArg]) -> String {
             let out = bufs.last().map(|b| b.dtype.name()).unwrap_or("f32");
             format!("kiln_fused_linear_{first_float}_{out}")
         }
+        // One entry point per chunk of heads (registers of that many heads).
+        Kernel::AttentionCluster { chunk_heads, .. } => format!("kiln_attention_cluster_g{chunk_heads}_{first_float}"),
         // The workspace is f32; the kernel is named by the output's dtype.
         Kernel::AttentionMerge { .. } => {
             format!("kiln_attention_merge_{}", bufs.last().map(|b| b.dtype.name()).unwrap_or("f32"))

@@ -209,6 +209,16 @@ pub struct PdlReport {
 /// (source hash, arch, NVRTC version, options). Every symbol the plan needs must be in it.
 fn compile_kernels(device: &Device, plan: &Plan) -> Result<Vec<u8>> {
     let (major, minor) = device.compute_capability;
+    if major < 9 {
+        if let Some(l) = plan.programs.iter().flat_map(|p| &p.launches).find(|l| matches!(l.kernel, Kernel::AttentionCluster { .. })) {
+            bail!(
+                "launch {} of this plan is a thread-block cluster (decode attention in one launch), which needs sm_90 or newer; \
+                 {} is sm_{major}{minor}: re-plan with KILN_ATTN_CLUSTER=0",
+                l.name,
+                device.name
+            );
+        }
+    }
     let arch = super::nvrtc::arch_for_compute_capability(major, minor);
     let compiled =
         super::nvrtc::load_or_compile(&arch).with_context(|| format!("compiling the CUDA kernels for {} ({arch})", device.name))?;
