@@ -94,7 +94,9 @@
 // reads anything, and it is launched only once every block of this grid is resident. Measured on
 // the H200 (2026-12-01, bench/results/2026-12-01-h200-decode-ab-s13.md, call A): 0.5B -5%, 1B
 // even, 8B -0.6% at batch 1 (the early GEMV blocks take the SM slots that the split grid's later
-// blocks need); off by default.
+// blocks need); off by default. The cluster kernel honours it too: its grid is planned to fit in
+// one wave (src/plan/planner.rs ATTENTION_CLUSTER_WAVE), so there the early GEMV blocks should
+// only take slots it leaves free (not yet measured).
 #ifndef KILN_ATTN_EARLY_TRIGGER
 #define KILN_ATTN_EARLY_TRIGGER 0
 #endif
@@ -657,6 +659,7 @@ KILN_FOR_EACH_DTYPE(KILN_ATTENTION_SPLIT)
                                   unsigned int split_len, unsigned int min_split_len, unsigned int chunk_heads, \
                                   unsigned int early) {                                                      \
     KILN_ABLATED(16);                                                                                        \
+    if (KILN_ATTN_EARLY_TRIGGER) kiln::allow_dependents();                                                   \
     if (early == 0) kiln::wait_prior_grids();                                                                \
     kiln::attention_cluster<T, CH>(q, k_cache, v_cache, positions, cache_base, out, rows, heads, kv_heads,    \
                                    head_dim, scale, kv_rows, split_len, min_split_len, chunk_heads, early != 0); \

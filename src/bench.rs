@@ -399,6 +399,7 @@ fn bench_model(args: &BenchArgs, t: &Target, report: &Report, out: &Path, first:
                         seconds: e.graph_seconds(),
                         programmatic_edges: pdl.wanted.then_some(pdl.programmatic_edges),
                         pdl_refused: pdl.refused.clone(),
+                        cluster_fits: e.cluster_fits().iter().map(|c| c.describe()).collect(),
                     });
                     eprintln!(
                         "[bench]   load {:.2} s, of which {} graphs built and instantiated in {:.3} s",

@@ -74,6 +74,10 @@ pub struct GraphBuild {
     /// Programs whose graph the driver refused with programmatic edges (built with full edges).
     #[serde(default)]
     pub pdl_refused: Vec<String>,
+    /// Each thread-block-cluster launch against the clusters the GPU holds at once
+    /// (`runtime::cuda::exec::ClusterFit::describe`).
+    #[serde(default)]
+    pub cluster_fits: Vec<String>,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -362,6 +366,9 @@ pub fn notes(report: &Report) -> String {
                 }
                 None => "programmatic dependent launch: off".to_string(),
             });
+            if !gb.cluster_fits.is_empty() {
+                facts.push(format!("cluster launches: {}", gb.cluster_fits.join("; ")));
+            }
         }
         if let Some(r) = m.decode.iter().find(|r| r.batch == 1) {
             facts.push(format!("reads {} per batch-1 token at context {}", gb(r.bytes_per_token), r.context));

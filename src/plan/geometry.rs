@@ -220,6 +220,16 @@ pub fn attention_head_chunks(heads: u32, kv_heads: u32) -> u32 {
     (heads / kv_heads.max(1)).div_ceil(ATTENTION_SPLIT_MAX_GROUP).max(1)
 }
 
+/// Blocks per thread-block cluster of a kernel compiled with `__cluster_dims__` (sm_90+): the
+/// sampler's blocks of one row, the cluster attention's splits. None for every other kernel.
+pub fn cluster_blocks(kernel: &Kernel) -> Option<u32> {
+    match kernel {
+        Kernel::Sample { .. } => Some(SAMPLE_BLOCKS_PER_ROW),
+        Kernel::AttentionCluster { .. } => Some(crate::plan::ATTENTION_CLUSTER_SPLITS),
+        _ => None,
+    }
+}
+
 pub fn launch_geometry(kernel: &Kernel, _bufs: &[BufArg]) -> Geometry {
     let g =
         |x: u32, y: u32, threads: u32| Geometry { grid: [x.max(1), y.max(1), 1], block: [threads, 1, 1], shared_bytes: 0, occupancy: 0 };

@@ -192,6 +192,7 @@ pub struct CudaExecutor {
     /// Seconds `load` spent building and instantiating the graphs (GEMM recording included).
     graph_seconds: f64,
     pdl: PdlReport,
+    clusters: Vec<ClusterFit>,
 }
 
 /// Programmatic dependent launch in this executor's graphs.
@@ -203,6 +204,79 @@ pub struct PdlReport {
     pub programmatic_edges: usize,
     /// Programs whose graph the driver refused with programmatic edges (built without).
     pub refused: Vec<String>,
+}
+
+/// A thread-block-cluster launch against the clusters of its kernel the GPU holds at once
+/// (`cuOccupancyMaxActiveClusters`): the planner assumes its cluster attention fits in one wave
+/// (`plan::planner::ATTENTION_CLUSTER_WAVE`); this is the device's own count, one per distinct
+/// (symbol, grid).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClusterFit {
+    pub symbol: String,
+    /// Programs that launch it with this grid (`decode.b1`, ...).
+    pub programs: Vec<String>,
+    pub clusters: u32,
+    pub max_active: u32,
+}
+
+impl ClusterFit {
+    pub fn describe(&self) -> String {
+        format!(
+            "{} in {}: {} clusters, {} resident at once{}",
+            self.symbol,
+            self.programs.join(", "),
+            self.clusters,
+            self.max_active,
+            if self.clusters > self.max_active { " (more than one wave)" } else { "" }
+        )
+    }
+}
+
+/// The cluster launches of `plan` on this device (sm_90+; empty before).
+fn cluster_fits(counters: &Counters, device: &Device, plan: &Plan, funcs: &[Vec<CUfunction>]) -> Vec<ClusterFit> {
+    let mut fits: Vec<(ClusterFit, [u32; 3])> = Vec::new();
+    if device.compute_capability.0 < 9 {
+        return Vec::new();
+    }
+    for (pi, p) in plan.programs.iter().enumerate() {
+        for (li, l) in p.launches.iter().enumerate() {
+            let Some(size) = crate::plan::geometry::cluster_blocks(&l.kernel) else { continue };
+            let symbol = abi::launch_symbol(l);
+            if let Some((f, _)) = fits.iter_mut().find(|(f, g)| f.symbol == symbol && *g == l.grid) {
+                f.programs.push(p.label());
+                continue;
+            }
+            let config = sys::CUlaunchConfig {
+                gridDimX: l.grid[0],
+                gridDimY: l.grid[1],
+                gridDimZ: l.grid[2],
+                blockDimX: l.block[0],
+                blockDimY: l.block[1],
+                blockDimZ: l.block[2],
+                sharedMemBytes: l.shared_bytes,
+                hStream: std::ptr::null_mut(),
+                attrs: std::ptr::null_mut(),
+                numAttrs: 0,
+            };
+            let mut max_active: std::ffi::c_int = 0;
+            // SAFETY: `funcs[pi][li]` is a live function of the loaded module; `config` outlives the call.
+            let asked = call(counters, "cuOccupancyMaxActiveClusters", unsafe {
+                sys::cuOccupancyMaxActiveClusters(&mut max_active, funcs[pi][li], &config)
+            });
+            // Only a report: a driver that cannot answer costs the line, not the load.
+            if let Err(e) = asked {
+                tracing::warn!("could not ask the driver how many clusters of `{symbol}` fit: {e:#}");
+                continue;
+            }
+            let clusters = l.grid.iter().product::<u32>() / size;
+            let fit = ClusterFit { symbol, programs: vec![p.label()], clusters, max_active: max_active.max(0) as u32 };
+            if fit.clusters > fit.max_active {
+                tracing::warn!("{}: this launch runs in more than one wave of clusters", fit.describe());
+            }
+            fits.push((fit, l.grid));
+        }
+    }
+    fits.into_iter().map(|(f, _)| f).collect()
 }
 
 /// The compiled kernels for this device: the kernels helper's NVRTC module, disk-cached by
@@ -323,6 +397,7 @@ impl CudaExecutor {
                     .collect()
             })
             .collect();
+        let clusters = cluster_fits(&counters, &device, &plan, &funcs);
         let has_library = plan.programs.iter().any(|p| p.launches.iter().any(|l| l.kernel.is_library()));
         let blas = if has_library { Some(Blas::new()?) } else { None };
         let gemms = match &blas {
@@ -412,6 +487,7 @@ impl CudaExecutor {
         Ok(CudaExecutor {
             graphs,
             pdl: PdlReport { wanted: pdl_wanted && mode == Mode::Graph, programmatic_edges, refused: pdl_refused },
+            clusters,
             gemms,
             blas,
             graph_seconds,
@@ -457,6 +533,10 @@ impl CudaExecutor {
     pub fn pdl(&self) -> &PdlReport {
         &self.pdl
     }
+    /// The plan's thread-block-cluster launches against what the GPU holds at once.
+    pub fn cluster_fits(&self) -> &[ClusterFit] {
+        &self.clusters
+    }
     pub fn counters(&self) -> Snapshot {
         self.counters.snapshot()
     }
@@ -479,6 +559,9 @@ impl CudaExecutor {
         );
         for r in &self.pdl.refused {
             pdl.push_str(&format!("\n  refused, built with full edges: {r}"));
+        }
+        for c in &self.clusters {
+            pdl.push_str(&format!("\ncluster launch: {}", c.describe()));
         }
         format!("{}\n{}\n{pdl}", self.device.describe(), self.counters.snapshot().report(self.mode.name()).trim_end())
     }
