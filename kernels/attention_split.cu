@@ -94,9 +94,9 @@
 // reads anything, and it is launched only once every block of this grid is resident. Measured on
 // the H200 (2026-12-01, bench/results/2026-12-01-h200-decode-ab-s13.md, call A): 0.5B -5%, 1B
 // even, 8B -0.6% at batch 1 (the early GEMV blocks take the SM slots that the split grid's later
-// blocks need); off by default. The cluster kernel honours it too: its grid is planned to fit in
-// one wave (src/plan/planner.rs ATTENTION_CLUSTER_WAVE), so there the early GEMV blocks should
-// only take slots it leaves free (not yet measured).
+// blocks need); off by default. The cluster kernel honours it too (its grid is planned to fit in
+// one wave): there it lost as well, 0.5B -1.4%, 1B -0.4%, 8B -0.5% at batch 1 (2026-12-01,
+// bench/results/2026-12-01-h200-decode-ab-s16.md, call F).
 #ifndef KILN_ATTN_EARLY_TRIGGER
 #define KILN_ATTN_EARLY_TRIGGER 0
 #endif

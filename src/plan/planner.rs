@@ -311,7 +311,8 @@ pub fn attention_splits(rows: u32, heads: u32, kv_heads: u32, max_context: u32) 
 /// of 256 threads per SM (`kiln_attention_cluster_g{1,2,4}`: 72, 113 and 168 registers in bf16), and
 /// a cluster must fit in one GPC: 14 clusters per resident block per SM, as the 0.5B shape's 14
 /// clusters of one block per SM ran in one wave and the 1B shape's 16 did not (session 16,
-/// bench/NOTES-decode.md).
+/// bench/NOTES-decode.md). The H200's driver (`cuOccupancyMaxActiveClusters`, listed by `kiln
+/// bench`) holds 45 clusters of the one-head kernel and 15 of the sampler's one block per SM.
 pub const ATTENTION_CLUSTER_WAVE: [(u32, u32); 3] = [(1, 42), (2, 28), (4, 14)];
 
 /// Decode attention in one launch ([`Kernel::AttentionCluster`], sm_90+; `KILN_ATTN_CLUSTER=0` at

@@ -243,7 +243,9 @@ fn cluster_fits(counters: &Counters, device: &Device, plan: &Plan, funcs: &[Vec<
             let Some(size) = crate::plan::geometry::cluster_blocks(&l.kernel) else { continue };
             let symbol = abi::launch_symbol(l);
             if let Some((f, _)) = fits.iter_mut().find(|(f, g)| f.symbol == symbol && *g == l.grid) {
-                f.programs.push(p.label());
+                if !f.programs.contains(&p.label()) {
+                    f.programs.push(p.label());
+                }
                 continue;
             }
             let config = sys::CUlaunchConfig {
