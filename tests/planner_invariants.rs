@@ -608,3 +608,41 @@ fn early_reads_only_of_values_that_predate_the_program() {
         assert!(msg.contains("before its wait") && msg.contains(&name), "{msg}");
     }
 }
+
+/// Every cluster launch's grid is whole clusters along the dimension its kernel's
+/// `__cluster_dims__` names (the sampler's blocks of a row along x, the cluster attention's splits
+/// along y): a grid that is not would fail to launch on the GPU.
+#[test]
+fn cluster_launch_grids_are_whole_clusters() {
+    use kiln::plan::geometry::cluster_blocks;
+    use kiln::plan::Kernel;
+    let mut seen = [0usize; 2];
+    for shape in ["qwen2.5-0.5b", "llama3.2-1b", "qwen3-0.6b"] {
+        let cfg = ModelConfig::preset(shape).unwrap();
+        let opts = PlanOptions {
+            decode_buckets: vec![1, 2, 4, 8],
+            prefill_buckets: vec![16],
+            max_context: 4096,
+            fuse: true,
+            burst: 16,
+            dtype: DType::BF16,
+            ..small_options()
+        };
+        let plan = build_plan(&cfg, &opts).unwrap();
+        for l in plan.programs.iter().flat_map(|p| &p.launches) {
+            let Some(size) = cluster_blocks(&l.kernel) else { continue };
+            match l.kernel {
+                Kernel::Sample { .. } => {
+                    assert!(l.grid[0].is_multiple_of(size) && l.grid[1] == 1 && l.grid[2] == 1, "{}: {:?}", l.name, l.grid);
+                    seen[0] += 1;
+                }
+                Kernel::AttentionCluster { .. } => {
+                    assert!(l.grid[1] == size && l.grid[2] == 1, "{}: {:?}", l.name, l.grid);
+                    seen[1] += 1;
+                }
+                _ => panic!("{}: a cluster kernel this test does not know", l.name),
+            }
+        }
+    }
+    assert!(seen[0] > 0 && seen[1] > 0, "{seen:?}");
+}
