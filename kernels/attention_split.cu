@@ -5,12 +5,13 @@
 //                             min_split_len, early)
 //   kiln_attention_merge_{dt}(workspace, positions, out, rows, heads, head_dim, splits, split_len,
 //                             min_split_len, early)
-//   kiln_attention_cluster_{dt}(q, k_cache, v_cache, positions, cache_base, out, rows, heads,
-//                               kv_heads, head_dim, scale, kv_rows, split_len, min_split_len,
-//                               chunk_heads, early)
+//   kiln_attention_cluster_g{1,2,4}_{dt}(q, k_cache, v_cache, positions, cache_base, out, rows,
+//                               heads, kv_heads, head_dim, scale, kv_rows, split_len,
+//                               min_split_len, chunk_heads, early)
 //   the same attention in one launch: 8 splits per (row, kv head, chunk of chunk_heads heads) as
 //   one thread-block cluster, merged through distributed shared memory (Kernel::AttentionCluster,
-//   planned with KILN_ATTN_CLUSTER=1; sm_90+; see attention_cluster below).
+//   planned where its clusters fit in one wave unless KILN_ATTN_CLUSTER=0; sm_90+; see
+//   attention_cluster below).
 //   early != 0 (planned, Kernel::AttentionSplit / AttentionMerge `early`): positions and cache_base
 //   predate the program (plan::early_reads_safe), so they are read before the block waits for the
 //   grids before it, taking their L2 round trip off the critical path; the same bits either way.
@@ -616,7 +617,7 @@ __device__ void attention_cluster(const T* q, const T* k_cache, const T* v_cache
   }
   cluster_sync();
 #else
-  __trap();  // needs thread-block clusters (sm_90+); never planned without KILN_ATTN_CLUSTER=1
+  __trap();  // needs thread-block clusters (sm_90+); such a plan refuses to load before sm_90
 #endif
 }
 

@@ -223,8 +223,8 @@ pub enum Kernel {
     /// split_len, min_split_len)`, each a block of one thread-block cluster per (row, kv head,
     /// chunk of `chunk_heads` query heads), merged through the cluster's distributed shared memory
     /// (max, then the weighted sums in split order). bufs: q, k_cache, v_cache, positions,
-    /// cache_base, out. `early`: as `AttentionSplit`'s. Planned only with `KILN_ATTN_CLUSTER=1`
-    /// (an A/B knob until measured; sm_90+).
+    /// cache_base, out. `early`: as `AttentionSplit`'s. sm_90+; planned where its clusters fit in
+    /// one wave ([`planner::attention_cluster`]), unless `KILN_ATTN_CLUSTER=0` at plan time.
     AttentionCluster {
         rows: u32,
         heads: u32,

@@ -329,7 +329,7 @@ pub fn attention_cluster(
     kv_rows: u32,
     max_context: u32,
 ) -> Option<Kernel> {
-    use super::geometry::{attention_cluster_grid, ATTENTION_SPLIT_MAX_GROUP, ATTENTION_SPLIT_MAX_HEAD_DIM};
+    use super::geometry::{attention_cluster_grid, ATTENTION_SPLIT_MAX_HEAD_DIM};
     if super::knob("KILN_ATTN_CLUSTER") == "0"
         || kv_heads == 0
         || !heads.is_multiple_of(kv_heads)
@@ -338,11 +338,7 @@ pub fn attention_cluster(
     {
         return None;
     }
-    let chunk_heads = ATTENTION_CLUSTER_WAVE
-        .into_iter()
-        .filter(|&(c, _)| c <= ATTENTION_SPLIT_MAX_GROUP)
-        .find(|&(c, wave)| attention_cluster_grid(rows, heads, kv_heads, c)[0] <= wave)?
-        .0;
+    let chunk_heads = ATTENTION_CLUSTER_WAVE.into_iter().find(|&(c, wave)| attention_cluster_grid(rows, heads, kv_heads, c)[0] <= wave)?.0;
     let splits = super::ATTENTION_CLUSTER_SPLITS;
     let split_len = max_context.div_ceil(splits).div_ceil(super::SPLIT_LEN_QUANTUM) * super::SPLIT_LEN_QUANTUM;
     Some(Kernel::AttentionCluster {

@@ -840,19 +840,7 @@ fn execute(regions: &mut [Vec<u8>; N_REGIONS], s: &mut Scratch, launch: &Launch)
                             split_state(c, qh, base, g, lo, hi, scale, &mut s.row, &mut s.b)
                         })
                         .collect();
-                    let big_m = states.iter().map(|st| st[hd]).fold(f32::NEG_INFINITY, f32::max);
-                    let mut denom = 0.0f32;
-                    let o = &mut s.out[(t * heads + h) * hd..][..hd];
-                    for st in &states {
-                        let w = (st[hd] - big_m).exp();
-                        denom += w * st[hd + 1];
-                        for (oi, acc) in o.iter_mut().zip(&st[..hd]) {
-                            *oi += w * acc;
-                        }
-                    }
-                    for oi in o.iter_mut() {
-                        *oi /= denom;
-                    }
+                    merge_split_states(states.iter().map(Vec::as_slice), hd, &mut s.out[(t * heads + h) * hd..][..hd]);
                 }
             }
             store(regions, out, &s.out)
@@ -877,21 +865,9 @@ fn execute(regions: &mut [Vec<u8>; N_REGIONS], s: &mut Scratch, launch: &Launch)
                 let split_len = crate::plan::live_split_len(pos, splits_u, planned_len, min_split_len) as usize;
                 let active = (pos as usize / split_len + 1).min(splits);
                 for h in 0..heads {
-                    let state = |sp: usize| &s.a[((t * heads + h) * splits + sp) * slot..][..slot];
-                    let big_m = (0..active).map(|sp| state(sp)[hd]).fold(f32::NEG_INFINITY, f32::max);
-                    let mut denom = 0.0f32;
-                    let o = &mut s.out[(t * heads + h) * hd..][..hd];
-                    for sp in 0..active {
-                        let st = &s.a[((t * heads + h) * splits + sp) * slot..][..slot];
-                        let w = (st[hd] - big_m).exp();
-                        denom += w * st[hd + 1];
-                        for (oi, acc) in o.iter_mut().zip(&st[..hd]) {
-                            *oi += w * acc;
-                        }
-                    }
-                    for oi in o.iter_mut() {
-                        *oi /= denom;
-                    }
+                    let ws = &s.a;
+                    let states = (0..active).map(|sp| &ws[((t * heads + h) * splits + sp) * slot..][..slot]);
+                    merge_split_states(states, hd, &mut s.out[(t * heads + h) * hd..][..hd]);
                 }
             }
             store(regions, out, &s.out)
@@ -1219,6 +1195,23 @@ struct SplitRead<'a> {
     vdt: DType,
     kvw: usize,
     hd: usize,
+}
+
+/// The merge of `AttentionMerge` (and of `AttentionCluster`'s clusters): the active splits'
+/// (acc, m, l) states, each `hd + 2` floats, weighted by exp(m - max m) in split order, into `o`.
+fn merge_split_states<'a>(states: impl Iterator<Item = &'a [f32]> + Clone, hd: usize, o: &mut [f32]) {
+    let big_m = states.clone().map(|st| st[hd]).fold(f32::NEG_INFINITY, f32::max);
+    let mut denom = 0.0f32;
+    for st in states {
+        let w = (st[hd] - big_m).exp();
+        denom += w * st[hd + 1];
+        for (oi, acc) in o.iter_mut().zip(&st[..hd]) {
+            *oi += w * acc;
+        }
+    }
+    for oi in o.iter_mut() {
+        *oi /= denom;
+    }
 }
 
 /// One split's state `(acc[0..hd], m, l)` of query head `qh` over cache rows `base + lo..base + hi`
