@@ -964,17 +964,29 @@ __device__ __forceinline__ void qkv_rope_slot(const QkvRopeTile& tile, unsigned 
   }
 }
 
-__device__ __forceinline__ QkvRopeLane qkv_rope_lane(const QkvRopeTile& tile, const QkvRopeArgs& a, unsigned int j,
-                                                     unsigned int r) {
+// The step-block reads of a lane (position, cache row: what `early` reads before the wait).
+__device__ __forceinline__ QkvRopeLane qkv_rope_lane_rows(const QkvRopeArgs& a, unsigned int r) {
   QkvRopeLane l{-1, -1, RopeAngle{0.0f, 1.0f}};
   l.p = __ldcg(a.positions + r);
   if (l.p >= 0) {
     const long long row = (long long)__ldcg(a.cache_base + r) + l.p;
     l.row = row < 0 || row >= (long long)a.kv_rows ? -1 : row;
-    if (tile.rotated(blockIdx.x))
-      l.a = rope_angle(l.p, tile.pair(blockIdx.x, j), a.rotary_dim, a.theta, a.scaling_kind, a.factor, a.low, a.high,
-                       a.orig);
   }
+  return l;
+}
+
+// A lane's rotation, from its position (arithmetic only).
+__device__ __forceinline__ void qkv_rope_lane_angle(const QkvRopeTile& tile, const QkvRopeArgs& a, unsigned int j,
+                                                    QkvRopeLane& l) {
+  if (l.p >= 0 && tile.rotated(blockIdx.x))
+    l.a = rope_angle(l.p, tile.pair(blockIdx.x, j), a.rotary_dim, a.theta, a.scaling_kind, a.factor, a.low, a.high,
+                     a.orig);
+}
+
+__device__ __forceinline__ QkvRopeLane qkv_rope_lane(const QkvRopeTile& tile, const QkvRopeArgs& a, unsigned int j,
+                                                     unsigned int r) {
+  QkvRopeLane l = qkv_rope_lane_rows(a, r);
+  qkv_rope_lane_angle(tile, a, j, l);
   return l;
 }
 
@@ -1024,7 +1036,7 @@ __device__ void qkv_rope_gemv_mma(const T* x, const T* nw, const T* w, const Qkv
   }
 }
 
-template <typename T>
+template <typename T, bool WIDE>
 __device__ void qkv_rope(const T* x, const T* nw, const T* w, const T* bias, const int* positions,
                          const int* cache_base, T* q_out, T* k_cache, T* v_cache, unsigned int rows, unsigned int in,
                          unsigned int heads, unsigned int kv_heads, unsigned int head_dim, unsigned int kv_rows,
@@ -1052,17 +1064,39 @@ __device__ void qkv_rope(const T* x, const T* nw, const T* w, const T* bias, con
       unsigned int j, r;
       bool active;
       qkv_rope_slot(tile, rows, j, r, active);
+      // Early: the default variant reads the lane (position, cache row) and computes its angle
+      // before the GEMV, in registers. The dense variant (`_o3`, 80 registers) spilled ~300
+      // bytes so: its early reads land in shared memory (each thread reads back its own slot)
+      // and its angle waits for the epilogue.
       QkvRopeLane l{-1, -1, RopeAngle{0.0f, 1.0f}};
-      if (early != 0 && active) l = qkv_rope_lane(tile, a, j, r);
-      __shared__ __align__(16) unsigned char stage[fused_stage_bytes<T, true>()];
+      __shared__ int early_p[WIDE ? 1 : 128];
+      __shared__ long long early_row[WIDE ? 1 : 128];
+      if (early != 0 && active) {
+        if constexpr (WIDE) {
+          l = qkv_rope_lane(tile, a, j, r);
+        } else {
+          const QkvRopeLane e = qkv_rope_lane_rows(a, r);
+          early_p[threadIdx.x] = e.p;
+          early_row[threadIdx.x] = e.row;
+        }
+      }
+      __shared__ __align__(16) unsigned char stage[fused_stage_bytes<T, WIDE>()];
       T* hs = reinterpret_cast<T*>(stage);
-      const bool staged = fused_staged<T, true>(rows, in);
+      const bool staged = fused_staged<T, WIDE>(rows, in);
       // Waits for the prior grids inside, after its first weight loads.
 #define KILN_QKV_ROPE_CALL(WARPS, NORM, STAGED) \
   qkv_rope_gemv_mma<T, WARPS, NORM, STAGED>(x, nw, w, tile, rows, in, eps, inv_s, smem, hs, acc)
-      KILN_FUSED_GEMV_DISPATCH(true, has_norm, staged, KILN_QKV_ROPE_CALL)
+      KILN_FUSED_GEMV_DISPATCH(WIDE, has_norm, staged, KILN_QKV_ROPE_CALL)
 #undef KILN_QKV_ROPE_CALL
-      if (early == 0 && active) l = qkv_rope_lane(tile, a, j, r);
+      if (early == 0 && active) {
+        l = qkv_rope_lane(tile, a, j, r);
+      } else if constexpr (!WIDE) {
+        if (active) {
+          l.p = early_p[threadIdx.x];
+          l.row = early_row[threadIdx.x];
+          qkv_rope_lane_angle(tile, a, j, l);
+        }
+      }
       __syncthreads();
       if (active) qkv_rope_store<T>(acc, bias, tile, l, j, r, r, has_bias, q_out, k_cache, v_cache);
       return;
@@ -1147,7 +1181,7 @@ KILN_FOR_EACH_DTYPE(KILN_QKV_LINEAR)
 //  theta, scaling_kind, factor, low_freq_factor, high_freq_factor, original_max_position):
 //  Op::QkvRope, weight [(heads + 2 kv_heads) * head_dim, in_features] (q | k | v rows), grid
 //  ((heads + 2 kv_heads) * head_dim / 16).
-#define KILN_QKV_ROPE_VARIANT(dt, T, SUFFIX, BOUNDS)                                                              \
+#define KILN_QKV_ROPE_VARIANT(dt, T, SUFFIX, BOUNDS, WIDE)                                                            \
   extern "C" __global__ void BOUNDS kiln_qkv_rope_##dt##SUFFIX(                                                 \
       const T* x, const T* norm_w, const T* weight, const T* bias, const int* positions, const int* cache_base,    \
       T* q_out, T* k_cache, T* v_cache, unsigned int rows, unsigned int in_features, unsigned int heads,          \
@@ -1155,11 +1189,11 @@ KILN_FOR_EACH_DTYPE(KILN_QKV_LINEAR)
       unsigned int has_bias, unsigned int early, unsigned int rotary_dim, unsigned int interleaved, float theta,  \
       unsigned int scaling_kind, float factor, float low_freq_factor, float high_freq_factor,                     \
       unsigned int original_max_position) {                                                                       \
-    kiln::qkv_rope<T>(x, norm_w, weight, bias, positions, cache_base, q_out, k_cache, v_cache, rows, in_features,  \
+    kiln::qkv_rope<T, WIDE>(x, norm_w, weight, bias, positions, cache_base, q_out, k_cache, v_cache, rows, in_features,  \
                       heads, kv_heads, head_dim, kv_rows, has_norm, eps, has_bias, early, rotary_dim, interleaved, \
                       theta, scaling_kind, factor, low_freq_factor, high_freq_factor, original_max_position);      \
   }
 // Default variant only: the epilogue's angle code needs more than the dense variant's 80
 // registers (ptxas: about 1 KB of spills), so the planner never asks for `_o3` here.
-#define KILN_QKV_ROPE(dt, T) KILN_QKV_ROPE_VARIANT(dt, T, , KILN_FUSED_BOUNDS)
+#define KILN_QKV_ROPE(dt, T) KILN_QKV_ROPE_VARIANT(dt, T, , KILN_FUSED_BOUNDS, true) KILN_QKV_ROPE_VARIANT(dt, T, _o3, KILN_GEMV_DENSE_BOUNDS, false)
 KILN_FOR_EACH_DTYPE(KILN_QKV_ROPE)

@@ -673,6 +673,8 @@ class Checker:
         cases = [  # name, rows, in, heads, kv_heads, head_dim, norm, bias, (interleaved, theta, kind, factor, low, high, orig)
             ("qwen2.5 hd64 bias", 1, 896, 14, 2, 64, True, True, (0, 1e6, 0, 1.0, 0.0, 0.0, 0)),
             ("llama3 hd128 scaling", 4, 2048, 32, 8, 128, True, False, (0, 5e5, 1, 32.0, 1.0, 4.0, 8192)),
+            ("llama3.1-8b 1 row", 1, 4096, 32, 8, 128, True, False, (0, 5e5, 1, 8.0, 1.0, 4.0, 8192)),
+            ("llama3.1-8b 8 rows (norm not staged)", 8, 4096, 32, 8, 128, True, False, (0, 5e5, 1, 8.0, 1.0, 4.0, 8192)),
             ("interleaved hd32 8 rows", 8, 256, 4, 2, 32, True, True, (1, 1e4, 0, 1.0, 0.0, 0.0, 0)),
             ("no norm, linear scaling", 3, 512, 8, 8, 16, False, True, (0, 1e4, 2, 4.0, 0.0, 0.0, 0)),
             ("odd in (SIMT path)", 2, 100, 4, 2, 16, True, False, (0, 1e4, 0, 1.0, 0.0, 0.0, 0)),
@@ -709,9 +711,11 @@ class Checker:
                              ref_k, ref_v, np.uint32(R), np.uint32(H), np.uint32(KVH), np.uint32(HD), np.uint32(KVR),
                              np.uint32(N), np.uint32(N), *rope_args), rows=R, heads=H, kv_heads=KVH)
                 ref = (ref_q.get().tobytes(), ref_k.get().tobytes(), ref_v.get().tobytes())
-                for early in (0, 1):
+                # At 256 threads also the dense variant (`_o3`: three blocks per SM, 80 registers;
+                # the same sums as the default's 8-warp paths).
+                for early, variant in [(e, v) for v in ("", "_o3") if v == "" or threads == 256 for e in (0, 1)]:
                     q_out, kc, vc = self.dev(dt.poison((R, nq))), self.dev(kc0), self.dev(vc0)
-                    self.fn(f"kiln_qkv_rope_{dt.name}")(
+                    self.fn(f"kiln_qkv_rope_{dt.name}{variant}")(
                         (blocks, 1, 1), (threads, 1, 1),
                         (x, nw if has_norm else np.uint64(0), wd, bd if has_bias else np.uint64(0), pd, cd, q_out, kc,
                          vc, np.uint32(R), np.uint32(K), np.uint32(H), np.uint32(KVH), np.uint32(HD), np.uint32(KVR),
@@ -719,7 +723,7 @@ class Checker:
                          *rope_args))
                     self.cp.cuda.Device().synchronize()
                     got = (q_out.get().tobytes(), kc.get().tobytes(), vc.get().tobytes())
-                    self.report.record(f"qkv_rope {name} {R}x{K} {threads}t early={early}", dt.name, got == ref,
+                    self.report.record(f"qkv_rope{variant} {name} {R}x{K} {threads}t early={early}", dt.name, got == ref,
                                        "q_out, k_cache, v_cache == fused_linear + rope_kv_write, bitwise")
 
     # kv_write -------------------------------------------------------------------------------

@@ -261,15 +261,7 @@ pub fn fuse(p: &Program) -> Result<Program> {
             let Some(j) = qkv.values().first().and_then(|&v| producer(&ops, v)) else { continue };
             let Some(Op::QkvLinear { x, norm, weights, biases, outs }) = ops[j].as_ref().map(|o| o.op.clone()) else { continue };
             let rows = p.value(x).shape.rows();
-            // Where the packed QKV GEMV takes the dense variant (three blocks per SM), keep it:
-            // `qkv_rope` has no such variant (its epilogue does not fit 80 registers).
-            // A/B knob (bench/README.md): `KILN_QKV_ROPE=always` fuses the dense ones too, their
-            // GEMV then on the default variant (the Llama-3.1-8B packed QKV at batch 1: one
-            // `rope_kv_write` launch per layer less; not measured yet, bench/NOTES-decode.md).
-            let features: usize = weights.iter().map(|&w| p.value(w).shape.rows()).sum();
-            let dense = crate::plan::geometry::gemv_grid(features as u32).2 != 0 && !qkv_rope_always();
-            let fits = !dense
-                && rope.rotary_dim == head_dim
+            let fits = rope.rotary_dim == head_dim
                 && head_dim.is_multiple_of(16)
                 && rows <= crate::plan::geometry::LINEAR_GEMV_MAX_ROWS as usize
                 && p.value(q_out).dtype == p.value(k_cache).dtype;
@@ -391,10 +383,4 @@ fn op_values_mut(op: &mut Op) -> Vec<&mut ValueId> {
             vec![tokens, stop_ids, token_ids, positions, counter, control, ring]
         }
     }
-}
-
-/// `KILN_QKV_ROPE=always` (read once): rewrite 7 also where the packed QKV GEMV would take the
-/// dense variant.
-fn qkv_rope_always() -> bool {
-    crate::plan::knob("KILN_QKV_ROPE") == "always"
 }

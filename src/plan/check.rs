@@ -22,7 +22,8 @@
 //!    at its first launch and read only while live; temps live at a common launch share no
 //!    byte. (Invariant 5 alone cannot tell two same-sized buffers at one offset apart.)
 //! 8. A launch asks for a kernel variant only where one exists: the dense GEMV (3 blocks per
-//!    SM, compiled for at most 256 threads) only for the linear kernels with 256-thread blocks,
+//!    SM, compiled for at most 256 threads) only for the linear kernels (`qkv_rope` included)
+//!    with 256-thread blocks,
 //!    for `gated_linear` only with a staged norm and for `fused_linear` only with a norm, the
 //!    tensor-core paths those variants have (`geometry::dense_variant_covers`).
 //! 9. Planned early reads (the `early` of `QkvRope`, `AttentionSplit`, `AttentionMerge` and `AttentionCluster`:
@@ -90,8 +91,14 @@ fn check_program(plan: &Plan, p: &ProgramPlan) -> Result<()> {
     let mut shadow: BTreeMap<(RegionKind, u64), (u64, u64, u64)> = BTreeMap::new();
     for (i, l) in p.launches.iter().enumerate() {
         // 8: kernel variants.
-        let linear =
-            matches!(l.kernel, Kernel::Linear { .. } | Kernel::FusedLinear { .. } | Kernel::GatedLinear { .. } | Kernel::QkvLinear { .. });
+        let linear = matches!(
+            l.kernel,
+            Kernel::Linear { .. }
+                | Kernel::FusedLinear { .. }
+                | Kernel::GatedLinear { .. }
+                | Kernel::QkvLinear { .. }
+                | Kernel::QkvRope { .. }
+        );
         ensure!(
             l.occupancy == 0
                 || (l.occupancy == GEMV_DENSE_BLOCKS_PER_SM

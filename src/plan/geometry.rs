@@ -281,11 +281,11 @@ pub fn launch_geometry(kernel: &Kernel, _bufs: &[BufArg]) -> Geometry {
         }
         // `qkv_linear` (linear_fused.cu): the GEMV grid over all three outputs, whatever the rows
         // (more than 8 rows take its SIMT path, 8 rows at a time).
-        // `qkv_rope` (linear_fused.cu): the GEMV grid over its outputs, default variant only (its
-        // epilogue needs more registers than the dense variant has).
+        // `qkv_rope` (linear_fused.cu): the GEMV grid over its outputs and its variant, as the
+        // packed QKV GEMV it replaces.
         Kernel::QkvRope { heads, kv_heads, head_dim, .. } => {
-            let (blocks, threads, _) = gemv_grid((heads + 2 * kv_heads) * head_dim);
-            g(blocks, 1, threads)
+            let (blocks, threads, occupancy) = gemv_grid((heads + 2 * kv_heads) * head_dim);
+            Geometry { occupancy, ..g(blocks, 1, threads) }
         }
         Kernel::QkvLinear { out_features: [q, k, v], .. } => {
             let (blocks, threads, occupancy) = gemv_grid(q + k + v);
