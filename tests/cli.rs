@@ -184,3 +184,27 @@ fn memory_budget_too_small() {
     let err = fails(&["plan", "--shape", "llama3.1-8b", "--memory-budget", "4GiB", "-o", "/tmp/never.plan"]);
     assert!(err.contains("needs") && err.contains("budget"), "{err}");
 }
+
+/// `kiln inspect plan | head`: the reader closing stdout early ends the command quietly (exit 0,
+/// no panic), as `kiln run | head` does.
+#[test]
+fn inspect_into_a_closed_pipe() {
+    use std::io::Read;
+    use std::process::Stdio;
+    let plan = repo().join("plans/llama3.2-1b.plan");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .args(["inspect", plan.to_str().unwrap()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run kiln");
+    // Read one byte, then close the pipe: the dump is far larger than a pipe buffer.
+    let mut stdout = child.stdout.take().unwrap();
+    let mut first = [0u8; 1];
+    stdout.read_exact(&mut first).unwrap();
+    drop(stdout);
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("panicked"), "kiln inspect panicked on a closed pipe:\n{err}");
+    assert!(out.status.success(), "kiln inspect into a closed pipe: {:?}\n{err}", out.status);
+}

@@ -420,6 +420,45 @@ fn attention_cluster_only_in_one_wave() {
     }
 }
 
+/// Fused decode plans put RoPE and the KV write into the packed QKV GEMV (`qkv_rope`) on every
+/// layer of every reference shape, on the GEMV variant the packed QKV itself would take: the
+/// Llama-3.1-8B's 384 blocks on the dense one (`_o3`, 3 per SM: one wave of 396 slots), which the
+/// plan checker accepts; no `rope_kv_write` launch is left in decode.
+#[test]
+fn decode_qkv_rope_on_every_layer_with_the_gemv_variant() {
+    use kiln::plan::geometry::{gemv_grid, GEMV_DENSE_BLOCKS_PER_SM};
+    use kiln::plan::Kernel;
+    for shape in ["qwen2.5-0.5b", "llama3.2-1b", "llama3.1-8b"] {
+        let cfg = ModelConfig::preset(shape).unwrap();
+        let opts = PlanOptions {
+            decode_buckets: vec![1, 4],
+            prefill_buckets: vec![16],
+            max_context: 256,
+            fuse: true,
+            dtype: DType::BF16,
+            ..small_options()
+        };
+        let plan = build_plan(&cfg, &opts).unwrap();
+        check_plan(&plan).unwrap();
+        let features = ((cfg.n_heads + 2 * cfg.n_kv_heads) * cfg.head_dim) as u32;
+        for bucket in [1, 4] {
+            let launches = &plan.programs[plan.program(Phase::Decode, bucket).unwrap()].launches;
+            let qkv: Vec<&kiln::plan::Launch> = launches.iter().filter(|l| matches!(l.kernel, Kernel::QkvRope { .. })).collect();
+            assert_eq!(qkv.len(), cfg.n_layers, "{shape} b{bucket}");
+            assert!(!launches.iter().any(|l| matches!(l.kernel, Kernel::RopeKvWrite { .. })), "{shape} b{bucket}");
+            let (blocks, threads, occupancy) = gemv_grid(features);
+            for l in qkv {
+                assert_eq!((l.grid[0], l.block[0], l.occupancy), (blocks, threads, occupancy), "{shape} b{bucket} {}", l.name);
+            }
+        }
+        if shape == "llama3.1-8b" {
+            assert_eq!(gemv_grid(features), (384, 256, GEMV_DENSE_BLOCKS_PER_SM));
+            let symbols = kiln::runtime::cuda::abi::symbols(&plan);
+            assert!(symbols.iter().any(|s| s == "kiln_qkv_rope_bf16_o3"), "{symbols:?}");
+        }
+    }
+}
+
 /// The dense `fused_linear` / `gated_linear` keep one tensor-core path (8 warps, a norm whose
 /// rows are staged in shared memory): the planner asks for them only there, and the checker
 /// refuses a dense launch without a norm or with rows too wide to stage.

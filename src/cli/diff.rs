@@ -53,6 +53,5 @@ pub fn diff_text(a: &crate::plan::Plan, b: &crate::plan::Plan, a_name: &str, b_n
 pub fn diff_main(cmd: &DiffCmd) -> Result<()> {
     let a = file::load(&cmd.a)?;
     let b = file::load(&cmd.b)?;
-    print!("{}", diff_text(&a, &b, &cmd.a.display().to_string(), &cmd.b.display().to_string(), cmd.context));
-    Ok(())
+    super::print_out(&diff_text(&a, &b, &cmd.a.display().to_string(), &cmd.b.display().to_string(), cmd.context))
 }

@@ -8,6 +8,17 @@ pub mod run;
 use crate::ir::DType;
 use anyhow::{bail, Context, Result};
 
+/// Writes `text` to stdout. A closed stdout (`kiln inspect plan | head`) is not an error: the
+/// reader has what it wanted, so the command ends quietly (as `run` does); other write errors are.
+pub fn print_out(text: &str) -> Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(anyhow::Error::new(e).context("cannot write to stdout")),
+        _ => Ok(()),
+    }
+}
+
 /// Parses `1,2,4,8` into ascending buckets.
 pub fn parse_buckets(s: &str) -> Result<Vec<usize>> {
     if s.trim().is_empty() || s.trim() == "none" {

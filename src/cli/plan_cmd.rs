@@ -125,10 +125,5 @@ pub struct InspectCmd {
 
 pub fn inspect_main(cmd: &InspectCmd) -> Result<()> {
     let plan = file::load(&cmd.plan)?;
-    if cmd.summary {
-        print!("{}", dump::summary(&plan));
-    } else {
-        print!("{}", dump::dump(&plan));
-    }
-    Ok(())
+    super::print_out(&if cmd.summary { dump::summary(&plan) } else { dump::dump(&plan) })
 }
