@@ -420,6 +420,23 @@ fn attention_cluster_only_in_one_wave() {
     }
 }
 
+/// A fused bf16 plan of a preset shape with these decode buckets (prefill 16, context 256),
+/// checked.
+fn fused_bf16_plan(shape: &str, decode_buckets: &[usize]) -> (ModelConfig, kiln::plan::Plan) {
+    let cfg = ModelConfig::preset(shape).unwrap();
+    let opts = PlanOptions {
+        decode_buckets: decode_buckets.to_vec(),
+        prefill_buckets: vec![16],
+        max_context: 256,
+        fuse: true,
+        dtype: DType::BF16,
+        ..small_options()
+    };
+    let plan = build_plan(&cfg, &opts).unwrap();
+    check_plan(&plan).unwrap();
+    (cfg, plan)
+}
+
 /// Fused decode plans put RoPE and the KV write into the packed QKV GEMV (`qkv_rope`) on every
 /// layer of every reference shape, on the GEMV variant the packed QKV itself would take: the
 /// Llama-3.1-8B's 384 blocks on the dense one (`_o3`, 3 per SM: one wave of 396 slots), which the
@@ -429,17 +446,7 @@ fn decode_qkv_rope_on_every_layer_with_the_gemv_variant() {
     use kiln::plan::geometry::{gemv_grid, GEMV_DENSE_BLOCKS_PER_SM};
     use kiln::plan::Kernel;
     for shape in ["qwen2.5-0.5b", "llama3.2-1b", "llama3.1-8b"] {
-        let cfg = ModelConfig::preset(shape).unwrap();
-        let opts = PlanOptions {
-            decode_buckets: vec![1, 4],
-            prefill_buckets: vec![16],
-            max_context: 256,
-            fuse: true,
-            dtype: DType::BF16,
-            ..small_options()
-        };
-        let plan = build_plan(&cfg, &opts).unwrap();
-        check_plan(&plan).unwrap();
+        let (cfg, plan) = fused_bf16_plan(shape, &[1, 4]);
         let features = ((cfg.n_heads + 2 * cfg.n_kv_heads) * cfg.head_dim) as u32;
         for bucket in [1, 4] {
             let launches = &plan.programs[plan.program(Phase::Decode, bucket).unwrap()].launches;
@@ -498,17 +505,7 @@ fn dense_fused_gemv_only_where_a_variant_has_its_path() {
     }
     // A fused plan of the 0.5B shape: its gate / up is dense with a staged norm; the checker
     // refuses the same launch once its norm is gone.
-    let cfg = ModelConfig::preset("qwen2.5-0.5b").unwrap();
-    let opts = PlanOptions {
-        decode_buckets: vec![1],
-        prefill_buckets: vec![16],
-        max_context: 256,
-        fuse: true,
-        dtype: DType::BF16,
-        ..small_options()
-    };
-    let plan = build_plan(&cfg, &opts).unwrap();
-    check_plan(&plan).unwrap();
+    let (_, plan) = fused_bf16_plan("qwen2.5-0.5b", &[1]);
     let p = plan.program(Phase::Decode, 1).unwrap();
     let at = plan.programs[p].launches.iter().position(|l| l.occupancy == 3 && l.kernel.name() == "gated_linear");
     let Some(at) = at else { panic!("no dense gated_linear in the fused decode.b1 program") };
