@@ -8,15 +8,21 @@ pub mod run;
 use crate::ir::DType;
 use anyhow::{bail, Context, Result};
 
-/// Writes `text` to stdout. A closed stdout (`kiln inspect plan | head`) is not an error: the
-/// reader has what it wanted, so the command ends quietly (as `run` does); other write errors are.
+/// Ok for no error or a closed pipe (`kiln run | head`: the reader has what it wanted); the
+/// error otherwise.
+fn finish_write(err: Option<std::io::Error>) -> Result<()> {
+    match err {
+        Some(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
+        _ => Ok(()),
+    }
+}
+
+/// Writes `text` to stdout; a closed stdout (`kiln inspect plan | head`) ends the command
+/// quietly, as `run` does (`finish_write`).
 pub fn print_out(text: &str) -> Result<()> {
     use std::io::Write;
     let mut out = std::io::stdout().lock();
-    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
-        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(anyhow::Error::new(e).context("cannot write to stdout")),
-        _ => Ok(()),
-    }
+    finish_write(out.write_all(text.as_bytes()).and_then(|()| out.flush()).err())
 }
 
 /// Parses `1,2,4,8` into ascending buckets.

@@ -97,14 +97,6 @@ pub fn make_executor(device: &str, plan: Plan, m: &LoadedModel) -> Result<Box<dy
     })
 }
 
-/// Ok for no error or a closed pipe (the reader has what it wanted); the error otherwise.
-fn finish_write(err: Option<std::io::Error>) -> Result<()> {
-    match err {
-        Some(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
-        _ => Ok(()),
-    }
-}
-
 pub fn run_main(cmd: &RunCmd) -> Result<()> {
     let m = open_model(cmd.model.as_ref(), cmd.tokenizer.as_ref())?;
     let tok = m.tokenizer.as_deref();
@@ -164,7 +156,7 @@ pub fn run_main(cmd: &RunCmd) -> Result<()> {
         prev = Some(t);
     }
     if write_err.is_some() {
-        return finish_write(write_err);
+        return super::finish_write(write_err);
     }
     let g = generate(exec.as_mut(), &prompt, cmd.max_tokens, sampling, &stop_tokens, |t| {
         let bytes = piece(prev, t);
@@ -180,7 +172,7 @@ pub fn run_main(cmd: &RunCmd) -> Result<()> {
             write_err = Some(e);
         }
     }
-    finish_write(write_err)?;
+    super::finish_write(write_err)?;
     if cmd.stats {
         let p = exec.plan();
         eprintln!(
