@@ -34,9 +34,8 @@
 //!    programs (decode's adds and norms were folded into the linears by rewrites 1 and 3).
 //!
 //! 7. decode: a packed `QkvLinear` whose output only a `RopeKvWrite` reads, with `rotary_dim == head_dim`, `head_dim % 16 == 0`, at most
-//!    `geometry::LINEAR_GEMV_MAX_ROWS` rows, one dtype for q and the caches, and a QKV GEMV
-//!    grid that does not take the dense (three blocks per SM) variant -> one `QkvRope`
-//!    at the `RopeKvWrite`'s place: the projections, RoPE and the KV write in one launch, and no
+//!    `geometry::LINEAR_GEMV_MAX_ROWS` rows and one dtype for q and the caches -> one `QkvRope`
+//!    (on the GEMV variant the packed QKV would take) at the `RopeKvWrite`'s place: the projections, RoPE and the KV write in one launch, and no
 //!    q / k / v temps.
 //!
 //! Values are renumbered densely in order of first use afterwards, so dumps stay canonical.
