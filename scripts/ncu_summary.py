@@ -50,8 +50,13 @@ def summary(seq, top):
         print(f"{a[0]:5d} {a[1]/1e3:10.1f} {a[1]/a[0]/1e3:8.2f} {bw:7.0f}  {key[0]} {key[1]} {key[2]}")
 
 
+def is_logits(name):
+    """The output projection: `kiln_linear_{dt}_f32` (its `_o3` variant too)."""
+    return name.startswith('kiln_linear_') and '_f32' in name[len('kiln_linear_'):]
+
+
 def decode_roles(seq, gbps):
-    first = next(i for i, e in enumerate(seq) if 'linear_bf16_f32' in e['name'] or 'linear_f32_f32' in e['name'])
+    first = next(i for i, e in enumerate(seq) if is_logits(e['name']))
     roles = collections.OrderedDict()
     prev = None
     for e in seq[first + 1:]:
@@ -64,7 +69,7 @@ def decode_roles(seq, gbps):
             role = 'gate/up'
         elif 'fused_linear' in n:
             role = 'down' if prev == 'gate/up' else 'o-proj'
-        elif 'linear_' in n and '_f32' in n:
+        elif is_logits(n):
             role = 'logits'
         else:
             role = n.split('(')[0].replace('kiln_', '')
