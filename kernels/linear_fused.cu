@@ -1069,6 +1069,7 @@ __device__ void qkv_rope(const T* x, const T* nw, const T* w, const T* bias, con
       // bytes so: its early reads land in shared memory (each thread reads back its own slot)
       // and its angle waits for the epilogue.
       QkvRopeLane l{-1, -1, RopeAngle{0.0f, 1.0f}};
+      // One slot per thread that can be active: qkv_rope_slot's threads < 128.
       __shared__ int early_p[WIDE ? 1 : 128];
       __shared__ long long early_row[WIDE ? 1 : 128];
       if (early != 0 && active) {
