@@ -240,6 +240,146 @@ __device__ __forceinline__ void gemv_mma_loop(const T* const (&wq)[Q], unsigned 
   gemv_mma_loop_rows<T, Q, WARPS, D, U, XPRE, X>(rows_a, rows_b, in, xop, c);
 }
 
+// Walking GEMV blocks: a grid of fewer 256-thread blocks than 16-feature tiles, each block walking
+// the tiles blockIdx.x, + gridDim.x, ... < tiles with one ring: the last chunks of a tile refill
+// their slots with the next tile's first chunks, so the next tile's weights are in flight during
+// this tile's drain, block sum and epilogue (a new block of a multi-wave grid starts from an
+// empty ring), and the wait, the norm's prologue and the first loads happen once per block. Each
+// tile's sums are gemv_mma_loop's, in its order: the same bits as one block per tile.
+// KILN_GEMV_WALK says which kernels can walk (bits: 1 the default `gated_linear`, 2 `linear`, 4 the
+// other `fused_linear`s, 8 the dense `gated_linear_o3`); the planner walks only launches of those
+// (src/plan/geometry.rs `gemv_walk_blocks`; the runtime compiles with the bits of its
+// `gemv_walk_define`, set by the plan-time knob KILN_GEMV_WALK). By default (1) the one that won on
+// the H200 (bench/results/2026-12-01-h200-decode-ab-s19.md): the Llama-3.2-1B gate/up (512 tiles
+// on the default variant's 264 slots: 1.94 waves) +1.5% at batch 1; the dense gated kernel walking
+// the Llama-3.1-8B's (896 tiles on 396 slots) lost 1.6%, `linear` walking the logits lost 0.4-2%.
+// rows_of(t, ra, rb): this lane's weight rows of tile t. done(t, c): every thread, after the
+// tile's main loop (it may hold barriers; the first thing it must do for t != blockIdx.x is a
+// barrier, before it writes the shared memory the previous tile's sum read).
+#ifndef KILN_GEMV_WALK
+#define KILN_GEMV_WALK 1
+#endif
+template <typename T, int Q, int WARPS, int D, int U, bool XPRE, typename X, typename RowsOf, typename Done>
+__device__ __forceinline__ void gemv_mma_walk(const T* const (&wq)[Q], unsigned int in, unsigned int tiles, X& xop,
+                                              RowsOf rows_of, Done done) {
+  static_assert(D % U == 0, "the ring holds whole runs");
+  constexpr unsigned int RS = WARPS * U;
+  constexpr unsigned int CYCLE = D * WARPS * 32;
+  const unsigned int warp = threadIdx.x >> 5;
+  const unsigned int first = gemv_mma_first<WARPS, U>();
+  const unsigned int full = in / 32;
+  const unsigned int rounds = full / RS;
+  const int rem = (int)(full - rounds * RS) - (int)(warp * U);
+  const unsigned int nj = rounds * U + (rem <= 0 ? 0u : (rem >= U ? (unsigned int)U : (unsigned int)rem));
+#define KILN_GEMV_SO(s) (((unsigned int)(s) / U) * RS * 32 + ((unsigned int)(s) % U) * 32)
+  // Weight rows as element offsets (their lane's `first` included) into each matrix: two registers
+  // for any Q, recomputed from the tile index rather than kept across a tile's epilogue.
+  unsigned int t = blockIdx.x, ka, kb;
+  auto point = [&](unsigned int tt, unsigned int& a, unsigned int& b) {
+    unsigned int ra, rb;
+    rows_of(tt, ra, rb);
+    a = ra * in + first;
+    b = rb * in + first;
+  };
+  point(t, ka, kb);
+  uint4 wa[Q][D], wb[Q][D], xr[XPRE ? D : 1];
+#pragma unroll
+  for (int s = 0; s < D; ++s) {
+    if ((unsigned int)s < nj) {
+#pragma unroll
+      for (int q = 0; q < Q; ++q) {
+        wa[q][s] = load16_stream_ordered(wq[q] + ka + KILN_GEMV_SO(s));
+        wb[q][s] = load16_stream_ordered(wq[q] + kb + KILN_GEMV_SO(s));
+      }
+    }
+  }
+  xop.prefetch();
+  allow_dependents();
+  wait_prior_grids();
+  xop.prepare();
+  if constexpr (XPRE) {
+#pragma unroll
+    for (int s = 0; s < D; ++s)
+      if ((unsigned int)s < nj) xr[XPRE ? s : 0] = xop.load(KILN_GEMV_SO(s));
+  }
+  for (;;) {
+    const bool more = t + gridDim.x < tiles;
+    float c[Q][4];
+#pragma unroll
+    for (int q = 0; q < Q; ++q)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) c[q][i] = 0.0f;
+    unsigned int off = 0, j0 = 0, na = 0, nb = 0;
+    // One chunk: the MMAs of slot s, then its refill: mode 1 this tile's chunk D ahead, 2 the next
+    // tile's chunk s (the slot's last use in this tile), 0 none.
+    auto step = [&](const int s, const int mode) {
+      const unsigned int o = off + KILN_GEMV_SO(s);
+      uint4 xraw;
+      if constexpr (XPRE) {
+        xraw = xr[XPRE ? s : 0];
+      } else {
+        xraw = xop.load(o);
+      }
+      const uint4 xb = xop.finish(xraw, o);
+#pragma unroll
+      for (int q = 0; q < Q; ++q) {
+        mma_m16n8k16<T>(c[q], wa[q][s].x, wb[q][s].x, wa[q][s].y, wb[q][s].y, xb.x, xb.y);
+        mma_m16n8k16<T>(c[q], wa[q][s].z, wb[q][s].z, wa[q][s].w, wb[q][s].w, xb.z, xb.w);
+      }
+      if (mode == 1) {
+#pragma unroll
+        for (int q = 0; q < Q; ++q) {
+          wa[q][s] = load16_stream_ordered(wq[q] + ka + (o + CYCLE));
+          wb[q][s] = load16_stream_ordered(wq[q] + kb + (o + CYCLE));
+        }
+        if constexpr (XPRE) xr[XPRE ? s : 0] = xop.load(o + CYCLE);
+      } else if (mode == 2) {
+#pragma unroll
+        for (int q = 0; q < Q; ++q) {
+          wa[q][s] = load16_stream_ordered(wq[q] + na + KILN_GEMV_SO(s));
+          wb[q][s] = load16_stream_ordered(wq[q] + nb + KILN_GEMV_SO(s));
+        }
+        if constexpr (XPRE) xr[XPRE ? s : 0] = xop.load(KILN_GEMV_SO(s));
+      }
+    };
+    while (j0 + 2 * D <= nj) {
+#pragma unroll
+      for (int s = 0; s < D; ++s) step(s, 1);
+      off += CYCLE;
+      j0 += D;
+    }
+    if (more) point(t + gridDim.x, na, nb);
+    const int last = more ? 2 : 0;
+#pragma unroll
+    for (int s = 0; s < D; ++s)
+      if (j0 + s < nj) step(s, j0 + D + s < nj ? 1 : last);
+    off += CYCLE;
+    j0 += D;
+#pragma unroll
+    for (int s = 0; s < D; ++s)
+      if (j0 + s < nj) step(s, last);
+    // The partial last chunk (in % 32 != 0), if this warp owns it, as gemv_mma_loop_rows does.
+    const unsigned int rel = (nj / U) * RS * 32 + (nj % U) * 32;
+    if (first - 8 * (threadIdx.x & 3) + rel < in) {
+      const bool ok = first + rel < in;
+      const uint4 zero4 = make_uint4(0u, 0u, 0u, 0u);
+      const uint4 x1 = ok ? xop.finish(xop.load(rel), rel) : zero4;
+#pragma unroll
+      for (int q = 0; q < Q; ++q) {
+        const uint4 a1 = ok ? load16_stream(wq[q] + ka + rel) : zero4;
+        const uint4 b1 = ok ? load16_stream(wq[q] + kb + rel) : zero4;
+        mma_m16n8k16<T>(c[q], a1.x, b1.x, a1.y, b1.y, x1.x, x1.y);
+        mma_m16n8k16<T>(c[q], a1.z, b1.z, a1.w, b1.w, x1.z, x1.w);
+      }
+    }
+#undef KILN_GEMV_SO
+    done(t, c);
+    if (!more) break;
+    t += gridDim.x;
+    point(t, ka, kb);
+  }
+}
+
 // The block's sum of the warps' tiles c[q], in warp order, through `partial` (Q x WARPS x 4 x 32
 // floats of shared memory). Returns, in threads 0..127, s[q] for feature n0 + (l / 4) + 8 (i / 2),
 // row 2 (l % 4) + i % 2, where i = thread / 32 and l = thread % 32 (c[q][i] of lane l is that
@@ -272,22 +412,47 @@ __device__ void linear_gemv_mma(const T* x, const T* w, const T* bias,
   constexpr int U = KILN_LINEAR_GEMV_UNROLL, D = KILN_LINEAR_GEMV_DEPTH;
   const unsigned int lane = threadIdx.x & 31;
   const unsigned int g = lane >> 2;
-  const unsigned int n0 = blockIdx.x * KILN_LINEAR_GEMV_FEATURES;
-  // Weight rows past out_features and x rows past `rows` read row 0 instead: each output of the
-  // MMA depends on one weight row and one x row only, and those outputs are never stored. So
-  // the main loop needs no predicates.
-  const unsigned int ra = n0 + g < outf ? n0 + g : 0, rb = n0 + g + 8 < outf ? n0 + g + 8 : 0;
   const unsigned int rx = g < rows ? g : 0;
   GemvPlainX<T> xop{x + (size_t)rx * in + gemv_mma_first<WARPS, U>()};
-  float c[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
   const T* const wq[1] = {w};
-  gemv_mma_loop<T, 1, WARPS, D, U, KILN_LINEAR_GEMV_XPRE != 0>(wq, ra, rb, in, xop, c);
-  float s[1];
-  gemv_mma_sum<1, WARPS>(c, partial, s);
-  if (threadIdx.x < 128) {
-    const unsigned int i = threadIdx.x >> 5, l = threadIdx.x & 31;
-    const unsigned int n = n0 + (l >> 2) + 8 * (i >> 1), r = 2 * (l & 3) + (i & 1);
-    if (r < rows && n < outf) out[(size_t)r * outf + n] = from_f32<O>(has_bias ? s[0] + to_f32(bias[n]) : s[0]);
+#if (KILN_GEMV_WALK) & 2
+  // 256-thread blocks walk (KILN_GEMV_WALK bit 2); a grid of 512-thread blocks has fewer blocks
+  // than SMs: nothing to walk.
+  if constexpr (WARPS == 8) {
+    const unsigned int tiles = (outf + KILN_LINEAR_GEMV_FEATURES - 1) / KILN_LINEAR_GEMV_FEATURES;
+    auto rows_of = [&](unsigned int t, unsigned int& a, unsigned int& b) {
+      const unsigned int m0 = t * KILN_LINEAR_GEMV_FEATURES;
+      a = m0 + g < outf ? m0 + g : 0;
+      b = m0 + g + 8 < outf ? m0 + g + 8 : 0;
+    };
+    auto done = [&](unsigned int t, const float (&c)[1][4]) {
+      if (t != blockIdx.x) __syncthreads();  // the previous tile's partials have been read
+      float s[1];
+      gemv_mma_sum<1, WARPS>(c, partial, s);
+      if (threadIdx.x < 128) {
+        const unsigned int i = threadIdx.x >> 5, l = threadIdx.x & 31;
+        const unsigned int n = t * KILN_LINEAR_GEMV_FEATURES + (l >> 2) + 8 * (i >> 1), r = 2 * (l & 3) + (i & 1);
+        if (r < rows && n < outf) out[(size_t)r * outf + n] = from_f32<O>(has_bias ? s[0] + to_f32(bias[n]) : s[0]);
+      }
+    };
+    gemv_mma_walk<T, 1, WARPS, D, U, KILN_LINEAR_GEMV_XPRE != 0>(wq, in, tiles, xop, rows_of, done);
+  } else
+#endif
+  {
+    const unsigned int n0 = blockIdx.x * KILN_LINEAR_GEMV_FEATURES;
+    // Weight rows past out_features and x rows past `rows` read row 0 instead: each output of the
+    // MMA depends on one weight row and one x row only, and those outputs are never stored. So
+    // the main loop needs no predicates.
+    const unsigned int ra = n0 + g < outf ? n0 + g : 0, rb = n0 + g + 8 < outf ? n0 + g + 8 : 0;
+    float c[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
+    gemv_mma_loop<T, 1, WARPS, D, U, KILN_LINEAR_GEMV_XPRE != 0>(wq, ra, rb, in, xop, c);
+    float s[1];
+    gemv_mma_sum<1, WARPS>(c, partial, s);
+    if (threadIdx.x < 128) {
+      const unsigned int i = threadIdx.x >> 5, l = threadIdx.x & 31;
+      const unsigned int n = n0 + (l >> 2) + 8 * (i >> 1), r = 2 * (l & 3) + (i & 1);
+      if (r < rows && n < outf) out[(size_t)r * outf + n] = from_f32<O>(has_bias ? s[0] + to_f32(bias[n]) : s[0]);
+    }
   }
 }
 
@@ -421,6 +586,10 @@ __device__ void linear(const T* x, const T* w, const T* bias, O* out, unsigned i
       return;
     }
   }
+#if (KILN_GEMV_WALK) & 2
+  // A walked grid (fewer blocks than tiles) is planned for the tensor-core path only.
+  if (rows <= KILN_LINEAR_GEMV_MAX_ROWS && gridDim.x * KILN_LINEAR_GEMV_FEATURES < outf) __trap();
+#endif
   allow_dependents();
   wait_prior_grids();
   if (rows == 0) return;

@@ -520,9 +520,67 @@ __device__ __forceinline__ void fused_gemv_sums(const T* x, const T* nw, const T
   }
 
 // Tensor-core GEMV (f16 / bf16, in % 8 == 0, aligned): fused_gemv_sums over 16 consecutive
-// features per block, then the epilogue.
+// features per block, then the epilogue. KILN_GEMV_WALK (an experiment, linear.cu
+// gemv_mma_walk): each block walks the tiles blockIdx.x, + gridDim.x, ... with one ring; each
+// tile's sums and epilogue are fused_gemv_sums' and the ones below, in the same order.
+#if KILN_GEMV_WALK
 template <typename T, typename O, bool GATED, int WARPS, bool NORM, bool STAGED>
-__device__ void fused_gemv_mma(const T* x, const T* nw, const T* w,
+__device__ void fused_gemv_mma_walk(const T* x, const T* nw, const T* w,
+                               const T* wu, const T* bias, const O* residual,
+                               O* __restrict__ out, unsigned int rows, unsigned int in, unsigned int outf, float eps, bool has_bias, bool has_res, float* inv_s, float* smem, T* hs) {
+  constexpr int Q = GATED ? 2 : 1;
+  constexpr int U = KILN_LINEAR_GEMV_UNROLL;
+  constexpr int D = Q == 2 ? KILN_GATED_DEPTH : KILN_FUSED_DEPTH;
+  constexpr int UU = D % U == 0 ? U : 1;
+  const unsigned int g = (threadIdx.x & 31) >> 2;
+  const unsigned int rx = g < rows ? g : 0;
+  const unsigned int first = gemv_mma_first<WARPS, UU>();
+  const unsigned int tiles = (outf + KILN_FUSED_GEMV_FEATURES - 1) / KILN_FUSED_GEMV_FEATURES;
+  const T* wq[Q];
+  wq[0] = w;
+  if constexpr (GATED) wq[Q - 1] = wu;
+  auto rows_of = [&](unsigned int t, unsigned int& a, unsigned int& b) {
+    const unsigned int m0 = t * KILN_FUSED_GEMV_FEATURES;
+    a = m0 + g < outf ? m0 + g : 0;
+    b = m0 + g + 8 < outf ? m0 + g + 8 : 0;
+  };
+  auto epilogue = [&](unsigned int t, const float (&s)[Q]) {
+    if (threadIdx.x < 128) {
+      const unsigned int i = threadIdx.x >> 5, l = threadIdx.x & 31;
+      const unsigned int n = t * KILN_FUSED_GEMV_FEATURES + (l >> 2) + 8 * (i >> 1), r = 2 * (l & 3) + (i & 1);
+      if (r < rows && n < outf) {
+        const size_t idx = (size_t)r * outf + n;
+        out[idx] = fused_finish<T, O, GATED>(s[0], s[Q - 1], bias, residual, idx, n, has_bias, has_res);
+      }
+    }
+  };
+  if constexpr (NORM && PostNorm<T>::value) {
+    FusedPostNormX<T, STAGED> xop{x + (size_t)rx * in + first, nw + first, nw, hs, in, first, 0.0f, nullptr};
+    auto done = [&](unsigned int t, const float (&c)[Q][4]) {
+      if (t != blockIdx.x) __syncthreads();  // the previous tile's partials have been read
+      post_norm_put<Q, WARPS>(xop.ss, rows, smem);
+      xop.ss = 0.0f;
+      float s[Q];
+      gemv_mma_sum<Q, WARPS>(c, smem, s);
+      post_norm_scale<Q, WARPS>(rows, in, eps, smem, s);
+      epilogue(t, s);
+    };
+    gemv_mma_walk<T, Q, WARPS, D, UU, KILN_LINEAR_GEMV_XPRE != 0>(wq, in, tiles, xop, rows_of, done);
+  } else {
+    FusedNormX<T, NORM, STAGED> xop{x, x + (size_t)rx * in + first, nw + first, nw, rows, in, rx, eps, inv_s, smem,
+                                    1.0f, hs, hs + (size_t)rx * in + first, {}, {}};
+    auto done = [&](unsigned int t, const float (&c)[Q][4]) {
+      if (t != blockIdx.x) __syncthreads();  // the previous tile's partials have been read
+      float s[Q];
+      gemv_mma_sum<Q, WARPS>(c, smem, s);
+      epilogue(t, s);
+    };
+    gemv_mma_walk<T, Q, WARPS, D, UU, KILN_LINEAR_GEMV_XPRE != 0>(wq, in, tiles, xop, rows_of, done);
+  }
+}
+#endif
+template <typename T, typename O, bool GATED, int WARPS, bool NORM, bool STAGED>
+__device__ void fused_gemv_mma_tile(const T* x, const T* nw, const T* w,
                                const T* wu, const T* bias, const O* residual,
                                O* __restrict__ out, unsigned int rows, unsigned int in, unsigned int outf, float eps, bool has_bias, bool has_res, float* inv_s, float* smem, T* hs) {
   constexpr int Q = GATED ? 2 : 1;
@@ -542,6 +600,24 @@ __device__ void fused_gemv_mma(const T* x, const T* nw, const T* w,
       const size_t idx = (size_t)r * outf + n;
       out[idx] = fused_finish<T, O, GATED>(s[0], s[Q - 1], bias, residual, idx, n, has_bias, has_res);
     }
+  }
+}
+template <typename T, typename O, bool GATED, bool WIDE, int WARPS, bool NORM, bool STAGED>
+__device__ __forceinline__ void fused_gemv_mma(const T* x, const T* nw, const T* w, const T* wu, const T* bias,
+                                               const O* residual, O* __restrict__ out, unsigned int rows,
+                                               unsigned int in, unsigned int outf, float eps, bool has_bias,
+                                               bool has_res, float* inv_s, float* smem, T* hs) {
+#if KILN_GEMV_WALK
+  // KILN_GEMV_WALK bits (linear.cu): 1 the default gated kernel, 8 the dense one, 4 the other fused
+  // ones; 256-thread blocks only (a grid of 512-thread blocks has fewer blocks than SMs).
+  if constexpr (((KILN_GEMV_WALK) & (GATED ? (WIDE ? 1 : 8) : 4)) != 0 && WARPS == 8) {
+    fused_gemv_mma_walk<T, O, GATED, WARPS, NORM, STAGED>(x, nw, w, wu, bias, residual, out, rows, in, outf, eps,
+                                                          has_bias, has_res, inv_s, smem, hs);
+  } else
+#endif
+  {
+    fused_gemv_mma_tile<T, O, GATED, WARPS, NORM, STAGED>(x, nw, w, wu, bias, residual, out, rows, in, outf, eps,
+                                                          has_bias, has_res, inv_s, smem, hs);
   }
 }
 
@@ -734,8 +810,8 @@ __device__ void fused_linear(const T* x, const T* nw, const T* w, const T* wu, c
     __shared__ __align__(16) unsigned char stage[fused_stage_bytes<T, WIDE>()];
     const bool staged = fused_staged<T, WIDE>(rows, in);
 #define KILN_FUSED_GEMV_CALL(WARPS, NORM, STAGED)                                                               \
-  fused_gemv_mma<T, O, GATED, WARPS, NORM, STAGED>(x, nw, w, wu, bias, residual, out, rows, in, outf, eps, has_bias, \
-                                                   has_res, inv_s, smem, reinterpret_cast<T*>(stage))
+  fused_gemv_mma<T, O, GATED, WIDE, WARPS, NORM, STAGED>(x, nw, w, wu, bias, residual, out, rows, in, outf, eps,     \
+                                                         has_bias, has_res, inv_s, smem, reinterpret_cast<T*>(stage))
     if (rows != 0 && rows <= KILN_FUSED_GEMV_MAX_ROWS && in != 0 && in % 8 == 0 && aligned) {
       if constexpr (WIDE) {
         KILN_FUSED_GEMV_DISPATCH(true, has_norm, staged, KILN_FUSED_GEMV_CALL)
@@ -763,6 +839,10 @@ __device__ void fused_linear(const T* x, const T* nw, const T* w, const T* wu, c
     }
 #undef KILN_FUSED_GEMV_CALL
   }
+#if KILN_GEMV_WALK
+  // A walked grid (fewer blocks than tiles) is planned for the tensor-core path only.
+  if (rows <= KILN_FUSED_GEMV_MAX_ROWS && gridDim.x * KILN_FUSED_GEMV_FEATURES < outf) __trap();
+#endif
   allow_dependents();
   wait_prior_grids();
   if (rows == 0 || in == 0) return;

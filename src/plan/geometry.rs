@@ -92,6 +92,70 @@ fn gemv_wide_knob(kernel: &Kernel, blocks: u32) -> bool {
     }
 }
 
+/// Walking GEMV blocks (`kernels/linear.cu` `gemv_mma_walk`): a 256-thread 16-bit GEMV grid of more
+/// blocks than one wave of its variant's slots (132 SMs x 2, or x 3 dense) launches one wave of
+/// blocks, each walking the tiles blockIdx.x, + gridDim.x, ... with one weight ring: the same bits
+/// per output. Which launches walk is the kernels' `KILN_GEMV_WALK` bits ([`gemv_walk_define`]):
+/// 1 the default `gated_linear` variant, 2 `linear`, 4 other `fused_linear`s, 8 the dense
+/// `gated_linear_o3`. Default 1: on the H200 (2026-12-01, bench/results/2026-12-01-h200-decode-ab-s19.md,
+/// same-call A/B) walking the Llama-3.2-1B gate/up (512 tiles, 1.94 waves of 264) took batch 1 from
+/// 1192 to 1210 tok/s (+1.5%); walking the dense Llama-3.1-8B gate/up (896 tiles, 2.26 waves of 396)
+/// lost 1.6% and the logits 0.4-2%. Plan-time knob `KILN_GEMV_WALK`: `0` no walking (and the
+/// kernels as before it), `all` every bit, `gated` bits 1 and 8, `linear` bits 1 and 2.
+pub fn gemv_walk_define() -> u32 {
+    match super::knob("KILN_GEMV_WALK") {
+        "" => 1,
+        "0" => 0,
+        "gated" => 1 | 8,
+        "linear" => 1 | 2,
+        _ => 15,
+    }
+}
+
+/// The `KILN_GEMV_WALK` bit of a launch's kernel and variant; 0 for kernels that never walk.
+pub fn gemv_walk_bit(kernel: &Kernel, occupancy: u32) -> u32 {
+    match kernel {
+        Kernel::GatedLinear { .. } if occupancy == GEMV_DENSE_BLOCKS_PER_SM => 8,
+        Kernel::GatedLinear { .. } => 1,
+        Kernel::Linear { .. } => 2,
+        Kernel::FusedLinear { .. } => 4,
+        _ => 0,
+    }
+}
+
+/// The 16-feature tiles of a linear-family GEMV launch (its grid without walking); None for
+/// other kernels and for the tiled path (more than [`LINEAR_GEMV_MAX_ROWS`] rows).
+pub fn gemv_tiles(kernel: &Kernel) -> Option<u32> {
+    match *kernel {
+        Kernel::Linear { rows, out_features, .. }
+        | Kernel::FusedLinear { rows, out_features, .. }
+        | Kernel::GatedLinear { rows, out_features, .. }
+            if rows <= LINEAR_GEMV_MAX_ROWS =>
+        {
+            Some(out_features.div_ceil(LINEAR_GEMV_FEATURES))
+        }
+        _ => None,
+    }
+}
+
+fn gemv_walk_blocks(kernel: &Kernel, bufs: &[BufArg], blocks: u32, threads: u32, occupancy: u32) -> u32 {
+    let in_features = match *kernel {
+        Kernel::Linear { in_features, .. } | Kernel::FusedLinear { in_features, .. } | Kernel::GatedLinear { in_features, .. } => {
+            in_features
+        }
+        _ => return blocks,
+    };
+    // The tensor-core path, the only one that walks: 16-bit storage, in % 8 == 0 (the planner's
+    // offsets are aligned).
+    let tensor_cores =
+        bufs.first().is_some_and(|b| matches!(b.dtype, crate::ir::DType::F16 | crate::ir::DType::BF16)) && in_features % 8 == 0;
+    if gemv_walk_define() & gemv_walk_bit(kernel, occupancy) == 0 || !tensor_cores || threads != LINEAR_GEMV_THREADS {
+        return blocks;
+    }
+    let per_sm = if occupancy == GEMV_DENSE_BLOCKS_PER_SM { GEMV_DENSE_BLOCKS_PER_SM } else { GEMV_BLOCKS_PER_SM };
+    blocks.min(LINEAR_GEMV_WIDE_BELOW_BLOCKS * per_sm)
+}
+
 /// `linear_fused.cu`: bytes of shared memory for a block's normed rows (`KILN_FUSED_NORM_STAGE`);
 /// rows x in_features 16-bit values up to this are staged.
 pub const FUSED_NORM_STAGE_BYTES: u32 = 16384;
@@ -230,7 +294,7 @@ pub fn cluster_blocks(kernel: &Kernel) -> Option<u32> {
     }
 }
 
-pub fn launch_geometry(kernel: &Kernel, _bufs: &[BufArg]) -> Geometry {
+pub fn launch_geometry(kernel: &Kernel, bufs: &[BufArg]) -> Geometry {
     let g =
         |x: u32, y: u32, threads: u32| Geometry { grid: [x.max(1), y.max(1), 1], block: [threads, 1, 1], shared_bytes: 0, occupancy: 0 };
     match *kernel {
@@ -256,6 +320,7 @@ pub fn launch_geometry(kernel: &Kernel, _bufs: &[BufArg]) -> Geometry {
                     return Geometry { occupancy: 0, ..g(blocks, 1, LINEAR_GEMV_WIDE_THREADS) };
                 }
                 let occupancy = if dense_variant_covers(kernel) { occupancy } else { 0 };
+                let blocks = gemv_walk_blocks(kernel, bufs, blocks, threads, occupancy);
                 Geometry { occupancy, ..g(blocks, 1, threads) }
             } else {
                 g(out_features.div_ceil(LINEAR_TILE), rows.div_ceil(LINEAR_TILE), 256)
@@ -357,6 +422,32 @@ mod tests {
         assert_eq!(geometry(8), [7, 1, 1]);
         assert_eq!(geometry(9), [2, 1, 1]);
         assert_eq!(geometry(130), [2, 3, 1]);
+    }
+
+    #[test]
+    fn default_variant_gated_grids_over_one_wave_walk_their_tiles() {
+        // The kernels' default KILN_GEMV_WALK bits (the knob unset in tests): only the default
+        // `gated_linear` variant walks.
+        assert_eq!(gemv_walk_define(), 1);
+        let x =
+            |dtype| [BufArg { region: super::super::RegionKind::Arena, offset: 0, bytes: 0, dtype, access: super::super::Access::Read }];
+        let gated = |rows, in_features, out_features| Kernel::GatedLinear { rows, in_features, out_features, norm: true, eps: 1e-5 };
+        let bf16 = x(crate::ir::DType::BF16);
+        // Llama-3.2-1B gate/up: 512 tiles, the default variant (1.94 waves of 264): one wave of 264.
+        let g = launch_geometry(&gated(1, 2048, 8192), &bf16);
+        assert_eq!((g.grid[0], g.occupancy), (GEMV_BLOCKS_PER_SM * LINEAR_GEMV_WIDE_BELOW_BLOCKS, 0));
+        assert_eq!(gemv_tiles(&gated(1, 2048, 8192)), Some(512));
+        // Llama-3.1-8B gate/up: 896 tiles on the dense variant: one block per tile.
+        let g = launch_geometry(&gated(1, 4096, 14336), &bf16);
+        assert_eq!((g.grid[0], g.occupancy), (896, GEMV_DENSE_BLOCKS_PER_SM));
+        // Qwen2.5-0.5B gate/up: one wave already; f32 has no tensor-core path; the logits do not walk.
+        assert_eq!(launch_geometry(&gated(1, 896, 4864), &bf16).grid[0], 304);
+        assert_eq!(launch_geometry(&gated(1, 2048, 8192), &x(crate::ir::DType::F32)).grid[0], 512);
+        let logits = Kernel::Linear { rows: 1, in_features: 2048, out_features: 128256, bias: false };
+        assert_eq!(launch_geometry(&logits, &bf16).grid[0], 8016);
+        // Every row count of the GEMV path walks the same way; the tiled path does not.
+        assert_eq!(launch_geometry(&gated(8, 2048, 8192), &bf16).grid[0], 264);
+        assert_eq!(gemv_tiles(&gated(9, 2048, 8192)), None);
     }
 
     #[test]

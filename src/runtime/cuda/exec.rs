@@ -295,6 +295,20 @@ fn compile_kernels(device: &Device, plan: &Plan) -> Result<Vec<u8>> {
             );
         }
     }
+    // A launch of fewer blocks than tiles needs kernels that walk (KILN_GEMV_WALK, kernels/linear.cu).
+    let walk = crate::plan::geometry::gemv_walk_define();
+    for l in plan.programs.iter().flat_map(|p| &p.launches) {
+        let walked = crate::plan::geometry::gemv_tiles(&l.kernel).is_some_and(|tiles| l.grid[0] < tiles);
+        if walked && walk & crate::plan::geometry::gemv_walk_bit(&l.kernel, l.occupancy) == 0 {
+            bail!(
+                "launch {} of this plan walks its GEMV tiles ({} blocks), which the kernels of this process do not \
+                 (KILN_GEMV_WALK={:?}): re-plan in this environment, or load it without that knob",
+                l.name,
+                l.grid[0],
+                std::env::var("KILN_GEMV_WALK").unwrap_or_default()
+            );
+        }
+    }
     let arch = super::nvrtc::arch_for_compute_capability(major, minor);
     let compiled =
         super::nvrtc::load_or_compile(&arch).with_context(|| format!("compiling the CUDA kernels for {} ({arch})", device.name))?;

@@ -150,6 +150,11 @@ pub fn cuda_include_dir() -> Result<PathBuf, NvrtcError> {
 /// kernels' tuning macros and experiments (e.g. `KILN_LINEAR_GEMV_DEPTH=8`); it is part of the cache key.
 pub fn options(arch: &str, include_dir: &Path) -> Vec<String> {
     let mut o = vec![format!("--gpu-architecture={arch}"), "-std=c++17".to_string(), "-lineinfo".to_string()];
+    // Which GEMV kernels walk their tiles (kernels/linear.cu): the plan-time knob's bits.
+    let walk = crate::plan::geometry::gemv_walk_define();
+    if walk != 1 {
+        o.push(format!("-DKILN_GEMV_WALK={walk}"));
+    }
     if let Ok(defs) = std::env::var("KILN_NVRTC_DEFINES") {
         o.extend(defs.split(',').map(str::trim).filter(|d| !d.is_empty()).map(|d| format!("-D{d}")));
     }
