@@ -15,7 +15,8 @@
 // Two algorithms, chosen from `rows` alone so that src/plan/geometry.rs can pick the matching
 // grid:
 // - rows <= KILN_LINEAR_GEMV_MAX_ROWS (decode): GEMV, bound by reading the weight once. One block
-//   per KILN_LINEAR_GEMV_FEATURES (16) output features; grid (ceil(out_features / 16), 1), block
+//   per KILN_LINEAR_GEMV_FEATURES (16) output features (with KILN_GEMV_WALK bit 2, an experiment,
+//   fewer blocks walking several: gemv_mma_walk below); grid (ceil(out_features / 16), 1), block
 //   256 threads (8 warps), or 512 (16 warps) when that grid has fewer blocks than the GPU has
 //   SMs (132: a 2048-wide output gives 128 blocks), so that each block keeps twice the bytes in
 //   flight. Everything below holds for either warp count. Each kernel also exists as `_o3`

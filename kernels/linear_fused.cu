@@ -32,7 +32,8 @@
 //
 // Paths, chosen from `rows` (the geometry in src/plan/geometry.rs matches):
 // - rows <= 8: GEMV, one block per 16 output features, 256 threads (512 when the grid has fewer
-//   than 132 blocks). f16 / bf16 with in % 8 == 0 and 16-byte aligned operands: tensor cores
+//   than 132 blocks); the default gated kernel's grids over one wave of slots have fewer blocks,
+//   each walking several 16-feature tiles (linear.cu gemv_mma_walk, KILN_GEMV_WALK). f16 / bf16 with in % 8 == 0 and 16-byte aligned operands: tensor cores
 //   (mma.m16n8k16, the layout of linear.cu's GEMV: 16 weight rows x up to 8 rows of x, k split
 //   over the warps, partial tiles summed in warp order through shared memory), sharing linear.cu's
 //   main loop (gemv_mma_loop: a ring of KILN_FUSED_DEPTH chunks per warp, KILN_GATED_DEPTH for

@@ -37,7 +37,8 @@ fn wave_fill(blocks: u32, slots: u32) -> f64 {
 
 /// The decode GEMV grid over `features` outputs (linear, fused, gated, QKV, `qkv_rope`): blocks
 /// of [`LINEAR_GEMV_FEATURES`], 512 threads when they cannot fill the GPU, else 256, and the
-/// variant those take ([`gemv_occupancy`]). Returns (blocks, threads, occupancy).
+/// variant those take ([`gemv_occupancy`]). Returns (blocks, threads, occupancy); a walking
+/// launch then has fewer blocks ([`gemv_walk_blocks`]).
 pub fn gemv_grid(features: u32) -> (u32, u32, u32) {
     let blocks = features.div_ceil(LINEAR_GEMV_FEATURES);
     let threads = if blocks < LINEAR_GEMV_WIDE_BELOW_BLOCKS { LINEAR_GEMV_WIDE_THREADS } else { LINEAR_GEMV_THREADS };
