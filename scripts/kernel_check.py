@@ -355,6 +355,45 @@ class Checker:
         ]
         return (x, nw, w, wu, b), cases
 
+    # walking GEMV blocks ----------------------------------------------------------------------
+    def walk(self, dt):
+        """Walking GEMV blocks (linear.cu gemv_mma_walk, src/plan/geometry.rs gemv_walk_blocks): a grid
+        of fewer 256-thread blocks than 16-feature tiles, each block walking tiles b, b + grid, ...,
+        gives the bytes of one block per tile. The default build walks the default gated_linear
+        variant; a build with KILN_GEMV_WALK=15 also the dense gated one, fused_linear and linear.
+        Shapes: the Llama-3.2-1B gate/up (512 tiles on 264 blocks), a partial last tile, k with a
+        partial chunk (in % 32 != 0) and several tiles per block."""
+        if dt is F32:
+            return  # f32 takes the SIMT path, which never walks
+        if not hasattr(self, "walk_all"):
+            self.walk_all, _ = load_module(self.cp, self.report, only=["linear.cu", "linear_fused.cu"],
+                                           defines=["KILN_GEMV_WALK=15"])
+        eps = 1e-5
+        block = (256, 1, 1)
+        for R, K, N, grid in ((1, 2048, 8192, 264), (4, 2048, 8200, 264), (8, 2056, 1000, 7), (1, 896, 4864, 132),
+                              (2, 4096, 2000, 50)):
+            (x, nw, w, wu, b), cases = self.gemv_operands(dt, R, K, N, eps)
+            cases = cases + [(f"kiln_linear_{dt.name}_{dt.name}", lambda o: (x, w, b, o, np.uint32(R), np.uint32(K),
+                                                                             np.uint32(N), np.uint32(1)))]
+            staged = R * K * 2 <= 16384
+            for sym, args in cases:
+                # The dense variants' tensor-core path (dense_variant_covers): gated only with staged
+                # rows, fused_linear's `_o3` with them too; linear always.
+                variants = [""] + (["_o3"] if "linear_" in sym and ("gated" not in sym and "fused" not in sym or staged) else [])
+                for variant in variants:
+                    modules = [(self.walk_all, "KILN_GEMV_WALK=15")]
+                    if "gated" in sym and variant == "":
+                        modules.append((self.module, "default build"))
+                    ref = self.dev(dt.poison((R, N)))
+                    self.module.get_function(sym + variant)((cdiv(N, 16), 1, 1), block, args(ref))
+                    self.cp.cuda.Device().synchronize()
+                    for module, what in modules:
+                        o = self.dev(dt.poison((R, N)))
+                        module.get_function(sym + variant)((grid, 1, 1), block, args(o))
+                        self.cp.cuda.Device().synchronize()
+                        self.report.record(f"walk {sym[5:]}{variant} {R}x{K}->{N} on {grid} blocks ({what})", dt.name,
+                                           o.get().tobytes() == ref.get().tobytes(), "== one block per tile, bitwise")
+
     # one-pass norm prologue -----------------------------------------------------------------
     def norm_pass(self, dt):
         """The fused GEMVs' one-pass norm prologue (linear_fused.cu FusedNormX, default) gives the bytes
@@ -1661,7 +1700,7 @@ def main():
     print(f"compiled the kernels ({how}) in {time.time() - t0:.1f} s")
 
     checker = Checker(cp, module, np.random.default_rng(seed), report)
-    per_dtype = ["gather", "rms_norm", "add_rms_norm", "head_rms_norm", "linear", "dense", "norm_pass", "fused", "qkv", "qkv_rope", "rope", "rope_kv_write", "kv_write", "attention",
+    per_dtype = ["gather", "rms_norm", "add_rms_norm", "head_rms_norm", "linear", "dense", "walk", "norm_pass", "fused", "qkv", "qkv_rope", "rope", "rope_kv_write", "kv_write", "attention",
                  "attention_prefill",
                  "attention_split",
                  "swiglu", "add"]
