@@ -113,6 +113,50 @@ template <int WARPS, int U> __device__ __forceinline__ unsigned int gemv_mma_fir
   return (threadIdx.x >> 5) * U * 32 + 8 * (threadIdx.x & 3);
 }
 
+// The two MMAs of one 16-byte strand per lane: weight rows (a: tile rows 0-7, b: 8-15) against x;
+// elements k+8t .. k+8t+3 feed the first MMA, k+8t+4 .. +7 the second.
+template <typename T>
+__device__ __forceinline__ void gemv_mma_strand(float (&c)[4], const uint4& a, const uint4& b, const uint4& xb) {
+  mma_m16n8k16<T>(c, a.x, b.x, a.y, b.y, xb.x, xb.y);
+  mma_m16n8k16<T>(c, a.z, b.z, a.w, b.w, xb.z, xb.w);
+}
+
+// One full chunk of the ring: x of slot s (preloaded in xr when XPRE, else loaded now at element
+// offset o), finished by the x operand, against the slot's weights of each matrix q.
+template <typename T, int Q, int D, bool XPRE, typename X>
+__device__ __forceinline__ void gemv_mma_slot(float (&c)[Q][4], const uint4 (&wa)[Q][D], const uint4 (&wb)[Q][D],
+                                              const uint4 (&xr)[XPRE ? D : 1], X& xop, int s, unsigned int o) {
+  uint4 xraw;
+  if constexpr (XPRE) {
+    xraw = xr[XPRE ? s : 0];
+  } else {
+    xraw = xop.load(o);
+  }
+  const uint4 xb = xop.finish(xraw, o);
+#pragma unroll
+  for (int q = 0; q < Q; ++q) gemv_mma_strand<T>(c[q], wa[q][s], wb[q][s], xb);
+}
+
+// The partial last chunk of a warp's k (in % 32 != 0; lanes past `in` contribute zeros), if this
+// warp owns it: the chunk after its nj full ones. row_a(q) / row_b(q): this lane's weight rows of
+// matrix q at its `first` element.
+template <typename T, int Q, int U, unsigned int RS, typename X, typename RowA, typename RowB>
+__device__ __forceinline__ void gemv_mma_tail(float (&c)[Q][4], unsigned int nj, unsigned int first, unsigned int in,
+                                              X& xop, RowA row_a, RowB row_b) {
+  const unsigned int rel = (nj / U) * RS * 32 + (nj % U) * 32;
+  if (first - 8 * (threadIdx.x & 3) + rel < in) {
+    const bool ok = first + rel < in;
+    const uint4 zero4 = make_uint4(0u, 0u, 0u, 0u);
+    const uint4 x1 = ok ? xop.finish(xop.load(rel), rel) : zero4;
+#pragma unroll
+    for (int q = 0; q < Q; ++q) {
+      const uint4 a1 = ok ? load16_stream(row_a(q) + rel) : zero4;
+      const uint4 b1 = ok ? load16_stream(row_b(q) + rel) : zero4;
+      gemv_mma_strand<T>(c[q], a1, b1, x1);
+    }
+  }
+}
+
 // The main loop of the tensor-core GEMVs of linear.cu and linear_fused.cu: c[q] += the 16 x 8
 // tile of (weight rows ra (A rows 0-7) and rb (8-15) of matrix q) x (x operand rows), over this
 // warp's k. Q weight matrices share the x operand (2: gate and up). Lane (g, t) loads 16 bytes of
@@ -173,19 +217,7 @@ __device__ __forceinline__ void gemv_mma_loop_rows(const T* const (&rows_a)[Q], 
   // One chunk: the MMAs of slot s (chunk at `off + SO(s)`), then, if `next`, its refill.
   auto step = [&](const int s, const bool next) {
     const unsigned int o = off + KILN_GEMV_SO(s);
-    uint4 xraw;
-    if constexpr (XPRE) {
-      xraw = xr[XPRE ? s : 0];
-    } else {
-      xraw = xop.load(o);
-    }
-    const uint4 xb = xop.finish(xraw, o);
-#pragma unroll
-    for (int q = 0; q < Q; ++q) {
-      // Elements k+8t .. k+8t+3 feed the first MMA, k+8t+4 .. +7 the second.
-      mma_m16n8k16<T>(c[q], wa[q][s].x, wb[q][s].x, wa[q][s].y, wb[q][s].y, xb.x, xb.y);
-      mma_m16n8k16<T>(c[q], wa[q][s].z, wb[q][s].z, wa[q][s].w, wb[q][s].w, xb.z, xb.w);
-    }
+    gemv_mma_slot<T, Q, D, XPRE>(c, wa, wb, xr, xop, s, o);
     if (next) {
 #pragma unroll
       for (int q = 0; q < Q; ++q) {
@@ -212,20 +244,7 @@ __device__ __forceinline__ void gemv_mma_loop_rows(const T* const (&rows_a)[Q], 
   for (int s = 0; s < D; ++s)
     if (j0 + s < nj) step(s, false);
 #undef KILN_GEMV_SO
-  // The partial last chunk, if this warp owns it: its next chunk after the nj full ones.
-  const unsigned int rel = (nj / U) * RS * 32 + (nj % U) * 32;
-  if (first - 8 * (threadIdx.x & 3) + rel < in) {
-    const bool ok = first + rel < in;
-    const uint4 zero4 = make_uint4(0u, 0u, 0u, 0u);
-    const uint4 x1 = ok ? xop.finish(xop.load(rel), rel) : zero4;
-#pragma unroll
-    for (int q = 0; q < Q; ++q) {
-      const uint4 a1 = ok ? load16_stream(pa[q] + rel) : zero4;
-      const uint4 b1 = ok ? load16_stream(pb[q] + rel) : zero4;
-      mma_m16n8k16<T>(c[q], a1.x, b1.x, a1.y, b1.y, x1.x, x1.y);
-      mma_m16n8k16<T>(c[q], a1.z, b1.z, a1.w, b1.w, x1.z, x1.w);
-    }
-  }
+  gemv_mma_tail<T, Q, U, RS>(c, nj, first, in, xop, [&](int q) { return pa[q]; }, [&](int q) { return pb[q]; });
 }
 
 template <typename T, int Q, int WARPS, int D, int U, bool XPRE, typename X>
@@ -315,18 +334,7 @@ __device__ __forceinline__ void gemv_mma_walk(const T* const (&wq)[Q], unsigned 
     // tile's chunk s (the slot's last use in this tile), 0 none.
     auto step = [&](const int s, const int mode) {
       const unsigned int o = off + KILN_GEMV_SO(s);
-      uint4 xraw;
-      if constexpr (XPRE) {
-        xraw = xr[XPRE ? s : 0];
-      } else {
-        xraw = xop.load(o);
-      }
-      const uint4 xb = xop.finish(xraw, o);
-#pragma unroll
-      for (int q = 0; q < Q; ++q) {
-        mma_m16n8k16<T>(c[q], wa[q][s].x, wb[q][s].x, wa[q][s].y, wb[q][s].y, xb.x, xb.y);
-        mma_m16n8k16<T>(c[q], wa[q][s].z, wb[q][s].z, wa[q][s].w, wb[q][s].w, xb.z, xb.w);
-      }
+      gemv_mma_slot<T, Q, D, XPRE>(c, wa, wb, xr, xop, s, o);
       if (mode == 1) {
 #pragma unroll
         for (int q = 0; q < Q; ++q) {
@@ -359,20 +367,7 @@ __device__ __forceinline__ void gemv_mma_walk(const T* const (&wq)[Q], unsigned 
 #pragma unroll
     for (int s = 0; s < D; ++s)
       if (j0 + s < nj) step(s, last);
-    // The partial last chunk (in % 32 != 0), if this warp owns it, as gemv_mma_loop_rows does.
-    const unsigned int rel = (nj / U) * RS * 32 + (nj % U) * 32;
-    if (first - 8 * (threadIdx.x & 3) + rel < in) {
-      const bool ok = first + rel < in;
-      const uint4 zero4 = make_uint4(0u, 0u, 0u, 0u);
-      const uint4 x1 = ok ? xop.finish(xop.load(rel), rel) : zero4;
-#pragma unroll
-      for (int q = 0; q < Q; ++q) {
-        const uint4 a1 = ok ? load16_stream(wq[q] + ka + rel) : zero4;
-        const uint4 b1 = ok ? load16_stream(wq[q] + kb + rel) : zero4;
-        mma_m16n8k16<T>(c[q], a1.x, b1.x, a1.y, b1.y, x1.x, x1.y);
-        mma_m16n8k16<T>(c[q], a1.z, b1.z, a1.w, b1.w, x1.z, x1.w);
-      }
-    }
+    gemv_mma_tail<T, Q, U, RS>(c, nj, first, in, xop, [&](int q) { return wq[q] + ka; }, [&](int q) { return wq[q] + kb; });
 #undef KILN_GEMV_SO
     done(t, c);
     if (!more) break;
