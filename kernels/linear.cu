@@ -137,6 +137,34 @@ __device__ __forceinline__ void gemv_mma_slot(float (&c)[Q][4], const uint4 (&wa
   for (int q = 0; q < Q; ++q) gemv_mma_strand<T>(c[q], wa[q][s], wb[q][s], xb);
 }
 
+// The ring's start: this lane's first D chunks of weights (row_a(q) / row_b(q): its rows of matrix
+// q at its `first` element; so(s): slot s's element offset), then xop.prefetch() (operands that
+// depend on no kernel, the norm weight), both before kiln::wait_prior_grids(); after it
+// xop.prepare() and, XPRE, the slots' x. Every thread of the block calls it.
+template <typename T, int Q, int D, bool XPRE, typename X, typename RowA, typename RowB, typename So>
+__device__ __forceinline__ void gemv_mma_ring_start(uint4 (&wa)[Q][D], uint4 (&wb)[Q][D], uint4 (&xr)[XPRE ? D : 1],
+                                                    unsigned int nj, X& xop, RowA row_a, RowB row_b, So so) {
+#pragma unroll
+  for (int s = 0; s < D; ++s) {
+    if ((unsigned int)s < nj) {
+#pragma unroll
+      for (int q = 0; q < Q; ++q) {
+        wa[q][s] = load16_stream_ordered(row_a(q) + so(s));
+        wb[q][s] = load16_stream_ordered(row_b(q) + so(s));
+      }
+    }
+  }
+  xop.prefetch();
+  allow_dependents();
+  wait_prior_grids();
+  xop.prepare();
+  if constexpr (XPRE) {
+#pragma unroll
+    for (int s = 0; s < D; ++s)
+      if ((unsigned int)s < nj) xr[XPRE ? s : 0] = xop.load(so(s));
+  }
+}
+
 // The partial last chunk of a warp's k (in % 32 != 0; lanes past `in` contribute zeros), if this
 // warp owns it: the chunk after its nj full ones. row_a(q) / row_b(q): this lane's weight rows of
 // matrix q at its `first` element.
@@ -194,25 +222,8 @@ __device__ __forceinline__ void gemv_mma_loop_rows(const T* const (&rows_a)[Q], 
   // Element offset (from `first`) of ring slot s in the first cycle.
 #define KILN_GEMV_SO(s) (((unsigned int)(s) / U) * RS * 32 + ((unsigned int)(s) % U) * 32)
   uint4 wa[Q][D], wb[Q][D], xr[XPRE ? D : 1];
-#pragma unroll
-  for (int s = 0; s < D; ++s) {
-    if ((unsigned int)s < nj) {
-#pragma unroll
-      for (int q = 0; q < Q; ++q) {
-        wa[q][s] = load16_stream_ordered(pa[q] + KILN_GEMV_SO(s));
-        wb[q][s] = load16_stream_ordered(pb[q] + KILN_GEMV_SO(s));
-      }
-    }
-  }
-  xop.prefetch();  // operands that depend on no kernel (the norm weight), before the wait too
-  allow_dependents();
-  wait_prior_grids();
-  xop.prepare();
-  if constexpr (XPRE) {
-#pragma unroll
-    for (int s = 0; s < D; ++s)
-      if ((unsigned int)s < nj) xr[XPRE ? s : 0] = xop.load(KILN_GEMV_SO(s));
-  }
+  gemv_mma_ring_start<T, Q, D, XPRE>(wa, wb, xr, nj, xop, [&](int q) { return pa[q]; }, [&](int q) { return pb[q]; },
+                                     [](int s) { return KILN_GEMV_SO(s); });
   unsigned int off = 0, j0 = 0;
   // One chunk: the MMAs of slot s (chunk at `off + SO(s)`), then, if `next`, its refill.
   auto step = [&](const int s, const bool next) {
@@ -303,25 +314,8 @@ __device__ __forceinline__ void gemv_mma_walk(const T* const (&wq)[Q], unsigned 
   };
   point(t, ka, kb);
   uint4 wa[Q][D], wb[Q][D], xr[XPRE ? D : 1];
-#pragma unroll
-  for (int s = 0; s < D; ++s) {
-    if ((unsigned int)s < nj) {
-#pragma unroll
-      for (int q = 0; q < Q; ++q) {
-        wa[q][s] = load16_stream_ordered(wq[q] + ka + KILN_GEMV_SO(s));
-        wb[q][s] = load16_stream_ordered(wq[q] + kb + KILN_GEMV_SO(s));
-      }
-    }
-  }
-  xop.prefetch();
-  allow_dependents();
-  wait_prior_grids();
-  xop.prepare();
-  if constexpr (XPRE) {
-#pragma unroll
-    for (int s = 0; s < D; ++s)
-      if ((unsigned int)s < nj) xr[XPRE ? s : 0] = xop.load(KILN_GEMV_SO(s));
-  }
+  gemv_mma_ring_start<T, Q, D, XPRE>(wa, wb, xr, nj, xop, [&](int q) { return wq[q] + ka; },
+                                     [&](int q) { return wq[q] + kb; }, [](int s) { return KILN_GEMV_SO(s); });
   for (;;) {
     const bool more = t + gridDim.x < tiles;
     float c[Q][4];
@@ -411,6 +405,16 @@ __device__ void linear_gemv_mma(const T* x, const T* w, const T* bias,
   const unsigned int rx = g < rows ? g : 0;
   GemvPlainX<T> xop{x + (size_t)rx * in + gemv_mma_first<WARPS, U>()};
   const T* const wq[1] = {w};
+  // The block's sum of its warps' tiles for features n0.., and the stores (threads < 128).
+  auto store = [&](unsigned int n0, const float (&c)[1][4]) {
+    float s[1];
+    gemv_mma_sum<1, WARPS>(c, partial, s);
+    if (threadIdx.x < 128) {
+      const unsigned int i = threadIdx.x >> 5, l = threadIdx.x & 31;
+      const unsigned int n = n0 + (l >> 2) + 8 * (i >> 1), r = 2 * (l & 3) + (i & 1);
+      if (r < rows && n < outf) out[(size_t)r * outf + n] = from_f32<O>(has_bias ? s[0] + to_f32(bias[n]) : s[0]);
+    }
+  };
 #if (KILN_GEMV_WALK) & 2
   // 256-thread blocks walk (KILN_GEMV_WALK bit 2); a grid of 512-thread blocks has fewer blocks
   // than SMs: nothing to walk.
@@ -423,13 +427,7 @@ __device__ void linear_gemv_mma(const T* x, const T* w, const T* bias,
     };
     auto done = [&](unsigned int t, const float (&c)[1][4]) {
       if (t != blockIdx.x) __syncthreads();  // the previous tile's partials have been read
-      float s[1];
-      gemv_mma_sum<1, WARPS>(c, partial, s);
-      if (threadIdx.x < 128) {
-        const unsigned int i = threadIdx.x >> 5, l = threadIdx.x & 31;
-        const unsigned int n = t * KILN_LINEAR_GEMV_FEATURES + (l >> 2) + 8 * (i >> 1), r = 2 * (l & 3) + (i & 1);
-        if (r < rows && n < outf) out[(size_t)r * outf + n] = from_f32<O>(has_bias ? s[0] + to_f32(bias[n]) : s[0]);
-      }
+      store(t * KILN_LINEAR_GEMV_FEATURES, c);
     };
     gemv_mma_walk<T, 1, WARPS, D, U, KILN_LINEAR_GEMV_XPRE != 0>(wq, in, tiles, xop, rows_of, done);
   } else
@@ -442,13 +440,7 @@ __device__ void linear_gemv_mma(const T* x, const T* w, const T* bias,
     const unsigned int ra = n0 + g < outf ? n0 + g : 0, rb = n0 + g + 8 < outf ? n0 + g + 8 : 0;
     float c[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
     gemv_mma_loop<T, 1, WARPS, D, U, KILN_LINEAR_GEMV_XPRE != 0>(wq, ra, rb, in, xop, c);
-    float s[1];
-    gemv_mma_sum<1, WARPS>(c, partial, s);
-    if (threadIdx.x < 128) {
-      const unsigned int i = threadIdx.x >> 5, l = threadIdx.x & 31;
-      const unsigned int n = n0 + (l >> 2) + 8 * (i >> 1), r = 2 * (l & 3) + (i & 1);
-      if (r < rows && n < outf) out[(size_t)r * outf + n] = from_f32<O>(has_bias ? s[0] + to_f32(bias[n]) : s[0]);
-    }
+    store(n0, c);
   }
 }
 

@@ -31,16 +31,17 @@
 // (FusedNormX).
 //
 // Paths, chosen from `rows` (the geometry in src/plan/geometry.rs matches):
-// - rows <= 8: GEMV, one block per 16 output features, 256 threads (512 when the grid has fewer
-//   than 132 blocks); the default gated kernel's grids over one wave of slots have fewer blocks,
-//   each walking several 16-feature tiles (linear.cu gemv_mma_walk, KILN_GEMV_WALK). f16 / bf16 with in % 8 == 0 and 16-byte aligned operands: tensor cores
-//   (mma.m16n8k16, the layout of linear.cu's GEMV: 16 weight rows x up to 8 rows of x, k split
-//   over the warps, partial tiles summed in warp order through shared memory), sharing linear.cu's
-//   main loop (gemv_mma_loop: a ring of KILN_FUSED_DEPTH chunks per warp, KILN_GATED_DEPTH for
-//   the two matrices of the gated kernel); the norm's inverse RMS comes from 16-byte loads over
-//   the whole block (fused_row_inv16); the normed rows are then staged in shared memory when they
-//   fit KILN_FUSED_NORM_STAGE (FusedNormX), else x is normed as each chunk is consumed. Otherwise SIMT:
-//   a warp per feature, lanes strided over k, warp-shuffle sums.
+// - rows <= 8: GEMV, one block per 16 output features, 256 threads (512 when the grid has fewer than
+//   132 blocks); the default gated kernel's grids over one wave of slots have fewer blocks, each
+//   walking several 16-feature tiles (linear.cu gemv_mma_walk, KILN_GEMV_WALK). f16 / bf16 with
+//   in % 8 == 0 and 16-byte aligned operands: tensor cores (mma.m16n8k16, the layout of linear.cu's GEMV:
+//   16 weight rows x up to 8 rows of x, k split over the warps, partial tiles summed in warp order
+//   through shared memory), sharing linear.cu's main loop (gemv_mma_loop: a ring of KILN_FUSED_DEPTH
+//   chunks per warp, KILN_GATED_DEPTH for the two matrices of the gated kernel); the norm's inverse
+//   RMS comes from 16-byte loads over the whole block (fused_row_inv16); the normed rows are then
+//   staged in shared memory when they fit KILN_FUSED_NORM_STAGE (FusedNormX), else x is normed as
+//   each chunk is consumed. Otherwise SIMT: a warp per feature, lanes strided over k, warp-shuffle
+//   sums.
 // PDL: the tensor-core path issues its first weight loads before kiln::wait_prior_grids() and
 // reads x, norm_w's row statistics, bias and residual and writes `out` only after it; every other
 // path (and every early return) waits first. See linear.cu and common.cuh.
@@ -520,10 +521,26 @@ __device__ __forceinline__ void fused_gemv_sums(const T* x, const T* nw, const T
     CALL(8, false, false);                                       \
   }
 
+// The tensor-core GEMV's epilogue for the 16 features from n0: threads < 128 hold s[q] as
+// gemv_mma_sum returns them.
+template <typename T, typename O, bool GATED, int Q>
+__device__ __forceinline__ void fused_gemv_store(unsigned int n0, const float (&s)[Q], const T* bias, const O* residual,
+                                                 O* __restrict__ out, unsigned int rows, unsigned int outf,
+                                                 bool has_bias, bool has_res) {
+  if (threadIdx.x < 128) {
+    const unsigned int i = threadIdx.x >> 5, l = threadIdx.x & 31;
+    const unsigned int n = n0 + (l >> 2) + 8 * (i >> 1), r = 2 * (l & 3) + (i & 1);
+    if (r < rows && n < outf) {
+      const size_t idx = (size_t)r * outf + n;
+      out[idx] = fused_finish<T, O, GATED>(s[0], s[Q - 1], bias, residual, idx, n, has_bias, has_res);
+    }
+  }
+}
+
 // Tensor-core GEMV (f16 / bf16, in % 8 == 0, aligned): fused_gemv_sums over 16 consecutive
-// features per block, then the epilogue. KILN_GEMV_WALK (an experiment, linear.cu
-// gemv_mma_walk): each block walks the tiles blockIdx.x, + gridDim.x, ... with one ring; each
-// tile's sums and epilogue are fused_gemv_sums' and the ones below, in the same order.
+// features per block, then the epilogue (fused_gemv_mma_tile); or, where KILN_GEMV_WALK has the
+// kernel's bit (linear.cu gemv_mma_walk), each block walks the tiles blockIdx.x, + gridDim.x, ...
+// with one ring (fused_gemv_mma_walk), each tile's sums and epilogue in the same order.
 #if KILN_GEMV_WALK
 template <typename T, typename O, bool GATED, int WARPS, bool NORM, bool STAGED>
 __device__ void fused_gemv_mma_walk(const T* x, const T* nw, const T* w,
@@ -546,14 +563,8 @@ __device__ void fused_gemv_mma_walk(const T* x, const T* nw, const T* w,
     b = m0 + g + 8 < outf ? m0 + g + 8 : 0;
   };
   auto epilogue = [&](unsigned int t, const float (&s)[Q]) {
-    if (threadIdx.x < 128) {
-      const unsigned int i = threadIdx.x >> 5, l = threadIdx.x & 31;
-      const unsigned int n = t * KILN_FUSED_GEMV_FEATURES + (l >> 2) + 8 * (i >> 1), r = 2 * (l & 3) + (i & 1);
-      if (r < rows && n < outf) {
-        const size_t idx = (size_t)r * outf + n;
-        out[idx] = fused_finish<T, O, GATED>(s[0], s[Q - 1], bias, residual, idx, n, has_bias, has_res);
-      }
-    }
+    fused_gemv_store<T, O, GATED, Q>(t * KILN_FUSED_GEMV_FEATURES, s, bias, residual, out, rows, outf, has_bias,
+                                     has_res);
   };
   if constexpr (NORM && PostNorm<T>::value) {
     FusedPostNormX<T, STAGED> xop{x + (size_t)rx * in + first, nw + first, nw, hs, in, first, 0.0f, nullptr};
@@ -594,14 +605,7 @@ __device__ void fused_gemv_mma_tile(const T* x, const T* nw, const T* w,
   if constexpr (GATED) wq[Q - 1] = wu;
   float s[Q];
   fused_gemv_sums<T, Q, WARPS, NORM, STAGED>(x, nw, wq, ra, rb, rows, in, eps, inv_s, smem, hs, s);
-  if (threadIdx.x < 128) {
-    const unsigned int i = threadIdx.x >> 5, l = threadIdx.x & 31;
-    const unsigned int n = n0 + (l >> 2) + 8 * (i >> 1), r = 2 * (l & 3) + (i & 1);
-    if (r < rows && n < outf) {
-      const size_t idx = (size_t)r * outf + n;
-      out[idx] = fused_finish<T, O, GATED>(s[0], s[Q - 1], bias, residual, idx, n, has_bias, has_res);
-    }
-  }
+  fused_gemv_store<T, O, GATED, Q>(n0, s, bias, residual, out, rows, outf, has_bias, has_res);
 }
 template <typename T, typename O, bool GATED, bool WIDE, int WARPS, bool NORM, bool STAGED>
 __device__ __forceinline__ void fused_gemv_mma(const T* x, const T* nw, const T* w, const T* wu, const T* bias,
