@@ -201,14 +201,30 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) {
 
 namespace kiln {
 
-// 16 bytes read exactly once per launch (weights, KV cache): through the read-only path with no
-// L1 allocation, so that the L1 keeps what is reused (the activations), and a 256-byte L2
-// prefetch of the surrounding line. `p` must be 16-byte aligned.
+// The instruction of a weight load (`load16_stream`, and linear.cu's `load16_stream_ordered`),
+// by KILN_STREAM_LOAD: 0 through the read-only path with no L1 allocation and a 256-byte L2
+// prefetch of the surrounding line; 1 the plain read-only load (`__ldg`); 2 no L1 allocation
+// only; 3 the L2 prefetch only.
+#ifndef KILN_STREAM_LOAD
+#define KILN_STREAM_LOAD 0
+#endif
+#if KILN_STREAM_LOAD == 0
+#define KILN_LD_STREAM "ld.global.nc.L1::no_allocate.L2::256B.v4.u32"
+#elif KILN_STREAM_LOAD == 1
+#define KILN_LD_STREAM "ld.global.nc.v4.u32"
+#elif KILN_STREAM_LOAD == 2
+#define KILN_LD_STREAM "ld.global.nc.L1::no_allocate.v4.u32"
+#elif KILN_STREAM_LOAD == 3
+#define KILN_LD_STREAM "ld.global.nc.L2::256B.v4.u32"
+#else
+#error "KILN_STREAM_LOAD: 0, 1, 2 or 3"
+#endif
+
+// 16 bytes of a weight, read exactly once per launch: KILN_STREAM_LOAD's instruction. `p` must be
+// 16-byte aligned.
 __device__ __forceinline__ uint4 load16_stream(const void* p) {
   uint4 v;
-  asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p));
+  asm(KILN_LD_STREAM " {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
   return v;
 }
 

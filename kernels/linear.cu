@@ -88,14 +88,12 @@ template <typename T> struct IsHalf16 {
   static constexpr bool value = sizeof(T) == 2;
 };
 
-// 16 bytes of x: a coherent load (load16_act, common.cuh's coherence rule), volatile so that it
-// is issued in program order with the streamed weight loads and all of an iteration's loads are
-// in flight before the first MMA.
+// 16 bytes of a weight (load16_stream's instruction, KILN_STREAM_LOAD), volatile so that it is
+// issued in program order with the other loads of the ring and all of an iteration's loads are in
+// flight before the first MMA.
 __device__ __forceinline__ uint4 load16_stream_ordered(const void* p) {
   uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
+  asm volatile(KILN_LD_STREAM " {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
   return v;
 }
 
