@@ -204,7 +204,11 @@ namespace kiln {
 // The instruction of a weight load (`load16_stream`, and linear.cu's `load16_stream_ordered`),
 // by KILN_STREAM_LOAD: 0 through the read-only path with no L1 allocation and a 256-byte L2
 // prefetch of the surrounding line; 1 the plain read-only load (`__ldg`); 2 no L1 allocation
-// only; 3 the L2 prefetch only.
+// only; 3 the L2 prefetch only. 0 is the fastest in decode on the H200 (session 20, same-call A/B,
+// batch 1, Llama-3.1-8B 247.9 tok/s against 230.8 / 226.7 / 243.5 for 1 / 2 / 3; the 0.5B and 1B
+// agree), although a plain grid-stride read runs 5% faster with `__ldg` than with 0's hints
+// (scripts/probe_read_bw.cu): a GEMV lane quad reads 64 bytes of a row, whose neighbours the
+// block's other warps read next, and the prefetch brings them in with it.
 #ifndef KILN_STREAM_LOAD
 #define KILN_STREAM_LOAD 0
 #endif
