@@ -21,30 +21,29 @@
 // both (bench/NOTES-decode.md, session 20).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
+#include "probe_common.cuh"
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
 
-#define CK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { printf("%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e)); exit(1);} } while (0)
+template <int LOAD> __device__ __forceinline__ uint4 ldw(const void* p) { return LOAD == 0 ? ld_stream16(p) : ld_nc16(p); }
 
-template <int LOAD> __device__ __forceinline__ uint4 ldw(const void* p) {
-  uint4 v;
-  if (LOAD == 0)
-    asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
-  else
-    asm volatile("ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
-  return v;
-}
-__device__ __forceinline__ uint4 ldx(const void* p) {
-  uint4 v;
-  asm volatile("ld.global.cg.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
-  return v;
-}
-__device__ __forceinline__ void mma(float (&d)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0, unsigned b1) {
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-               : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+// The block's sum of its warps' 16 x 8 tiles in warp order, column 0 (the one row of x) stored.
+__device__ __forceinline__ void tile_sum_store(const float (&c)[4], float (&red)[8][32][4], float* out, size_t tile) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) red[warp][lane][i] = c[i];
+  __syncthreads();
+  if (warp == 0 && t == 0) {
+    float s0 = 0.f, s2 = 0.f;
+    for (int w = 0; w < 8; ++w) {
+      s0 += red[w][lane][0];
+      s2 += red[w][lane][2];
+    }
+    out[tile * 16 + g] = s0;
+    out[tile * 16 + g + 8] = s2;
+  }
 }
 
 // K % 1024 == 0 and (K / 256) % 4 == 0: every warp has a multiple of 4 chunks.
@@ -67,32 +66,23 @@ __global__ void __launch_bounds__(256, 3) gemv(const __nv_bfloat16* __restrict__
     wb[s] = ldw<LOAD>(pa(s) + boff);
   }
 #pragma unroll
-  for (int s = 0; s < 4; ++s) xr[s] = ldx(x + (warp + 8 * s) * 32 + 8 * t);
+  for (int s = 0; s < 4; ++s) xr[s] = ld_cg16(x + (warp + 8 * s) * 32 + 8 * t);
   float c[4] = {0.f, 0.f, 0.f, 0.f};
   for (int j = 0; j < nj; j += 4) {
 #pragma unroll
     for (int s = 0; s < 4; ++s) {
-      mma(c, wa[s].x, wb[s].x, wa[s].y, wb[s].y, xr[s].x, xr[s].y);
-      mma(c, wa[s].z, wb[s].z, wa[s].w, wb[s].w, xr[s].z, xr[s].w);
+      mma_bf16(c, wa[s].x, wb[s].x, wa[s].y, wb[s].y, xr[s].x, xr[s].y);
+      mma_bf16(c, wa[s].z, wb[s].z, wa[s].w, wb[s].w, xr[s].z, xr[s].w);
       const int jn = j + s + 4;
       if (jn < nj) {
         wa[s] = ldw<LOAD>(pa(jn));
         wb[s] = ldw<LOAD>(pa(jn) + boff);
-        xr[s] = ldx(x + (warp + 8 * jn) * 32 + 8 * t);
+        xr[s] = ld_cg16(x + (warp + 8 * jn) * 32 + 8 * t);
       }
     }
   }
-#pragma unroll
-  for (int i = 0; i < 4; ++i) red[warp][lane][i] = c[i];
-  __syncthreads();
-  if (warp == 0 && t == 0) {
-    float s0 = 0.f, s2 = 0.f;
-    for (int w = 0; w < 8; ++w) { s0 += red[w][lane][0]; s2 += red[w][lane][2]; }
-    out[tile * 16 + g] = s0;
-    out[tile * 16 + g + 8] = s2;
-  }
+  tile_sum_store(c, red, out, tile);
 }
-
 
 // `smem`: the row-major weight staged through shared memory. Each stage is 16 rows x SE elements,
 // copied with cp.async (16 bytes per thread; a warp's instruction covers 512 contiguous bytes of one
@@ -136,7 +126,7 @@ __global__ void __launch_bounds__(256, 2) gemv_smem(const __nv_bfloat16* __restr
   }
   uint4 xn[2];
 #pragma unroll
-  for (int h = 0; h < 2; ++h) xn[h] = ldx(x + (warp + 8 * h) * 32 + 8 * t);
+  for (int h = 0; h < 2; ++h) xn[h] = ld_cg16(x + (warp + 8 * h) * 32 + 8 * t);
   float c[4] = {0.f, 0.f, 0.f, 0.f};
   for (int st = 0; st < nst; ++st) {
     asm volatile("cp.async.wait_group %0;" ::"n"(NS - 2) : "memory");
@@ -146,35 +136,20 @@ __global__ void __launch_bounds__(256, 2) gemv_smem(const __nv_bfloat16* __restr
     uint4 xc[2] = {xn[0], xn[1]};
     if (st + 1 < nst) {
 #pragma unroll
-      for (int h = 0; h < 2; ++h) xn[h] = ldx(x + (size_t)(st + 1) * SE + (warp + 8 * h) * 32 + 8 * t);
+      for (int h = 0; h < 2; ++h) xn[h] = ld_cg16(x + (size_t)(st + 1) * SE + (warp + 8 * h) * 32 + 8 * t);
     }
     const unsigned char* stg = sm + (st % NS) * STB;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int col = ((warp + 8 * h) * 32 + 8 * t) * 2;
       const uint4 a = lds(stg + g * RSB + col), b = lds(stg + (g + 8) * RSB + col);
-      mma(c, a.x, b.x, a.y, b.y, xc[h].x, xc[h].y);
-      mma(c, a.z, b.z, a.w, b.w, xc[h].z, xc[h].w);
+      mma_bf16(c, a.x, b.x, a.y, b.y, xc[h].x, xc[h].y);
+      mma_bf16(c, a.z, b.z, a.w, b.w, xc[h].z, xc[h].w);
     }
   }
-#pragma unroll
-  for (int i = 0; i < 4; ++i) red[warp][lane][i] = c[i];
-  __syncthreads();
-  if (warp == 0 && t == 0) {
-    float s0 = 0.f, s2 = 0.f;
-    for (int w = 0; w < 8; ++w) { s0 += red[w][lane][0]; s2 += red[w][lane][2]; }
-    out[tile * 16 + g] = s0;
-    out[tile * 16 + g + 8] = s2;
-  }
+  tile_sum_store(c, red, out, tile);
 }
 
-__global__ void fill(__nv_bfloat16* p, size_t n, unsigned seed) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-    unsigned h = (unsigned)i * 2654435761u ^ seed;
-    h ^= h >> 15; h *= 2246822519u; h ^= h >> 13;
-    p[i] = __float2bfloat16(((h & 0xffff) / 65536.f - 0.5f));
-  }
-}
 // packed[tile * 16K + c * 512 + half * 256 + lane * 8 + e] = W[tile * 16 + half * 8 + lane / 4][c * 32 + 8 * (lane % 4) + e]
 __global__ void pack(const __nv_bfloat16* W, __nv_bfloat16* P, int N, int K) {
   const size_t n = (size_t)N * K;
@@ -191,10 +166,8 @@ int main() {
   const int shapes[][2] = {{4096, 14336}, {14336, 4096}, {4096, 4096}, {4096, 6144}, {2048, 8192}, {8192, 2048}};
   const int nmat = 8, launches = 32;
   cudaStream_t s;
-  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   cudaEvent_t e0, e1;
-  CK(cudaEventCreate(&e0));
-  CK(cudaEventCreate(&e1));
+  probe_stream_events(s, e0, e1);
   printf("%-14s %-9s %-6s %9s %9s %s\n", "K x N", "layout", "load", "us/launch", "GB/s", "check");
   for (auto& sh : shapes) {
     const int K = sh[0], N = sh[1];
@@ -203,14 +176,14 @@ int main() {
     for (int m = 0; m < nmat; ++m) {
       CK(cudaMalloc(&Wr[m], n * 2));
       CK(cudaMalloc(&Wp[m], n * 2));
-      fill<<<2048, 256>>>(Wr[m], n, 77u + m);
+      probe_fill_bf16<<<2048, 256>>>(Wr[m], n, 77u + m);
       pack<<<2048, 256>>>(Wr[m], Wp[m], N, K);
     }
     __nv_bfloat16* x;
     float* out;
     CK(cudaMalloc(&x, K * 2));
     CK(cudaMalloc(&out, (size_t)N * 4));
-    fill<<<8, 256>>>(x, K, 5u);
+    probe_fill_bf16<<<8, 256>>>(x, K, 5u);
     CK(cudaDeviceSynchronize());
     std::vector<float> ref(N), got(N);
     for (int v = 0; v < 6; ++v) {
@@ -236,12 +209,7 @@ int main() {
       CK(cudaGraphInstantiate(&ge, g, 0));
       std::vector<float> ts;
       for (int r = 0; r < 17; ++r) {
-        CK(cudaEventRecord(e0, s));
-        CK(cudaGraphLaunch(ge, s));
-        CK(cudaEventRecord(e1, s));
-        CK(cudaStreamSynchronize(s));
-        float ms;
-        CK(cudaEventElapsedTime(&ms, e0, e1));
+        const float ms = probe_time_graph(ge, s, e0, e1);
         if (r >= 2) ts.push_back(ms);
       }
       std::sort(ts.begin(), ts.end());

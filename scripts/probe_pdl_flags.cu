@@ -23,35 +23,12 @@
 // grid-completion wait on every chain; see bench/NOTES-decode.md, session 20.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
+#include "probe_common.cuh"
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
 #include <algorithm>
 
-#define CK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { printf("%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e)); exit(1);} } while (0)
-
-__device__ __forceinline__ uint4 ldw(const void* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
-  return v;
-}
-__device__ __forceinline__ uint4 ldx(const void* p) {
-  uint4 v;
-  asm volatile("ld.global.cg.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
-  return v;
-}
-__device__ __forceinline__ float dot8(uint4 a, uint4 b) {
-  const __nv_bfloat162* pa = (const __nv_bfloat162*)&a;
-  const __nv_bfloat162* pb = (const __nv_bfloat162*)&b;
-  float s = 0.f;
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    float2 fa = __bfloat1622float2(pa[i]), fb = __bfloat1622float2(pb[i]);
-    s = fmaf(fa.x, fb.x, s);
-    s = fmaf(fa.y, fb.y, s);
-  }
-  return s;
-}
 __device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
   unsigned v;
   asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
@@ -72,7 +49,7 @@ __global__ void __launch_bounds__(256) gemv(const __nv_bfloat16* __restrict__ W,
   const __nv_bfloat16* w1 = w0 + K;
   uint4 a[4], b[4];
 #pragma unroll
-  for (int u = 0; u < 4; ++u) { a[u] = ldw(w0 + u * 256); b[u] = ldw(w1 + u * 256); }
+  for (int u = 0; u < 4; ++u) { a[u] = ld_stream16(w0 + u * 256); b[u] = ld_stream16(w1 + u * 256); }
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   if (MODE == 0) {
     asm volatile("griddepcontrol.wait;" ::: "memory");
@@ -85,15 +62,15 @@ __global__ void __launch_bounds__(256) gemv(const __nv_bfloat16* __restrict__ W,
   for (int k = 0; k < K; k += 1024) {
     uint4 xv[4];
 #pragma unroll
-    for (int u = 0; u < 4; ++u) xv[u] = ldx(x + k + u * 256 + lane * 8);
+    for (int u = 0; u < 4; ++u) xv[u] = ld_cg16(x + k + u * 256 + lane * 8);
     uint4 na[4], nb[4];
     const bool more = k + 1024 < K;
 #pragma unroll
     for (int u = 0; u < 4; ++u) {
-      if (more) { na[u] = ldw(w0 + k + 1024 + u * 256); nb[u] = ldw(w1 + k + 1024 + u * 256); }
+      if (more) { na[u] = ld_stream16(w0 + k + 1024 + u * 256); nb[u] = ld_stream16(w1 + k + 1024 + u * 256); }
     }
 #pragma unroll
-    for (int u = 0; u < 4; ++u) { s0 += dot8(a[u], xv[u]); s1 += dot8(b[u], xv[u]); }
+    for (int u = 0; u < 4; ++u) { s0 += dot8(a[u], xv[u], 0.f); s1 += dot8(b[u], xv[u], 0.f); }
     if (more) {
 #pragma unroll
       for (int u = 0; u < 4; ++u) { a[u] = na[u]; b[u] = nb[u]; }
@@ -113,13 +90,6 @@ __global__ void __launch_bounds__(256) gemv(const __nv_bfloat16* __restrict__ W,
   }
 }
 
-__global__ void fill(__nv_bfloat16* p, size_t n, unsigned seed) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-    unsigned h = (unsigned)i * 2654435761u ^ seed;
-    h ^= h >> 15; h *= 2246822519u; h ^= h >> 13;
-    p[i] = __float2bfloat16(((h & 0xffff) / 65536.f - 0.5f));
-  }
-}
 __global__ void bump(unsigned* e) { asm volatile("griddepcontrol.launch_dependents;"); *e += 1; }
 
 struct Chain {
@@ -154,10 +124,8 @@ int main() {
       {"mlp896x4864", {896, 4864}}, {"mlp2048x8192", {2048, 8192}}, {"mlp4096x14336", {4096, 14336}},
   };
   cudaStream_t s;
-  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   cudaEvent_t e0, e1;
-  CK(cudaEventCreate(&e0));
-  CK(cudaEventCreate(&e1));
+  probe_stream_events(s, e0, e1);
   printf("%-16s %5s %10s %10s %8s %s\n", "chain", "mode", "us/kernel", "GB/s", "kernels", "check");
   for (auto& cf : cfgs) {
     Chain c;
@@ -168,14 +136,14 @@ int main() {
       __nv_bfloat16* w;
       size_t n = (size_t)c.dims[i] * c.dims[i + 1];
       CK(cudaMalloc(&w, n * 2));
-      fill<<<1024, 256>>>(w, n, 1234u + i);
+      probe_fill_bf16<<<1024, 256>>>(w, n, 1234u + i);
       c.W.push_back(w);
       c.bytes += n * 2;
     }
     for (int i = 0; i < (int)c.dims.size(); ++i) {
       __nv_bfloat16* x;
       CK(cudaMalloc(&x, c.dims[i] * 2));
-      fill<<<4, 256>>>(x, c.dims[i], 99u + i);
+      probe_fill_bf16<<<4, 256>>>(x, c.dims[i], 99u + i);
       c.X.push_back(x);
       unsigned* f;
       CK(cudaMalloc(&f, (c.dims[i] / 16) * 4));
@@ -213,14 +181,9 @@ int main() {
         std::vector<unsigned> ones(c.dims[0] / 16, ep);
         CK(cudaMemcpyAsync(c.F[0], ones.data(), ones.size() * 4, cudaMemcpyHostToDevice, s));
         // a new chain input per replay, so that a consumer reading a stale input shows in the check
-        fill<<<4, 256, 0, s>>>(c.X[0], c.dims[0], 7u * r + 1u);
+        probe_fill_bf16<<<4, 256, 0, s>>>(c.X[0], c.dims[0], 7u * r + 1u);
         CK(cudaStreamSynchronize(s));
-        CK(cudaEventRecord(e0, s));
-        CK(cudaGraphLaunch(ex[r], s));
-        CK(cudaEventRecord(e1, s));
-        CK(cudaStreamSynchronize(s));
-        float ms;
-        CK(cudaEventElapsedTime(&ms, e0, e1));
+        const float ms = probe_time_graph(ex[r], s, e0, e1);
         if (r >= 3) ts.push_back(ms);
       }
       std::sort(ts.begin(), ts.end());
