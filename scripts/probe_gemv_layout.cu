@@ -10,7 +10,7 @@
 // order through shared memory. Layouts of the [N, K] weight:
 // - `rowmajor`: HF's, as kiln stores it: a warp's load instruction reads 64 bytes of each of 8 rows;
 // - `packed`:   each tile's chunks in consumption order (chunk c of tile T: the 32 lanes' 16 bytes of
-//               rows 0-7, then of rows 8-15), so a load instruction reads 512 contiguous bytes.
+//               rows 0-7, then of rows 8-15), so a load instruction reads 256 contiguous bytes.
 // - `smem3` / `smem4`: row-major, staged through shared memory (gemv_smem below: cp.async copies of
 //               512 contiguous bytes of a row per warp instruction, 3 or 4 stages of 16 x 512 elements).
 // Loads: `stream` (kiln's ld.global.nc.L1::no_allocate.L2::256B) or `ldg` (ld.global.nc). Timed: a
