@@ -111,6 +111,16 @@ template <int WARPS, int U> __device__ __forceinline__ unsigned int gemv_mma_fir
   return (threadIdx.x >> 5) * U * 32 + 8 * (threadIdx.x & 3);
 }
 
+// Lane group g's two weight rows of the 16-feature tile from n0: n0 + g (MMA rows 0-7) and
+// n0 + g + 8 (8-15). Rows past out_features read row 0 instead: each output of the MMA depends on
+// one weight row and one x row only, and those outputs are never stored, so the main loop needs
+// no predicates.
+__device__ __forceinline__ void gemv_tile_rows(unsigned int n0, unsigned int g, unsigned int outf, unsigned int& ra,
+                                               unsigned int& rb) {
+  ra = n0 + g < outf ? n0 + g : 0;
+  rb = n0 + g + 8 < outf ? n0 + g + 8 : 0;
+}
+
 // The two MMAs of one 16-byte strand per lane: weight rows (a: tile rows 0-7, b: 8-15) against x;
 // elements k+8t .. k+8t+3 feed the first MMA, k+8t+4 .. +7 the second.
 template <typename T>
@@ -419,9 +429,7 @@ __device__ void linear_gemv_mma(const T* x, const T* w, const T* bias,
   if constexpr (WARPS == 8) {
     const unsigned int tiles = (outf + KILN_LINEAR_GEMV_FEATURES - 1) / KILN_LINEAR_GEMV_FEATURES;
     auto rows_of = [&](unsigned int t, unsigned int& a, unsigned int& b) {
-      const unsigned int m0 = t * KILN_LINEAR_GEMV_FEATURES;
-      a = m0 + g < outf ? m0 + g : 0;
-      b = m0 + g + 8 < outf ? m0 + g + 8 : 0;
+      gemv_tile_rows(t * KILN_LINEAR_GEMV_FEATURES, g, outf, a, b);
     };
     auto done = [&](unsigned int t, const float (&c)[1][4]) {
       if (t != blockIdx.x) __syncthreads();  // the previous tile's partials have been read
@@ -432,10 +440,9 @@ __device__ void linear_gemv_mma(const T* x, const T* w, const T* bias,
 #endif
   {
     const unsigned int n0 = blockIdx.x * KILN_LINEAR_GEMV_FEATURES;
-    // Weight rows past out_features and x rows past `rows` read row 0 instead: each output of the
-    // MMA depends on one weight row and one x row only, and those outputs are never stored. So
-    // the main loop needs no predicates.
-    const unsigned int ra = n0 + g < outf ? n0 + g : 0, rb = n0 + g + 8 < outf ? n0 + g + 8 : 0;
+    // Weight rows past out_features (and x rows past `rows`, rx above) read row 0 instead.
+    unsigned int ra, rb;
+    gemv_tile_rows(n0, g, outf, ra, rb);
     float c[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
     gemv_mma_loop<T, 1, WARPS, D, U, KILN_LINEAR_GEMV_XPRE != 0>(wq, ra, rb, in, xop, c);
     store(n0, c);

@@ -558,9 +558,7 @@ __device__ void fused_gemv_mma_walk(const T* x, const T* nw, const T* w,
   wq[0] = w;
   if constexpr (GATED) wq[Q - 1] = wu;
   auto rows_of = [&](unsigned int t, unsigned int& a, unsigned int& b) {
-    const unsigned int m0 = t * KILN_FUSED_GEMV_FEATURES;
-    a = m0 + g < outf ? m0 + g : 0;
-    b = m0 + g + 8 < outf ? m0 + g + 8 : 0;
+    gemv_tile_rows(t * KILN_FUSED_GEMV_FEATURES, g, outf, a, b);
   };
   auto epilogue = [&](unsigned int t, const float (&s)[Q]) {
     fused_gemv_store<T, O, GATED, Q>(t * KILN_FUSED_GEMV_FEATURES, s, bias, residual, out, rows, outf, has_bias,
@@ -599,7 +597,8 @@ __device__ void fused_gemv_mma_tile(const T* x, const T* nw, const T* w,
   const unsigned int g = (threadIdx.x & 31) >> 2;
   const unsigned int n0 = blockIdx.x * KILN_FUSED_GEMV_FEATURES;
   // Rows past the ends read row 0: their outputs are never stored.
-  const unsigned int ra = n0 + g < outf ? n0 + g : 0, rb = n0 + g + 8 < outf ? n0 + g + 8 : 0;
+  unsigned int ra, rb;
+  gemv_tile_rows(n0, g, outf, ra, rb);
   const T* wq[Q];
   wq[0] = w;
   if constexpr (GATED) wq[Q - 1] = wu;
