@@ -20,12 +20,11 @@
 // bench's kernel (all `ldg` / `cg` variants within 0.3% of it; bulk copies and the copy engine slower);
 // the GEMVs' `stream` load reads this pattern 5.5% slower than `ldg`.
 #include <cuda_runtime.h>
+#include "probe_common.cuh"
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
-
-#define CK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { printf("%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e)); exit(1);} } while (0)
 
 __device__ __forceinline__ unsigned long long mix(unsigned long long z) {
   z += 0x9E3779B97F4A7C15ull;
@@ -41,16 +40,9 @@ __global__ void fill(uint4* buf, unsigned long long n16) {
 }
 __device__ __forceinline__ unsigned fold(const uint4& v) { return v.x ^ v.y ^ v.z ^ v.w; }
 
+// 0: bench_read.cu's __ldg; 1: the GEMVs' weight load; 2: ld.global.cg (probe_common.cuh).
 template <int KIND> __device__ __forceinline__ uint4 ld(const uint4* p) {
-  uint4 v;
-  if (KIND == 0) {
-    v = __ldg(p);
-  } else if (KIND == 1) {
-    asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
-  } else {
-    asm volatile("ld.global.cg.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
-  }
-  return v;
+  return KIND == 0 ? __ldg(p) : KIND == 1 ? ld_stream16(p) : ld_cg16(p);
 }
 
 template <int KIND, int U>
