@@ -201,6 +201,60 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) {
 
 namespace kiln {
 
+// KILN_GEMV_TILES (the runtime sets it from the plan, like KILN_GEMV_WALK; 0 by default): 1 when the
+// plan's 16-bit GEMV weights are stored tile-packed (an experiment, branch wip/gemv-tiles): a
+// [N, in] matrix (N % 16 == 0, in % 32 == 0) as its 16-row tiles in order, each tile as its 32-column
+// chunks in order, each chunk as the 16 bytes lane (g, t) of the tensor-core GEMV reads of row g
+// (lanes in order), then of row g + 8: element (r, k) at weight_row(r) + weight_col(k) below. A warp's load
+// instruction then reads 512 contiguous bytes instead of 64 bytes of each of 8 rows; the same
+// elements reach the same registers, so every sum is the same bits. Every kernel that reads a
+// GEMV weight (linear.cu, linear_fused.cu: tensor-core, SIMT and tiled paths) indexes it through
+// them; the token embedding's gather reads its own row-major table.
+#ifndef KILN_GEMV_TILES
+#define KILN_GEMV_TILES 0
+#endif
+
+// Element (r, k) of a [N, in] GEMV weight of storage type T is at weight_row(r, in) + weight_col(k):
+// r * in + k row-major; tile-packed, the tile's, half's and row's offset plus the chunk's, lane
+// quad's and element's. Kept as two terms so that the row-major code is what it was before.
+template <typename T> __device__ __forceinline__ size_t weight_row(unsigned int r, unsigned int in) {
+#if KILN_GEMV_TILES
+  if constexpr (sizeof(T) == 2) return (size_t)(r >> 4) * 16 * in + ((r >> 3) & 1) * 256 + (r & 7) * 32;
+#endif
+  return (size_t)r * in;
+}
+// weight_row in 32 bits, for offsets that fit (the walk's).
+template <typename T> __device__ __forceinline__ unsigned int weight_row32(unsigned int r, unsigned int in) {
+#if KILN_GEMV_TILES
+  if constexpr (sizeof(T) == 2) return (r >> 4) * 16 * in + ((r >> 3) & 1) * 256 + (r & 7) * 32;
+#endif
+  return r * in;
+}
+template <typename T> __device__ __forceinline__ unsigned int weight_col(unsigned int k) {
+#if KILN_GEMV_TILES
+  if constexpr (sizeof(T) == 2) return (k >> 5) * 512 + ((k >> 3) & 3) * 8 + (k & 7);
+#endif
+  return k;
+}
+
+// Elements between one row's weights k and k + 32 * j, per 32 * j: 1 row-major, 16 tile-packed.
+template <typename T> __device__ __forceinline__ constexpr unsigned int weight_step() { return KILN_GEMV_TILES && sizeof(T) == 2 ? 16u : 1u; }
+
+// The kernels' weight offsets: without KILN_GEMV_TILES the very expressions they had before it (the
+// compiler's output is sensitive to how an offset is associated), with it weight_row / weight_col
+// and chunk offsets (multiples of 32 along a row) scaled by weight_step.
+#if KILN_GEMV_TILES
+#define KILN_W_ROW(T, r, in) (::kiln::weight_row<T>((r), (in)))
+#define KILN_W_ROW32(T, r, in) (::kiln::weight_row32<T>((r), (in)))
+#define KILN_W_COL(T, k) (::kiln::weight_col<T>((k)))
+#define KILN_W_STEP(T, v) (::kiln::weight_step<T>() * (v))
+#else
+#define KILN_W_ROW(T, r, in) ((size_t)(r) * (in))
+#define KILN_W_ROW32(T, r, in) ((r) * (in))
+#define KILN_W_COL(T, k) (k)
+#define KILN_W_STEP(T, v) (v)
+#endif
+
 // The instruction of a weight load (`load16_stream`, and linear.cu's `load16_stream_ordered`),
 // by KILN_STREAM_LOAD: 0 through the read-only path with no L1 allocation and a 256-byte L2
 // prefetch of the surrounding line; 1 the plain read-only load (`__ldg`); 2 no L1 allocation
@@ -210,7 +264,11 @@ namespace kiln {
 // (scripts/probe_read_bw.cu): a GEMV lane quad reads 64 bytes of a row, whose neighbours the
 // block's other warps read next, and the prefetch brings them in with it.
 #ifndef KILN_STREAM_LOAD
+#if KILN_GEMV_TILES
+#define KILN_STREAM_LOAD 1  // tile-packed weights read fastest with the plain load (probe_gemv_layout.cu)
+#else
 #define KILN_STREAM_LOAD 0
+#endif
 #endif
 #if KILN_STREAM_LOAD == 0
 #define KILN_LD_STREAM "ld.global.nc.L1::no_allocate.L2::256B.v4.u32"

@@ -157,8 +157,8 @@ __device__ __forceinline__ void gemv_mma_ring_start(uint4 (&wa)[Q][D], uint4 (&w
     if ((unsigned int)s < nj) {
 #pragma unroll
       for (int q = 0; q < Q; ++q) {
-        wa[q][s] = load16_stream_ordered(row_a(q) + so(s));
-        wb[q][s] = load16_stream_ordered(row_b(q) + so(s));
+        wa[q][s] = load16_stream_ordered(row_a(q) + KILN_W_STEP(T, so(s)));
+        wb[q][s] = load16_stream_ordered(row_b(q) + KILN_W_STEP(T, so(s)));
       }
     }
   }
@@ -186,8 +186,8 @@ __device__ __forceinline__ void gemv_mma_tail(float (&c)[Q][4], unsigned int nj,
     const uint4 x1 = ok ? xop.finish(xop.load(rel), rel) : zero4;
 #pragma unroll
     for (int q = 0; q < Q; ++q) {
-      const uint4 a1 = ok ? load16_stream(row_a(q) + rel) : zero4;
-      const uint4 b1 = ok ? load16_stream(row_b(q) + rel) : zero4;
+      const uint4 a1 = ok ? load16_stream(row_a(q) + KILN_W_STEP(T, rel)) : zero4;
+      const uint4 b1 = ok ? load16_stream(row_b(q) + KILN_W_STEP(T, rel)) : zero4;
       gemv_mma_strand<T>(c[q], a1, b1, x1);
     }
   }
@@ -220,8 +220,8 @@ __device__ __forceinline__ void gemv_mma_loop_rows(const T* const (&rows_a)[Q], 
   const T* pb[Q];
 #pragma unroll
   for (int q = 0; q < Q; ++q) {
-    pa[q] = rows_a[q] + first;
-    pb[q] = rows_b[q] + first;
+    pa[q] = rows_a[q] + KILN_W_COL(T, first);
+    pb[q] = rows_b[q] + KILN_W_COL(T, first);
   }
   const unsigned int full = in / 32;
   const unsigned int rounds = full / RS;
@@ -240,8 +240,8 @@ __device__ __forceinline__ void gemv_mma_loop_rows(const T* const (&rows_a)[Q], 
     if (next) {
 #pragma unroll
       for (int q = 0; q < Q; ++q) {
-        wa[q][s] = load16_stream_ordered(pa[q] + o + CYCLE);
-        wb[q][s] = load16_stream_ordered(pb[q] + o + CYCLE);
+        wa[q][s] = load16_stream_ordered(pa[q] + KILN_W_STEP(T, o) + KILN_W_STEP(T, CYCLE));
+        wb[q][s] = load16_stream_ordered(pb[q] + KILN_W_STEP(T, o) + KILN_W_STEP(T, CYCLE));
       }
       if constexpr (XPRE) xr[XPRE ? s : 0] = xop.load(o + CYCLE);
     }
@@ -273,8 +273,8 @@ __device__ __forceinline__ void gemv_mma_loop(const T* const (&wq)[Q], unsigned 
   const T* rows_b[Q];
 #pragma unroll
   for (int q = 0; q < Q; ++q) {
-    rows_a[q] = wq[q] + (size_t)ra * in;
-    rows_b[q] = wq[q] + (size_t)rb * in;
+    rows_a[q] = wq[q] + KILN_W_ROW(T, ra, in);
+    rows_b[q] = wq[q] + KILN_W_ROW(T, rb, in);
   }
   gemv_mma_loop_rows<T, Q, WARPS, D, U, XPRE, X>(rows_a, rows_b, in, xop, c);
 }
@@ -317,8 +317,8 @@ __device__ __forceinline__ void gemv_mma_walk(const T* const (&wq)[Q], unsigned 
   auto point = [&](unsigned int tt, unsigned int& a, unsigned int& b) {
     unsigned int ra, rb;
     rows_of(tt, ra, rb);
-    a = ra * in + first;
-    b = rb * in + first;
+    a = KILN_W_ROW32(T, ra, in) + KILN_W_COL(T, first);
+    b = KILN_W_ROW32(T, rb, in) + KILN_W_COL(T, first);
   };
   point(t, ka, kb);
   uint4 wa[Q][D], wb[Q][D], xr[XPRE ? D : 1];
@@ -340,15 +340,15 @@ __device__ __forceinline__ void gemv_mma_walk(const T* const (&wq)[Q], unsigned 
       if (mode == 1) {
 #pragma unroll
         for (int q = 0; q < Q; ++q) {
-          wa[q][s] = load16_stream_ordered(wq[q] + ka + (o + CYCLE));
-          wb[q][s] = load16_stream_ordered(wq[q] + kb + (o + CYCLE));
+          wa[q][s] = load16_stream_ordered(wq[q] + ka + KILN_W_STEP(T, (o + CYCLE)));
+          wb[q][s] = load16_stream_ordered(wq[q] + kb + KILN_W_STEP(T, (o + CYCLE)));
         }
         if constexpr (XPRE) xr[XPRE ? s : 0] = xop.load(o + CYCLE);
       } else if (mode == 2) {
 #pragma unroll
         for (int q = 0; q < Q; ++q) {
-          wa[q][s] = load16_stream_ordered(wq[q] + na + KILN_GEMV_SO(s));
-          wb[q][s] = load16_stream_ordered(wq[q] + nb + KILN_GEMV_SO(s));
+          wa[q][s] = load16_stream_ordered(wq[q] + na + KILN_W_STEP(T, KILN_GEMV_SO(s)));
+          wb[q][s] = load16_stream_ordered(wq[q] + nb + KILN_W_STEP(T, KILN_GEMV_SO(s)));
         }
         if constexpr (XPRE) xr[XPRE ? s : 0] = xop.load(KILN_GEMV_SO(s));
       }
@@ -459,8 +459,8 @@ __device__ void linear_gemv_simt(const T* x, const T* w, const T* bias,
   const unsigned int n = blockIdx.x * KILN_LINEAR_GEMV_FEATURES + per_warp * (threadIdx.x >> 5);
   if (n >= outf) return;
   const bool two = per_warp == 2 && n + 1 < outf;
-  const T* w0 = w + (size_t)n * in;
-  const T* w1 = w + (size_t)(two ? n + 1 : n) * in;
+  const T* w0 = w + KILN_W_ROW(T, n, in);
+  const T* w1 = w + KILN_W_ROW(T, two ? n + 1 : n, in);
   float acc0[NR], acc1[NR];
 #pragma unroll
   for (int r = 0; r < NR; ++r) acc0[r] = acc1[r] = 0.0f;
@@ -471,8 +471,8 @@ __device__ void linear_gemv_simt(const T* x, const T* w, const T* bias,
 #pragma unroll 2
     for (unsigned int k = lane * V; k < in; k += 32 * V) {
       float f0[V], f1[V];
-      unpack16_as<T>(load16_stream(w0 + k), f0);
-      unpack16_as<T>(load16_stream(w1 + k), f1);
+      unpack16_as<T>(load16_stream(w0 + KILN_W_COL(T, k)), f0);
+      unpack16_as<T>(load16_stream(w1 + KILN_W_COL(T, k)), f1);
 #pragma unroll
       for (int r = 0; r < NR; ++r) {
         float xf[V];
@@ -486,7 +486,7 @@ __device__ void linear_gemv_simt(const T* x, const T* w, const T* bias,
     }
   } else {
     for (unsigned int k = lane; k < in; k += 32) {
-      const float f0 = to_f32(w0[k]), f1 = to_f32(w1[k]);
+      const float f0 = to_f32(w0[KILN_W_COL(T, k)]), f1 = to_f32(w1[KILN_W_COL(T, k)]);
 #pragma unroll
       for (int r = 0; r < NR; ++r) {
         const float xf = to_f32(x[(size_t)r * in + k]);
@@ -531,7 +531,7 @@ __device__ void linear_tiled(const T* x, const T* w, const T* bias,
       const unsigned int k = k0 + kk;
       const unsigned int r = row0 + m, c = col0 + m;
       xs[kk][m] = (r < rows && k < in) ? to_f32(x[(size_t)r * in + k]) : 0.0f;
-      ws[kk][m] = (c < outf && k < in) ? to_f32(w[(size_t)c * in + k]) : 0.0f;
+      ws[kk][m] = (c < outf && k < in) ? to_f32(w[KILN_W_ROW(T, c, in) + KILN_W_COL(T, k)]) : 0.0f;
     }
     __syncthreads();
 #pragma unroll 8

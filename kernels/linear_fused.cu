@@ -639,7 +639,7 @@ __device__ __forceinline__ void simt_row_sums(const T* wr, const T* x, const T* 
 #pragma unroll
   for (int r = 0; r < R; ++r) sum[r] = 0.0f;
   for (unsigned int k = lane; k < in; k += 32) {
-    const float wf = to_f32(wr[k]);
+    const float wf = to_f32(wr[KILN_W_COL(T, k)]);
     const float nwk = has_norm ? to_f32(nw[k]) : 0.0f;
 #pragma unroll
     for (int r = 0; r < R; ++r) {
@@ -671,7 +671,7 @@ __device__ void fused_gemv_simt(const T* x, const T* nw, const T* w,
   for (unsigned int f = warp; f < KILN_FUSED_GEMV_FEATURES; f += warps) {
     const unsigned int n = blockIdx.x * KILN_FUSED_GEMV_FEATURES + f;
     if (n >= outf) break;
-    const T* wr[2] = {w + (size_t)n * in, (GATED ? wu : w) + (size_t)n * in};
+    const T* wr[2] = {w + KILN_W_ROW(T, n, in), (GATED ? wu : w) + KILN_W_ROW(T, n, in)};
     float acc[Q][R];
 #pragma unroll
     for (int q = 0; q < Q; ++q)
@@ -680,7 +680,7 @@ __device__ void fused_gemv_simt(const T* x, const T* nw, const T* w,
     for (unsigned int k = lane; k < in; k += 32) {
       float wf[Q];
 #pragma unroll
-      for (int q = 0; q < Q; ++q) wf[q] = to_f32(wr[q][k]);
+      for (int q = 0; q < Q; ++q) wf[q] = to_f32(wr[q][KILN_W_COL(T, k)]);
       const float nwk = has_norm ? to_f32(nw[k]) : 0.0f;
 #pragma unroll
       for (int r = 0; r < R; ++r) {
@@ -741,7 +741,8 @@ __device__ void fused_tiled(const T* x, const T* nw, const T* w,
       xs[kk * LD + m] = xv;
 #pragma unroll
       for (int q = 0; q < Q; ++q)
-        ws[(q * TK + kk) * LD + m] = (cidx < outf && k < in) ? to_f32(wq[q][(size_t)cidx * in + k]) : 0.0f;
+        ws[(q * TK + kk) * LD + m] =
+            (cidx < outf && k < in) ? to_f32(wq[q][KILN_W_ROW(T, cidx, in) + KILN_W_COL(T, k)]) : 0.0f;
     }
     __syncthreads();
 #pragma unroll 8
@@ -886,10 +887,11 @@ template <typename T> struct QkvOut {
     local = f - n[1];
     return 2;
   }
+  // Feature f's weight row (weight_row in its matrix; weight_col of k on top is element k).
   __device__ __forceinline__ const T* row(unsigned int f, unsigned int in) const {
     unsigned int l;
     const unsigned int s = seg(f, l);
-    return w[s] + (size_t)l * in;
+    return w[s] + KILN_W_ROW(T, l, in);
   }
   __device__ __forceinline__ void store(unsigned int f, unsigned int r, float acc, bool has_bias) const {
     unsigned int l;
@@ -1196,7 +1198,7 @@ __device__ void qkv_rope(const T* x, const T* nw, const T* w, const T* bias, con
     const unsigned int nr = min(rows - r0, (unsigned int)R);
     if (has_norm) fused_row_inv<T>(x, r0, nr, in, eps, inv_s);
     for (unsigned int j = warp; j < KILN_FUSED_GEMV_FEATURES; j += warps) {
-      simt_row_sums<T>(w + (size_t)tile.feature(blockIdx.x, j) * in, x, nw, inv_s, r0, nr, in, has_norm,
+      simt_row_sums<T>(w + KILN_W_ROW(T, tile.feature(blockIdx.x, j), in), x, nw, inv_s, r0, nr, in, has_norm,
                        [&](unsigned int r, float s) { acc[j][r] = s; });
     }
     __syncthreads();

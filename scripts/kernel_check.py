@@ -394,6 +394,118 @@ class Checker:
                         self.report.record(f"walk {sym[5:]}{variant} {R}x{K}->{N} on {grid} blocks ({what})", dt.name,
                                            o.get().tobytes() == ref.get().tobytes(), "== one block per tile, bitwise")
 
+    # tile-packed GEMV weights (KILN_GEMV_TILES, branch wip/gemv-tiles) ------------------------
+    @staticmethod
+    def pack_tiles(w):
+        """A [N, K] 16-bit weight (N % 16 == 0, K % 32 == 0) in KILN_GEMV_TILES's layout
+        (kernels/common.cuh weight_row + weight_col): element (r, k) of tile r // 16, half (r % 16) // 8, row
+        g = r % 8, chunk k // 32, lane quad t = (k % 32) // 8, element e = k % 8 goes to
+        tile * 16K + chunk * 512 + half * 256 + (4 g + t) * 8 + e."""
+        n, k = w.shape
+        return np.ascontiguousarray(w.reshape(n // 16, 2, 8, k // 32, 4, 8).transpose(0, 3, 1, 2, 4, 5)).reshape(n, k)
+
+    def tiles(self, dt):
+        """KILN_GEMV_TILES=1: each GEMV kernel on tile-packed weights gives the bytes the default build
+        gives on the same weights row-major: linear (both output types), fused_linear, gated_linear,
+        qkv_linear and qkv_rope, default and dense variants, one block per tile and walking grids (a
+        KILN_GEMV_WALK=15 build), the SIMT path (unaligned x) and the tiled path (rows > 8)."""
+        if dt is F32:
+            return  # only 16-bit weights are packed
+        if not hasattr(self, "tiles_mods"):
+            self.tiles_mods = [
+                (load_module(self.cp, self.report, only=["linear.cu", "linear_fused.cu"],
+                             defines=["KILN_GEMV_TILES=1"] + extra)[0], what)
+                for extra, what in (([], "tiles"), (["KILN_GEMV_WALK=15"], "tiles, walk 15"))]
+        cp, eps, u = self.cp, 1e-5, np.uint32
+        d = dt.name
+
+        def run(module, sym, grid, threads, args, outs):
+            for o in outs:
+                o[...] = cp.asarray(dt.poison(o.shape)) if o.dtype == dt.host_dtype else cp.full(o.shape, np.nan, o.dtype)
+            module.get_function(sym)(grid, (threads, 1, 1), args)
+            cp.cuda.Device().synchronize()
+            return b"".join(o.get().tobytes() for o in outs)
+
+        for R, K, N, unaligned in ((1, 2048, 8192, False), (4, 4096, 1024, False), (8, 896, 4864, False),
+                                   (1, 896, 1152, False), (2, 4096, 2048, False), (16, 512, 256, False),
+                                   (2, 512, 256, True)):
+            xh = dt.store(self.rand(R * K + 8, scale=2.0))
+            x = self.dev(xh)[1:1 + R * K] if unaligned else self.dev(xh[:R * K])
+            nw = self.dev(dt.store(self.rand(K) * 0.5 + 1.0))
+            wh = [dt.store(self.rand(N, K, scale=1.0 / math.sqrt(K))) for _ in range(2)]
+            rowm = [self.dev(w) for w in wh]
+            tiled = [self.dev(self.pack_tiles(w)) for w in wh]
+            b, res = self.dev(dt.store(self.rand(N))), self.dev(dt.store(self.rand(R, N)))
+            o = cp.empty((R, N), dtype=dt.host_dtype)
+            of = cp.empty((R, N), dtype=np.float32)
+            nq, nk = N // 2, N // 4
+            parts = [(0, nq), (nq, nq + nk), (nq + nk, N)]
+            oq = [cp.empty((R, hi - lo), dtype=dt.host_dtype) for lo, hi in parts]
+            staged = R * K * 2 <= 16384
+            cases = [  # (symbol, dense variant, args(w, wu, qkv weights), outputs)
+                (f"kiln_linear_{d}_{d}", "_o3", lambda w, wu, ws: (x, w, b, o, u(R), u(K), u(N), u(1)), [o]),
+                (f"kiln_linear_{d}_f32", "_o3", lambda w, wu, ws: (x, w, b, of, u(R), u(K), u(N), u(1)), [of]),
+                (f"kiln_fused_linear_{d}_{d}", "_o3" if staged else "_o3u",
+                 lambda w, wu, ws: (x, nw, w, b, res, o, u(R), u(K), u(N), u(1), np.float32(eps), u(1), u(1)), [o]),
+                (f"kiln_gated_linear_{d}", "_o3" if staged else None,
+                 lambda w, wu, ws: (x, nw, w, wu, o, u(R), u(K), u(N), u(1), np.float32(eps)), [o]),
+                (f"kiln_qkv_linear_{d}", "_o3",
+                 lambda w, wu, ws: (x, nw, *ws, np.uint64(0), np.uint64(0), np.uint64(0), *oq, u(R), u(K), u(nq), u(nk),
+                                    u(N - nq - nk), u(1), np.float32(eps), u(0)), oq),
+            ]
+            qkv_rm = [self.dev(np.ascontiguousarray(wh[0][lo:hi])) for lo, hi in parts]
+            qkv_t = [self.dev(self.pack_tiles(np.ascontiguousarray(wh[0][lo:hi]))) for lo, hi in parts]
+            tiles_n = N // 16
+            for sym, dense, args, outs in cases:
+                if R > 8:
+                    # the tiled path (qkv_linear: SIMT), one geometry
+                    geos = [("tiled", (cdiv(N, 64), cdiv(R, 64), 1), 256)] if "qkv" not in sym else [
+                        ("simt", (tiles_n, 1, 1), 256)]
+                    variants = [""]
+                else:
+                    geos = [("tile", (tiles_n, 1, 1), 256)] + ([("tile", (tiles_n, 1, 1), 512)] if tiles_n < 132 else [])
+                    variants = [""] + ([dense] if dense else [])
+                for variant in variants:
+                    for what, grid, threads in geos:
+                        if variant and threads != 256:
+                            continue
+                        ref = run(self.module, sym + variant, grid, threads, args(rowm[0], rowm[1], qkv_rm), outs)
+                        runs = [(m, mw, grid) for m, mw in self.tiles_mods[:1]]
+                        if R <= 8 and threads == 256 and not unaligned:
+                            slots = 132 * (3 if variant else 2)
+                            if tiles_n > slots:
+                                runs.append((self.tiles_mods[1][0], self.tiles_mods[1][1], (slots, 1, 1)))
+                        for m, mw, g in runs:
+                            got = run(m, sym + variant, g, threads, args(tiled[0], tiled[1], qkv_t), outs)
+                            self.report.record(
+                                f"tiles {sym[5:]}{variant} {R}x{K}->{N} {what} {threads}t grid {g[0]}"
+                                f"{' x unaligned' if unaligned else ''} ({mw})", d, got == ref,
+                                "packed == row-major, bitwise")
+        # qkv_rope: one packed q | k | v matrix whose blocks hold rotary pairs (rows 8c + j and
+        # head_dim / 2 + 8c + j of a head), so a lane's two rows come from different tiles.
+        for name, R, K, H, KVH, HD in (("llama3.2-1b", 1, 2048, 32, 8, 64), ("llama3.1-8b 4 rows", 4, 4096, 32, 8, 128)):
+            nq, nkv = H * HD, KVH * HD
+            N, KVR = nq + 2 * nkv, 64
+            x = self.dev(dt.store(self.rand(R, K, scale=2.0)))
+            nw = self.dev(dt.store(self.rand(K) * 0.5 + 1.0))
+            wh = dt.store(self.rand(N, K, scale=1.0 / math.sqrt(K)))
+            pd = self.dev(np.array([5, 9, 17, 33][:R], dtype=np.int32))
+            cd = self.dev(np.array([0, 8, 16, 24][:R], dtype=np.int32))
+            kc0, vc0 = dt.store(self.rand(KVR, nkv)), dt.store(self.rand(KVR, nkv))
+            rope_args = (u(HD), u(0), np.float32(5e5), u(1), np.float32(8.0), np.float32(1.0), np.float32(4.0), u(8192))
+            for variant in ("", "_o3"):
+                outs = []
+                for m, w in ((self.module, self.dev(wh)), (self.tiles_mods[0][0], self.dev(self.pack_tiles(wh)))):
+                    q_out, kc, vc = self.dev(dt.poison((R, nq))), self.dev(kc0), self.dev(vc0)
+                    m.get_function(f"kiln_qkv_rope_{d}{variant}")(
+                        (N // 16, 1, 1), (256, 1, 1),
+                        (x, nw, w, np.uint64(0), pd, cd, q_out, kc, vc, u(R), u(K), u(H), u(KVH), u(HD), u(KVR), u(1),
+                         np.float32(eps), u(0), u(1), *rope_args))
+                    cp.cuda.Device().synchronize()
+                    outs.append(q_out.get().tobytes() + kc.get().tobytes() + vc.get().tobytes())
+                self.report.record(f"tiles qkv_rope{variant} {name} {R}x{K}", d, outs[0] == outs[1],
+                                   "q_out, k_cache, v_cache: packed == row-major, bitwise")
+
     # one-pass norm prologue -----------------------------------------------------------------
     def norm_pass(self, dt):
         """The fused GEMVs' one-pass norm prologue (linear_fused.cu FusedNormX, default) gives the bytes
@@ -1700,7 +1812,7 @@ def main():
     print(f"compiled the kernels ({how}) in {time.time() - t0:.1f} s")
 
     checker = Checker(cp, module, np.random.default_rng(seed), report)
-    per_dtype = ["gather", "rms_norm", "add_rms_norm", "head_rms_norm", "linear", "dense", "walk", "norm_pass", "fused", "qkv", "qkv_rope", "rope", "rope_kv_write", "kv_write", "attention",
+    per_dtype = ["gather", "rms_norm", "add_rms_norm", "head_rms_norm", "linear", "dense", "walk", "tiles", "norm_pass", "fused", "qkv", "qkv_rope", "rope", "rope_kv_write", "kv_write", "attention",
                  "attention_prefill",
                  "attention_split",
                  "swiglu", "add"]
