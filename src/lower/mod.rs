@@ -18,6 +18,7 @@
 //! State: `blk.{i}.k_cache`, `blk.{i}.v_cache`, each `[kv_rows, n_kv_heads * head_dim]`.
 
 pub mod fuse;
+pub mod tiles;
 
 use crate::ir::{verify::verify, DType, Op, Phase, Program, ValueClass, ValueId};
 use crate::model::config::ModelConfig;

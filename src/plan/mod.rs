@@ -15,7 +15,7 @@ pub mod file;
 pub mod geometry;
 pub mod planner;
 
-pub use planner::{build_plan, PlanOptions};
+pub use planner::{build_plan, build_plan_tiles, PlanOptions};
 
 /// A plan-time A/B timing knob: the environment variable `name`, read once per process, "" when
 /// unset (`bench/README.md` lists them). The defaults are what the results use.

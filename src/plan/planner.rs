@@ -73,8 +73,14 @@ fn check_options(cfg: &ModelConfig, o: &PlanOptions) -> Result<()> {
     Ok(())
 }
 
-/// Builds a checked plan for `cfg`. Deterministic: same inputs, byte-identical plan.
+/// Builds a checked plan for `cfg`. Deterministic: same inputs, byte-identical plan. With
+/// `KILN_GEMV_TILES=1` in the environment, GEMV weights are tile-packed twins (`lower::tiles`).
 pub fn build_plan(cfg: &ModelConfig, opts: &PlanOptions) -> Result<Plan> {
+    build_plan_tiles(cfg, opts, crate::lower::tiles::enabled())
+}
+
+/// [`build_plan`], with tile-packed GEMV weights or not (`lower::tiles`) whatever the environment.
+pub fn build_plan_tiles(cfg: &ModelConfig, opts: &PlanOptions, tiles: bool) -> Result<Plan> {
     cfg.validate()?;
     check_options(cfg, opts)?;
     let lower_opts = LowerOptions { dtype: opts.dtype, kv_rows: opts.kv_rows(), burst: opts.burst };
@@ -93,6 +99,9 @@ pub fn build_plan(cfg: &ModelConfig, opts: &PlanOptions) -> Result<Plan> {
 
     if opts.fuse {
         programs = programs.iter().map(crate::lower::fuse::fuse).collect::<Result<_>>()?;
+    }
+    if tiles {
+        programs = programs.iter().map(crate::lower::tiles::tile_weights).collect::<Result<_>>()?;
     }
     let (tensors, mut region_bytes) = layout_persistent(cfg, opts, &programs)?;
     let by_name: BTreeMap<&str, &PlannedTensor> = tensors.iter().map(|t| (t.name.as_str(), t)).collect();
@@ -152,10 +161,15 @@ fn layout_persistent(cfg: &ModelConfig, opts: &PlanOptions, programs: &[Program]
             match v.class {
                 ValueClass::Temp => {}
                 ValueClass::Weight => {
-                    let Some(e) = order.iter().find(|e| e.0 == v.name) else {
+                    // A tile-packed twin (`lower::tiles`) goes after the table, where it first appears.
+                    let base = v.name.strip_suffix(crate::lower::tiles::SUFFIX);
+                    let Some(e) = order.iter().find(|e| e.0 == base.unwrap_or(&v.name)) else {
                         bail!("lowering uses weight `{}`, which is not in the model's tensor table", v.name);
                     };
                     ensure!(e.3 == v.shape.0, "weight `{}` lowered as {} but the tensor table says {:?}", v.name, v.shape, e.3);
+                    if base.is_some() && !order.iter().any(|e| e.0 == v.name) {
+                        order.push((v.name.clone(), ValueClass::Weight, opts.dtype, v.shape.0.clone()));
+                    }
                 }
                 class => match order.iter_mut().find(|e| e.0 == v.name) {
                     Some(e) => {

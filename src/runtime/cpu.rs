@@ -65,6 +65,15 @@ struct Scratch {
     /// Decoded integer inputs (positions, cache bases) and integer results (tokens).
     ints_a: Vec<i32>,
     ints_b: Vec<i32>,
+    /// Weight-region spans (offset, bytes) of tile-packed twins (`lower::tiles`).
+    tiled: Vec<(u64, u64)>,
+}
+
+impl Scratch {
+    /// Whether operand `b` is (starts in) a tile-packed weight.
+    fn tiled(&self, b: &BufArg) -> bool {
+        b.region == RegionKind::Weights && self.tiled.iter().any(|&(o, n)| b.offset >= o && b.offset < o + n)
+    }
 }
 
 impl CpuExecutor {
@@ -80,7 +89,13 @@ impl CpuExecutor {
         let mut regions = sizes.map(|n| vec![0u8; n]);
         fill_weight_region(&plan, weights, &mut regions[RegionKind::Weights.index()])
             .with_context(|| format!("loading weights from {} for the CPU executor", weights.describe()))?;
-        Ok(CpuExecutor { plan, regions, scratch: Scratch::default() })
+        let tiled = plan
+            .tensors
+            .iter()
+            .filter(|t| t.region == RegionKind::Weights && t.name.ends_with(crate::lower::tiles::SUFFIX))
+            .map(|t| (t.offset, t.bytes))
+            .collect();
+        Ok(CpuExecutor { plan, regions, scratch: Scratch { tiled, ..Scratch::default() } })
     }
 
     /// Host image of region `r`, for comparing against a device launch by launch.
@@ -461,8 +476,9 @@ fn execute(regions: &mut [Vec<u8>; N_REGIONS], s: &mut Scratch, launch: &Launch)
             let wb = operand(regions, weight)?;
             s.out.clear();
             s.out.resize(rows * n, 0.0);
+            let tiled = s.tiled(weight);
             let (bias_v, out_v) = (&s.b, &mut s.out);
-            gemv_each(&s.a, wb, weight.dtype, k, n, rows, &mut s.row, |r, col, acc| {
+            gemv_each(&s.a, wb, weight.dtype, tiled, k, n, rows, &mut s.row, |r, col, acc| {
                 out_v[r * n + col] = if bias { acc + bias_v[col] } else { acc };
             });
             store(regions, out, &s.out)
@@ -502,8 +518,9 @@ fn execute(regions: &mut [Vec<u8>; N_REGIONS], s: &mut Scratch, launch: &Launch)
             let wb = operand(regions, weight)?;
             s.out.clear();
             s.out.resize(rows * n, 0.0);
+            let tiled = s.tiled(weight);
             let out_v = &mut s.out;
-            gemv_each(&s.a, wb, weight.dtype, k, n, rows, &mut s.row, |r, col, acc| {
+            gemv_each(&s.a, wb, weight.dtype, tiled, k, n, rows, &mut s.row, |r, col, acc| {
                 let acc = acc * scale[r];
                 let acc = if bias { acc + bias_v[col] } else { acc };
                 out_v[r * n + col] = if residual { residual_v[r * n + col] + round_to(out.dtype, acc) } else { acc };
@@ -535,8 +552,9 @@ fn execute(regions: &mut [Vec<u8>; N_REGIONS], s: &mut Scratch, launch: &Launch)
                 let wb = operand(regions, weight)?;
                 s.out.clear();
                 s.out.resize(rows * n, 0.0);
+                let tiled = s.tiled(weight);
                 let out_v = &mut s.out;
-                gemv_each(&s.a, wb, weight.dtype, k, n, rows, &mut s.row, |r, col, acc| {
+                gemv_each(&s.a, wb, weight.dtype, tiled, k, n, rows, &mut s.row, |r, col, acc| {
                     let acc = acc * scale[r];
                     out_v[r * n + col] = if bias { acc + bias_v[col] } else { acc };
                 });
@@ -577,7 +595,8 @@ fn execute(regions: &mut [Vec<u8>; N_REGIONS], s: &mut Scratch, launch: &Launch)
             };
             let dt = q_out.dtype;
             let mut packed = vec![0.0f32; rows * width];
-            gemv_each(&s.a, operand(regions, weight)?, weight.dtype, k, width, rows, &mut s.row, |r, col, acc| {
+            let tiled = s.tiled(weight);
+            gemv_each(&s.a, operand(regions, weight)?, weight.dtype, tiled, k, width, rows, &mut s.row, |r, col, acc| {
                 let acc = acc * scale[r];
                 packed[r * width + col] = round_to(dt, if bias { acc + bias_v[col] } else { acc });
             });
@@ -604,9 +623,10 @@ fn execute(regions: &mut [Vec<u8>; N_REGIONS], s: &mut Scratch, launch: &Launch)
             let mut grow = vec![0.0f32; k];
             s.row.clear();
             s.row.resize(k, 0.0);
+            let (gt, ut) = (s.tiled(gate), s.tiled(up));
             for col in 0..n {
-                load_into(gb, gate.dtype, col * k, &mut grow);
-                load_into(ub, up.dtype, col * k, &mut s.row);
+                load_row(gb, gate.dtype, gt, col, k, &mut grow);
+                load_row(ub, up.dtype, ut, col, k, &mut s.row);
                 for (r, &c) in scale.iter().enumerate() {
                     let (mut ag, mut au) = (0.0f32, 0.0f32);
                     for ((xv, gv), uv) in s.a[r * k..(r + 1) * k].iter().zip(&grow).zip(&s.row) {
@@ -1062,12 +1082,14 @@ fn rope_write_kv(
 /// RMSNorm of each consecutive `dim`-long row of `x` with weight `w` (see the module doc for
 /// the rounding of the normalized value to `x_dtype` before the weight multiply).
 /// Calls `f(row, col, acc)` with `acc = x[row] · weight[col]`, summed in index order in f32;
-/// each weight row is decoded once (weight-row outer loop). `scratch` holds one decoded row.
+/// each weight row is decoded once (weight-row outer loop; a tile-packed one through
+/// `lower::tiles::tile_index`). `scratch` holds one decoded row.
 #[allow(clippy::too_many_arguments)]
 fn gemv_each(
     x: &[f32],
     wb: &[u8],
     wdtype: DType,
+    tiled: bool,
     k: usize,
     n: usize,
     rows: usize,
@@ -1077,7 +1099,7 @@ fn gemv_each(
     scratch.clear();
     scratch.resize(k, 0.0);
     for col in 0..n {
-        load_into(wb, wdtype, col * k, scratch);
+        load_row(wb, wdtype, tiled, col, k, scratch);
         for r in 0..rows {
             let mut acc = 0.0f32;
             for (xv, wv) in x[r * k..(r + 1) * k].iter().zip(scratch.iter()) {
@@ -1085,6 +1107,17 @@ fn gemv_each(
             }
             f(r, col, acc);
         }
+    }
+}
+
+/// Row `col` of a `[N, k]` weight, row-major or tile-packed (`lower::tiles`).
+fn load_row(wb: &[u8], dtype: DType, tiled: bool, col: usize, k: usize, dst: &mut [f32]) {
+    if tiled {
+        for (kk, d) in dst.iter_mut().enumerate().take(k) {
+            *d = load(wb, dtype, crate::lower::tiles::tile_index(col, kk, k));
+        }
+    } else {
+        load_into(wb, dtype, col * k, dst);
     }
 }
 

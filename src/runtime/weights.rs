@@ -13,8 +13,15 @@ pub fn weight_tensors(plan: &Plan) -> impl Iterator<Item = &PlannedTensor> {
     plan.tensors.iter().filter(|t| t.region == RegionKind::Weights)
 }
 
-/// Writes `t` from `src` into `dst` (exactly `t.bytes` long), converting to `t.dtype`.
+/// Writes `t` from `src` into `dst` (exactly `t.bytes` long), converting to `t.dtype`; a
+/// tile-packed twin (`lower::tiles`, `NAME@tiles`) from `NAME`, permuted.
 pub fn convert_tensor(t: &PlannedTensor, src: &dyn WeightSource, dst: &mut [u8]) -> Result<()> {
+    if let Some(base) = t.name.strip_suffix(crate::lower::tiles::SUFFIX) {
+        let row_major = PlannedTensor { name: base.to_string(), ..t.clone() };
+        let mut tmp = vec![0u8; dst.len()];
+        convert_tensor(&row_major, src, &mut tmp)?;
+        return tile_pack(&t.name, t.dtype, &t.shape, &tmp, dst);
+    }
     let r = src.tensor(&t.name)?;
     if r.shape != t.shape {
         bail!(
@@ -57,6 +64,22 @@ pub fn convert_tensor(t: &PlannedTensor, src: &dyn WeightSource, dst: &mut [u8])
         DType::F16 => (0..n).for_each(|i| dst[i * 2..i * 2 + 2].copy_from_slice(&f16::from_f32(read(i)).to_le_bytes())),
         DType::BF16 => (0..n).for_each(|i| dst[i * 2..i * 2 + 2].copy_from_slice(&bf16::from_f32(read(i)).to_le_bytes())),
         DType::I32 | DType::U32 => bail!("weight `{}` planned as {}, which is not a float type", t.name, t.dtype),
+    }
+    Ok(())
+}
+
+/// `dst` = the row-major `[N, K]` 16-bit `src` tile-packed (`lower::tiles::tile_index`), moved in
+/// 16-byte pieces (a lane quad's 8 elements stay together).
+fn tile_pack(name: &str, dtype: DType, shape: &[usize], src: &[u8], dst: &mut [u8]) -> Result<()> {
+    if !crate::lower::tiles::packable(dtype, shape) || src.len() != dst.len() || src.len() != shape.iter().product::<usize>() * 2 {
+        bail!("internal: `{name}` ({dtype} {shape:?}) cannot be tile-packed");
+    }
+    let k = shape[1];
+    for (r, row) in src.chunks_exact(k * 2).enumerate() {
+        for (piece, bytes) in row.chunks_exact(16).enumerate() {
+            let at = crate::lower::tiles::tile_index(r, piece * 8, k) * 2;
+            dst[at..at + 16].copy_from_slice(bytes);
+        }
     }
     Ok(())
 }

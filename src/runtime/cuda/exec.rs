@@ -309,6 +309,18 @@ fn compile_kernels(device: &Device, plan: &Plan) -> Result<Vec<u8>> {
             );
         }
     }
+    // Tile-packed GEMV weights (`lower::tiles`): all or none, one layout per process.
+    let tiles = plan.tensors.iter().any(|t| t.name.ends_with(crate::lower::tiles::SUFFIX));
+    let was = super::nvrtc::GEMV_TILES.swap(tiles, std::sync::atomic::Ordering::Relaxed);
+    if was != tiles && super::nvrtc::GEMV_TILES_USED.load(std::sync::atomic::Ordering::Relaxed) {
+        bail!(
+            "this plan {} tile-packed GEMV weights and an earlier plan of this process {}: load plans of one layout per \
+             process (KILN_GEMV_TILES at plan time)",
+            if tiles { "has" } else { "has no" },
+            if was { "had" } else { "had not" }
+        );
+    }
+    super::nvrtc::GEMV_TILES_USED.store(true, std::sync::atomic::Ordering::Relaxed);
     let arch = super::nvrtc::arch_for_compute_capability(major, minor);
     let compiled =
         super::nvrtc::load_or_compile(&arch).with_context(|| format!("compiling the CUDA kernels for {} ({arch})", device.name))?;

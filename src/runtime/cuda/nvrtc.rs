@@ -145,11 +145,22 @@ pub fn cuda_include_dir() -> Result<PathBuf, NvrtcError> {
     })
 }
 
+/// Whether the kernels of this process read tile-packed GEMV weights (`lower::tiles`): the CUDA
+/// executor sets it before compiling for a plan with tile-packed twins (an experiment, one
+/// layout per process).
+pub static GEMV_TILES: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+/// Whether kernels were compiled in this process already (with GEMV_TILES's layout).
+pub static GEMV_TILES_USED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// The options kiln compiles with (the include directory last). `KILN_NVRTC_DEFINES`, a
 /// comma-separated list of `NAME` or `NAME=VALUE`, adds `-D` options: a developer's knob for the
 /// kernels' tuning macros and experiments (e.g. `KILN_LINEAR_GEMV_DEPTH=8`); it is part of the cache key.
 pub fn options(arch: &str, include_dir: &Path) -> Vec<String> {
     let mut o = vec![format!("--gpu-architecture={arch}"), "-std=c++17".to_string(), "-lineinfo".to_string()];
+    // GEMV weights tile-packed (`lower::tiles`): set by the executor for a plan that has them.
+    if GEMV_TILES.load(std::sync::atomic::Ordering::Relaxed) {
+        o.push("-DKILN_GEMV_TILES=1".to_string());
+    }
     // Which GEMV kernels walk their tiles (kernels/linear.cu): the plan-time knob's bits.
     let walk = crate::plan::geometry::gemv_walk_define();
     if walk != 1 {
