@@ -206,7 +206,7 @@ namespace kiln {
 // [N, in] matrix (N % 16 == 0, in % 32 == 0) as its 16-row tiles in order, each tile as its 32-column
 // chunks in order, each chunk as the 16 bytes lane (g, t) of the tensor-core GEMV reads of row g
 // (lanes in order), then of row g + 8: element (r, k) at weight_row(r) + weight_col(k) below. A warp's load
-// instruction then reads 512 contiguous bytes instead of 64 bytes of each of 8 rows; the same
+// instruction then reads 256 contiguous bytes instead of 64 bytes of each of 8 rows; the same
 // elements reach the same registers, so every sum is the same bits. Every kernel that reads a
 // GEMV weight (linear.cu, linear_fused.cu: tensor-core, SIMT and tiled paths) indexes it through
 // them; the token embedding's gather reads its own row-major table.
