@@ -9,11 +9,9 @@ mod common_cpu;
 
 use common_cpu::Shape;
 use kiln::ir::{DType, NormOrder, Phase, RopeScaling, RopeStyle};
-use kiln::lower::names;
 use kiln::model::SrcDType;
 use kiln::plan::{build_plan, Kernel, PlanOptions};
 use kiln::runtime::cpu::CpuExecutor;
-use kiln::runtime::{Executor, StepBlock};
 use kiln::synth::MemWeights;
 
 #[test]
@@ -80,51 +78,29 @@ fn fused_plans_match_unfused() {
             let w = MemWeights::random(&cfg, 3, src);
             let mut a = CpuExecutor::new(plain.clone(), &w).unwrap();
             let mut b = CpuExecutor::new(fused.clone(), &w).unwrap();
-            // Prefill 6 tokens, then 5 decode steps at batch 2 (two sequences).
-            let mut step = StepBlock::new(&plain);
-            let ids: Vec<i32> = vec![1, 5, 9, 13, 17, 21, 0, 0];
-            let pos: Vec<i32> = vec![0, 1, 2, 3, 4, 5, -1, -1];
-            step.set_i32(&plain, names::TOKEN_IDS, &ids).unwrap();
-            step.set_i32(&plain, names::POSITIONS, &pos).unwrap();
-            step.set_i32(&plain, names::CACHE_BASE, &[0; 8]).unwrap();
-            step.set_i32(&plain, names::LOGIT_ROWS, &[5]).unwrap();
             let prefill = plain.program(Phase::Prefill, 8).unwrap();
-            assert_eq!(fused.program(Phase::Prefill, 8), Some(prefill));
             // Prefill takes rewrites 5 (rope_kv_write) and 6 (add_rms_norm).
             assert!(count(&fused, prefill) < count(&plain, prefill), "prefill fusion should cut launches");
             let adds_normed = fused.programs[prefill].launches.iter().filter(|l| l.kernel.name() == "add_rms_norm").count();
             // Every residual add feeds the next norm but the last, whose sum is gathered to the
             // logit rows before the final norm.
             assert_eq!(adds_normed, 2 * cfg.n_layers - 1, "residual adds fused with the norm after them");
-            a.run(prefill, &step).unwrap();
-            let mut step_b = StepBlock::new(&fused);
-            step_b.bytes.copy_from_slice(&step.bytes);
-            b.run(prefill, &step_b).unwrap();
-            let v = cfg.vocab_size;
-            assert_eq!(a.read_tensor(names::LOGITS, 4 * v).unwrap(), b.read_tensor(names::LOGITS, 4 * v).unwrap(), "prefill logits");
-            let decode = plain.program(Phase::Decode, 2).unwrap();
+            // Prefill 6 tokens, then 5 decode steps at batch 2 (two sequences).
             let mut worst = 0.0f64;
-            for i in 0..5 {
-                let mut s = StepBlock::new(&plain);
-                s.set_i32(&plain, names::TOKEN_IDS, &[3 + i, 7 + i]).unwrap();
-                s.set_i32(&plain, names::POSITIONS, &[6 + i, i]).unwrap();
-                s.set_i32(&plain, names::CACHE_BASE, &[0, 32]).unwrap();
-                a.run(decode, &s).unwrap();
-                b.run(decode, &s).unwrap();
-                let (la, lb) = (a.read_tensor(names::LOGITS, 8 * v).unwrap(), b.read_tensor(names::LOGITS, 8 * v).unwrap());
-                match (NormOrder::of(dtype), dtype) {
-                    (NormOrder::BeforeDot, _) => assert_eq!(la, lb, "decode step {i}"),
+            common_cpu::prefill_then_decode((&plain, &mut a), (&fused, &mut b), 8, 5, |what, la, lb| {
+                match (what, NormOrder::of(dtype), dtype) {
+                    ("prefill", ..) | (_, NormOrder::BeforeDot, _) => assert_eq!(la, lb, "{what}"),
                     // One rounding of each normed element moved (x * w rounded instead of
                     // x * inv, then times w): bf16 logits move by a few units in the last place
                     // of their largest (8 mantissa bits: 2^-8 = 3.9e-3), f32 ones by ~2^-20.
-                    (NormOrder::AfterDot, dt) => {
+                    (_, NormOrder::AfterDot, dt) => {
                         let bound = if dt == DType::F32 { 4e-6 } else { 2e-2 };
                         let err = normalized_error(&la, &lb);
-                        assert!(err <= bound, "decode step {i} ({dt:?}): normalized error {err:.3e} > {bound:e}");
+                        assert!(err <= bound, "{what} ({dt:?}): normalized error {err:.3e} > {bound:e}");
                         worst = worst.max(err);
                     }
                 }
-            }
+            });
             eprintln!("{dtype:?} qkv_bias={qkv_bias} qk_norm={qk_norm} packable={packable}: decode normalized error {worst:.3e}");
             if NormOrder::of(dtype) == NormOrder::AfterDot {
                 assert!(worst > 0.0, "{dtype:?}: a norm after the dot product rounds differently from the unfused ops");

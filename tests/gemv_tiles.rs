@@ -8,11 +8,10 @@ mod common_cpu;
 
 use common_cpu::Shape;
 use kiln::ir::{DType, Phase, RopeScaling, RopeStyle};
-use kiln::lower::{names, tiles};
+use kiln::lower::tiles;
 use kiln::model::SrcDType;
 use kiln::plan::{build_plan_tiles, Kernel, Plan, PlanOptions, RegionKind};
 use kiln::runtime::cpu::CpuExecutor;
-use kiln::runtime::{Executor, StepBlock};
 use kiln::synth::MemWeights;
 
 fn weight_names(plan: &Plan, program: usize) -> Vec<(String, Vec<String>)> {
@@ -32,34 +31,36 @@ fn weight_names(plan: &Plan, program: usize) -> Vec<(String, Vec<String>)> {
         .collect()
 }
 
+/// A small Llama-style config of these dimensions (`common_cpu::Shape`).
+fn config(vocab: usize, hidden: usize, ffn: usize, heads: usize, head_dim: usize, tied: bool) -> kiln::model::ModelConfig {
+    Shape {
+        vocab,
+        hidden,
+        ffn,
+        layers: 2,
+        heads,
+        kv_heads: heads / 2,
+        head_dim,
+        rotary_dim: head_dim,
+        style: RopeStyle::HalfSplit,
+        scaling: RopeScaling::None,
+        tied,
+        qkv_bias: false,
+        qk_norm: false,
+    }
+    .build()
+}
+
+/// Decode buckets 1 and 2, prefill bucket 16 (its linears are library GEMMs), context 32.
+fn options(dtype: DType, fuse: bool) -> PlanOptions {
+    PlanOptions { decode_buckets: vec![1, 2], prefill_buckets: vec![16], max_context: 32, dtype, memory_budget: None, burst: 0, fuse }
+}
+
 #[test]
 fn tiled_plans_give_the_row_major_plans_logits_bit_for_bit() {
     for (tied, fuse, dtype) in [(true, true, DType::BF16), (false, true, DType::F16), (false, false, DType::BF16)] {
-        let cfg = Shape {
-            vocab: 64,
-            hidden: 128,
-            ffn: 96,
-            layers: 2,
-            heads: 4,
-            kv_heads: 2,
-            head_dim: 32,
-            rotary_dim: 32,
-            style: RopeStyle::HalfSplit,
-            scaling: RopeScaling::None,
-            tied,
-            qkv_bias: false,
-            qk_norm: false,
-        }
-        .build();
-        let opts = PlanOptions {
-            decode_buckets: vec![1, 2],
-            prefill_buckets: vec![16],
-            max_context: 32,
-            dtype,
-            memory_budget: None,
-            burst: 0,
-            fuse,
-        };
+        let cfg = config(64, 128, 96, 4, 32, tied);
+        let opts = options(dtype, fuse);
         let plain = build_plan_tiles(&cfg, &opts, false).unwrap();
         let tiled = build_plan_tiles(&cfg, &opts, true).unwrap();
         let twins = tiled.tensors.iter().filter(|t| t.name.ends_with(tiles::SUFFIX)).count();
@@ -87,63 +88,14 @@ fn tiled_plans_give_the_row_major_plans_logits_bit_for_bit() {
         let w = MemWeights::random(&cfg, 5, src);
         let mut a = CpuExecutor::new(plain.clone(), &w).unwrap();
         let mut b = CpuExecutor::new(tiled.clone(), &w).unwrap();
-        let mut step = StepBlock::new(&plain);
-        let ids: Vec<i32> = (0..16).map(|i| if i < 6 { 1 + 4 * i } else { 0 }).collect();
-        let pos: Vec<i32> = (0..16).map(|i| if i < 6 { i } else { -1 }).collect();
-        step.set_i32(&plain, names::TOKEN_IDS, &ids).unwrap();
-        step.set_i32(&plain, names::POSITIONS, &pos).unwrap();
-        step.set_i32(&plain, names::CACHE_BASE, &[0; 16]).unwrap();
-        step.set_i32(&plain, names::LOGIT_ROWS, &[5]).unwrap();
-        let p = plain.program(Phase::Prefill, 16).unwrap();
-        assert_eq!(tiled.program(Phase::Prefill, 16), Some(p));
-        a.run(p, &step).unwrap();
-        let mut step_b = StepBlock::new(&tiled);
-        step_b.bytes.copy_from_slice(&step.bytes);
-        b.run(p, &step_b).unwrap();
-        let v = cfg.vocab_size;
-        assert_eq!(a.read_tensor(names::LOGITS, 4 * v).unwrap(), b.read_tensor(names::LOGITS, 4 * v).unwrap(), "prefill logits");
-        let d = plain.program(Phase::Decode, 2).unwrap();
-        for i in 0..4 {
-            let mut s = StepBlock::new(&plain);
-            s.set_i32(&plain, names::TOKEN_IDS, &[3 + i, 7 + i]).unwrap();
-            s.set_i32(&plain, names::POSITIONS, &[6 + i, i]).unwrap();
-            s.set_i32(&plain, names::CACHE_BASE, &[0, 32]).unwrap();
-            a.run(d, &s).unwrap();
-            let mut sb = StepBlock::new(&tiled);
-            sb.bytes.copy_from_slice(&s.bytes);
-            b.run(d, &sb).unwrap();
-            assert_eq!(a.read_tensor(names::LOGITS, 8 * v).unwrap(), b.read_tensor(names::LOGITS, 8 * v).unwrap(), "decode step {i}");
-        }
+        common_cpu::prefill_then_decode((&plain, &mut a), (&tiled, &mut b), 16, 4, |what, la, lb| assert_eq!(la, lb, "{what}"));
     }
 }
 
 #[test]
 fn a_weight_that_cannot_be_packed_is_refused_by_name() {
-    let cfg = Shape {
-        vocab: 40,
-        hidden: 24,
-        ffn: 40,
-        layers: 1,
-        heads: 4,
-        kv_heads: 2,
-        head_dim: 6,
-        rotary_dim: 6,
-        style: RopeStyle::HalfSplit,
-        scaling: RopeScaling::None,
-        tied: false,
-        qkv_bias: false,
-        qk_norm: false,
-    }
-    .build();
-    let opts = PlanOptions {
-        decode_buckets: vec![1],
-        prefill_buckets: vec![16],
-        max_context: 32,
-        dtype: DType::BF16,
-        memory_budget: None,
-        burst: 0,
-        fuse: true,
-    };
+    let cfg = config(40, 24, 40, 4, 6, false);
+    let opts = options(DType::BF16, true);
     let e = format!("{:#}", build_plan_tiles(&cfg, &opts, true).unwrap_err());
     assert!(e.contains("cannot be tile-packed") && e.contains("KILN_GEMV_TILES"), "{e}");
 }

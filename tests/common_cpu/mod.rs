@@ -217,3 +217,47 @@ pub fn greedy_text(m: &kiln::model::LoadedModel, plan: kiln::plan::Plan) -> Stri
     }
     String::from_utf8(bytes).expect("utf-8")
 }
+
+/// The same steps on executors of two plans of one model (`tests/fusion.rs`, `tests/gemv_tiles.rs`):
+/// a prefill of 6 tokens in bucket `prefill` (padding after them), then `steps` decode steps of two
+/// sequences at batch 2 (KV bases 0 and 32: plans of max context 32); `check(what, logits a,
+/// logits b)` after each.
+pub fn prefill_then_decode(
+    a: (&kiln::plan::Plan, &mut kiln::runtime::cpu::CpuExecutor),
+    b: (&kiln::plan::Plan, &mut kiln::runtime::cpu::CpuExecutor),
+    prefill: usize,
+    steps: i32,
+    mut check: impl FnMut(&str, Vec<u8>, Vec<u8>),
+) {
+    use kiln::ir::Phase;
+    use kiln::lower::names;
+    use kiln::runtime::{Executor, StepBlock};
+    let ((pa, ea), (pb, eb)) = (a, b);
+    let v = pa.config.vocab_size;
+    let run = |ea: &mut kiln::runtime::cpu::CpuExecutor, eb: &mut kiln::runtime::cpu::CpuExecutor, program: usize, step: &StepBlock| {
+        ea.run(program, step).unwrap();
+        let mut sb = StepBlock::new(pb);
+        sb.bytes.copy_from_slice(&step.bytes);
+        eb.run(program, &sb).unwrap();
+    };
+    let mut step = StepBlock::new(pa);
+    let ids: Vec<i32> = (0..prefill as i32).map(|i| if i < 6 { 1 + 4 * i } else { 0 }).collect();
+    let pos: Vec<i32> = (0..prefill as i32).map(|i| if i < 6 { i } else { -1 }).collect();
+    step.set_i32(pa, names::TOKEN_IDS, &ids).unwrap();
+    step.set_i32(pa, names::POSITIONS, &pos).unwrap();
+    step.set_i32(pa, names::CACHE_BASE, &vec![0; prefill]).unwrap();
+    step.set_i32(pa, names::LOGIT_ROWS, &[5]).unwrap();
+    let p = pa.program(Phase::Prefill, prefill).unwrap();
+    assert_eq!(pb.program(Phase::Prefill, prefill), Some(p));
+    run(ea, eb, p, &step);
+    check("prefill", ea.read_tensor(names::LOGITS, 4 * v).unwrap(), eb.read_tensor(names::LOGITS, 4 * v).unwrap());
+    let d = pa.program(Phase::Decode, 2).unwrap();
+    for i in 0..steps {
+        let mut s = StepBlock::new(pa);
+        s.set_i32(pa, names::TOKEN_IDS, &[3 + i, 7 + i]).unwrap();
+        s.set_i32(pa, names::POSITIONS, &[6 + i, i]).unwrap();
+        s.set_i32(pa, names::CACHE_BASE, &[0, 32]).unwrap();
+        run(ea, eb, d, &s);
+        check(&format!("decode step {i}"), ea.read_tensor(names::LOGITS, 8 * v).unwrap(), eb.read_tensor(names::LOGITS, 8 * v).unwrap());
+    }
+}
