@@ -471,7 +471,8 @@ class Checker:
                             continue
                         ref = run(self.module, sym + variant, grid, threads, args(rowm[0], rowm[1], qkv_rm), outs)
                         runs = [(m, mw, grid) for m, mw in self.tiles_mods[:1]]
-                        if R <= 8 and threads == 256 and not unaligned:
+                        # qkv_linear does not walk (KILN_GEMV_WALK has no bit for it): one block per tile
+                        if R <= 8 and threads == 256 and not unaligned and "qkv" not in sym:
                             slots = 132 * (3 if variant else 2)
                             if tiles_n > slots:
                                 runs.append((self.tiles_mods[1][0], self.tiles_mods[1][1], (slots, 1, 1)))
@@ -1385,7 +1386,7 @@ class Checker:
         projections run) and gated_linear (+norm) next to the plain
         GEMV of the same weight bytes; each with plain launches and with PDL launches (graph with
         programmatic edges: each kernel's first weight loads overlap the previous one's tail).
-        `gemv_variants`: (name, module) tuning variants, timed at rows 1 and 8. Returns lines."""
+        `gemv_variants`: (name, module) tuning variants, timed at rows 1 and 8, plain and PDL. Returns lines."""
         cp = self.cp
         try:
             pdl = PdlLaunch(cp)
@@ -1415,7 +1416,7 @@ class Checker:
             iters = max(sets, min(400, cdiv(int(2e-3 / est), sets) * sets))
             runs = [("", self.module, (1, 2, 4, 8), (False, True))]
             if kind != "linear" or out_f in (2048, 8192, 4096, 14336, 128256):
-                runs += [(name, m, (1, 8), (False,)) for name, m in gemv_variants]
+                runs += [(name, m, (1, 8), (False, True)) for name, m in gemv_variants]
             for vname, module, rows_list, modes in runs:
                 for use_pdl in modes:
                     if use_pdl and pdl is None:
