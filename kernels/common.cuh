@@ -201,8 +201,8 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) {
 
 namespace kiln {
 
-// KILN_GEMV_TILES (the runtime sets it from the plan, like KILN_GEMV_WALK; 0 by default): 1 when the
-// plan's 16-bit GEMV weights are stored tile-packed (an experiment, branch wip/gemv-tiles): a
+// KILN_GEMV_TILES (the runtime sets it from the plan: 1 when its weights have Layout::GemvTiles,
+// src/lower/tiles.rs; 0 by default): 1 when the plan's 16-bit GEMV weights are stored tile-packed: a
 // [N, in] matrix (N % 16 == 0, in % 32 == 0) as its 16-row tiles in order, each tile as its 32-column
 // chunks in order, each chunk as the 16 bytes lane (g, t) of the tensor-core GEMV reads of row g
 // (lanes in order), then of row g + 8: element (r, k) at weight_row(r) + weight_col(k) below. A warp's load
@@ -263,9 +263,14 @@ template <typename T> __device__ __forceinline__ constexpr unsigned int weight_s
 // agree), although a plain grid-stride read runs 5% faster with `__ldg` than with 0's hints
 // (scripts/probe_read_bw.cu): a GEMV lane quad reads 64 bytes of a row, whose neighbours the
 // block's other warps read next, and the prefetch brings them in with it.
+// Tile-packed weights (KILN_GEMV_TILES) read fastest in decode with 2 (session 21, same-call A/B,
+// batch 1, context 128, tok/s 0.5B / 1B / 8B: row-major with 0 1636 / 1206 / 248.5; tiled with 0
+// 1670 / 1185 / 247.6, 1 1618 / 1109 / 247.5, 2 1685 / 1225 / 256.1, 3 1600 / 1087 / 240.9): a load
+// instruction reads 256 contiguous bytes already, and the prefetch of 0 and 3 brings in bytes of
+// the next chunk, which other warps read.
 #ifndef KILN_STREAM_LOAD
 #if KILN_GEMV_TILES
-#define KILN_STREAM_LOAD 1  // tile-packed weights read fastest with the plain load (probe_gemv_layout.cu)
+#define KILN_STREAM_LOAD 2
 #else
 #define KILN_STREAM_LOAD 0
 #endif
