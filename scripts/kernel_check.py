@@ -394,7 +394,7 @@ class Checker:
                         self.report.record(f"walk {sym[5:]}{variant} {R}x{K}->{N} on {grid} blocks ({what})", dt.name,
                                            o.get().tobytes() == ref.get().tobytes(), "== one block per tile, bitwise")
 
-    # tile-packed GEMV weights (KILN_GEMV_TILES, branch wip/gemv-tiles) ------------------------
+    # tile-packed GEMV weights (KILN_GEMV_TILES, src/lower/tiles.rs) ---------------------------
     @staticmethod
     def pack_tiles(w):
         """A [N, K] 16-bit weight (N % 16 == 0, K % 32 == 0) in KILN_GEMV_TILES's layout

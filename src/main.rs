@@ -15,6 +15,9 @@ enum Command {
     /// Generate text (default model: the bundled stories260K; runs on CPU with no GPU).
     Run(cli::run::RunCmd),
     /// Plan a model ahead of time: write NAME.plan and its canonical dump NAME.plan.txt.
+    ///
+    /// 16-bit GEMV weights are also planned tile-packed (a second copy, read faster in decode) where
+    /// all of them can be; KILN_GEMV_TILES=0 in the environment plans one row-major copy.
     Plan(cli::plan_cmd::PlanCmd),
     /// Print a plan file's summary and launch records.
     Inspect(cli::plan_cmd::InspectCmd),

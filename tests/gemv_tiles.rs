@@ -1,5 +1,5 @@
-//! Tile-packed GEMV weights (`lower::tiles`, plan time `KILN_GEMV_TILES=1`; an experiment): the
-//! plan reads tile-packed twins in its GEMV-family launches and the row-major originals in the
+//! Tile-packed GEMV weights (`lower::tiles`, plan time `KILN_GEMV_TILES`, by default where every
+//! 16-bit GEMV weight can be packed): the plan reads tile-packed twins in its GEMV-family launches and the row-major originals in the
 //! library GEMMs of prefill and the embedding gather; on the CPU reference it gives the logits of
 //! the row-major plan bit for bit (the loader permutes each twin, the CPU indexes it, and sums
 //! in the same order), plain and fused, tied and untied, f16 and bf16.
@@ -8,9 +8,9 @@ mod common_cpu;
 
 use common_cpu::Shape;
 use kiln::ir::{DType, Phase, RopeScaling, RopeStyle};
-use kiln::lower::tiles;
+use kiln::lower::tiles::{self, Mode};
 use kiln::model::SrcDType;
-use kiln::plan::{build_plan_tiles, Kernel, Plan, PlanOptions, RegionKind};
+use kiln::plan::{build_plan_tiles, Kernel, Layout, Plan, PlanOptions, RegionKind};
 use kiln::runtime::cpu::CpuExecutor;
 use kiln::synth::MemWeights;
 
@@ -61,9 +61,13 @@ fn tiled_plans_give_the_row_major_plans_logits_bit_for_bit() {
     for (tied, fuse, dtype) in [(true, true, DType::BF16), (false, true, DType::F16), (false, false, DType::BF16)] {
         let cfg = config(64, 128, 96, 4, 32, tied);
         let opts = options(dtype, fuse);
-        let plain = build_plan_tiles(&cfg, &opts, false).unwrap();
-        let tiled = build_plan_tiles(&cfg, &opts, true).unwrap();
-        let twins = tiled.tensors.iter().filter(|t| t.name.ends_with(tiles::SUFFIX)).count();
+        let plain = build_plan_tiles(&cfg, &opts, Mode::Off).unwrap();
+        let tiled = build_plan_tiles(&cfg, &opts, Mode::On).unwrap();
+        assert_eq!(build_plan_tiles(&cfg, &opts, Mode::Auto).unwrap(), tiled, "the default plan is the tiled one");
+        assert!(tiled.gemv_tiles() && !plain.gemv_tiles());
+        let twins = tiled.tensors.iter().filter(|t| t.layout == Layout::GemvTiles).count();
+        assert!(tiled.tensors.iter().all(|t| (t.layout == Layout::GemvTiles) == t.name.ends_with(tiles::SUFFIX)));
+        assert!(tiled.tensors.iter().filter(|t| t.layout == Layout::GemvTiles).all(|t| tiled.tensor(t.source()).is_some()));
         // q, k, v, o, gate, up, down per layer and the output projection (the table when tied).
         assert_eq!(twins, 7 * cfg.n_layers + 1, "twins in the tiled plan");
         let decode = tiled.program(Phase::Decode, 1).unwrap();
@@ -93,9 +97,47 @@ fn tiled_plans_give_the_row_major_plans_logits_bit_for_bit() {
 }
 
 #[test]
-fn a_weight_that_cannot_be_packed_is_refused_by_name() {
+fn a_weight_that_cannot_be_packed_makes_the_default_plan_row_major_and_is_refused_by_name_when_required() {
     let cfg = config(40, 24, 40, 4, 6, false);
     let opts = options(DType::BF16, true);
-    let e = format!("{:#}", build_plan_tiles(&cfg, &opts, true).unwrap_err());
+    let e = format!("{:#}", build_plan_tiles(&cfg, &opts, Mode::On).unwrap_err());
     assert!(e.contains("cannot be tile-packed") && e.contains("KILN_GEMV_TILES"), "{e}");
+    let auto = build_plan_tiles(&cfg, &opts, Mode::Auto).unwrap();
+    assert_eq!(auto, build_plan_tiles(&cfg, &opts, Mode::Off).unwrap());
+    assert!(!auto.gemv_tiles());
+}
+
+#[test]
+fn f32_weights_stay_row_major() {
+    let cfg = config(64, 128, 96, 4, 32, false);
+    let opts = options(DType::F32, true);
+    for mode in [Mode::Auto, Mode::On] {
+        let plan = build_plan_tiles(&cfg, &opts, mode).unwrap();
+        assert!(!plan.gemv_tiles(), "{mode:?}");
+        assert_eq!(plan, build_plan_tiles(&cfg, &opts, Mode::Off).unwrap());
+    }
+}
+
+#[test]
+fn the_default_plans_row_major_where_the_second_copy_would_not_fit_the_budget() {
+    let cfg = config(64, 128, 96, 4, 32, true);
+    let plain = build_plan_tiles(&cfg, &options(DType::BF16, true), Mode::Off).unwrap();
+    let tiled = build_plan_tiles(&cfg, &options(DType::BF16, true), Mode::On).unwrap();
+    assert!(tiled.total_bytes() > plain.total_bytes());
+    let opts = PlanOptions { memory_budget: Some(plain.total_bytes()), ..options(DType::BF16, true) };
+    let auto = build_plan_tiles(&cfg, &opts, Mode::Auto).unwrap();
+    assert!(!auto.gemv_tiles() && auto.total_bytes() == plain.total_bytes());
+    // Required, the budget error says how much the second copy is and how to plan without it.
+    let e = format!("{:#}", build_plan_tiles(&cfg, &opts, Mode::On).unwrap_err());
+    assert!(e.contains("memory budget") && e.contains("KILN_GEMV_TILES=0"), "{e}");
+}
+
+#[test]
+fn a_tiled_plan_survives_its_file_and_its_dump_names_the_layout() {
+    let cfg = config(64, 128, 96, 4, 32, true);
+    let tiled = build_plan_tiles(&cfg, &options(DType::BF16, true), Mode::On).unwrap();
+    let back = kiln::plan::file::from_bytes(&kiln::plan::file::to_bytes(&tiled).unwrap(), "test plan").unwrap();
+    assert_eq!(back, tiled);
+    let dump = kiln::plan::dump::dump(&tiled);
+    assert!(dump.lines().any(|l| l.contains("@tiles") && l.ends_with(" gemv-tiles")), "{dump}");
 }

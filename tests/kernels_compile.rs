@@ -96,16 +96,19 @@ fn plans() -> Vec<(String, Plan)> {
     ]
 }
 
-/// The compiled module for `arch`, or None when NVRTC is unavailable and not required.
-fn compiled(arch: &'static str) -> Option<&'static nvrtc::CompiledKernels> {
+/// The compiled module for `arch` (for tile-packed GEMV weights with `tiles`), or None when NVRTC
+/// is unavailable and not required.
+fn compiled(arch: &'static str, tiles: bool) -> Option<&'static nvrtc::CompiledKernels> {
     static SM90: OnceLock<Result<nvrtc::CompiledKernels, String>> = OnceLock::new();
     static SM90A: OnceLock<Result<nvrtc::CompiledKernels, String>> = OnceLock::new();
-    let cell = match arch {
-        "sm_90" => &SM90,
-        "sm_90a" => &SM90A,
-        other => panic!("no cell for {other}"),
+    static SM90A_TILES: OnceLock<Result<nvrtc::CompiledKernels, String>> = OnceLock::new();
+    let cell = match (arch, tiles) {
+        ("sm_90", false) => &SM90,
+        ("sm_90a", false) => &SM90A,
+        ("sm_90a", true) => &SM90A_TILES,
+        other => panic!("no cell for {other:?}"),
     };
-    let result = cell.get_or_init(|| match nvrtc::compile_for_arch(arch) {
+    let result = cell.get_or_init(|| match nvrtc::compile_for_arch(arch, tiles) {
         Ok(c) => Ok(c),
         Err(e @ (nvrtc::NvrtcError::LibraryMissing | nvrtc::NvrtcError::HeadersMissing { .. })) => Err(e.to_string()),
         Err(e) => panic!("compiling the kernels for {arch} failed:\n{e}"),
@@ -122,8 +125,8 @@ fn compiled(arch: &'static str) -> Option<&'static nvrtc::CompiledKernels> {
     }
 }
 
-fn check_arch(arch: &'static str) {
-    let Some(kernels) = compiled(arch) else { return };
+fn check_arch(arch: &'static str, tiles: bool) {
+    let Some(kernels) = compiled(arch, tiles) else { return };
     assert!(kernels.log.is_empty() || !kernels.log.to_lowercase().contains("warning"), "{}", kernels.log);
     let names: BTreeSet<String> = nvrtc::cubin_kernel_names(&kernels.cubin).unwrap().into_iter().collect();
     let expected = expected_symbols();
@@ -134,6 +137,7 @@ fn check_arch(arch: &'static str) {
     // advance.cu): undefined symbols of the CUBIN that `cubin_kernel_names` lists with the kernels.
     let extra: Vec<_> = names.difference(&expected).filter(|n| !n.starts_with("kiln_bench_") && !n.starts_with("cuda")).collect();
     assert!(extra.is_empty(), "{arch}: unexpected kernels in the CUBIN (add them to the ABI and this list): {extra:?}");
+    // Both builds define the same symbols; a plan's layout only picks which build it loads.
     for (label, plan) in plans() {
         let wanted = abi::symbols(&plan);
         assert!(!wanted.is_empty());
@@ -142,7 +146,8 @@ fn check_arch(arch: &'static str) {
         }
     }
     eprintln!(
-        "{arch}: {} kernels, CUBIN {} bytes, NVRTC {}.{}",
+        "{arch}{}: {} kernels, CUBIN {} bytes, NVRTC {}.{}",
+        if tiles { " (tile-packed GEMV weights)" } else { "" },
         names.len(),
         kernels.cubin.len(),
         kernels.nvrtc_version.0,
@@ -152,12 +157,19 @@ fn check_arch(arch: &'static str) {
 
 #[test]
 fn kernels_compile_for_sm_90_with_every_abi_symbol() {
-    check_arch("sm_90");
+    check_arch("sm_90", false);
 }
 
 #[test]
 fn kernels_compile_for_sm_90a_with_every_abi_symbol() {
-    check_arch("sm_90a");
+    check_arch("sm_90a", false);
+}
+
+/// The build the runtime compiles for a plan with tile-packed GEMV weights (the default plans of
+/// the reference models: `lower::tiles`).
+#[test]
+fn tiled_kernels_compile_for_sm_90a_with_every_abi_symbol() {
+    check_arch("sm_90a", true);
 }
 
 #[test]
@@ -176,9 +188,9 @@ fn plans_ask_only_for_symbols_kernels_define() {
 
 #[test]
 fn a_virtual_architecture_is_refused_with_a_clear_error() {
-    if compiled("sm_90").is_none() {
+    if compiled("sm_90", false).is_none() {
         return;
     }
-    let err = nvrtc::compile_for_arch("compute_90").expect_err("a virtual architecture yields no CUBIN");
+    let err = nvrtc::compile_for_arch("compute_90", false).expect_err("a virtual architecture yields no CUBIN");
     assert!(matches!(err, nvrtc::NvrtcError::NoCubin { .. } | nvrtc::NvrtcError::Api { .. }), "{err}");
 }

@@ -150,7 +150,7 @@ pub fn read_bandwidth(bytes: u64, runs: usize) -> Result<Bandwidth> {
     let counters = Counters::default();
     let device = driver::Device::open(ordinal()?, &counters)?;
     let arch = nvrtc::arch_for_compute_capability(device.compute_capability.0, device.compute_capability.1);
-    let compiled = nvrtc::load_or_compile(&arch).with_context(|| format!("compiling kernels/ (with bench_read.cu) for {arch}"))?;
+    let compiled = nvrtc::load_or_compile(&arch, false).with_context(|| format!("compiling kernels/ (with bench_read.cu) for {arch}"))?;
     // Everything below lives in `device`'s context and is dropped before it.
     let result = (|| -> Result<Bandwidth> {
         let module = Module::load(&counters, &compiled.cubin)?;

@@ -1,26 +1,53 @@
-//! Tile-packed GEMV weights (an experiment, branch `wip/gemv-tiles`; plan time `KILN_GEMV_TILES=1`).
+//! Tile-packed GEMV weights (plan time `KILN_GEMV_TILES`: unset = where every one can be, `1` =
+//! required, `0` = never).
 //!
-//! Every weight a kiln GEMV-family kernel reads (linear, fused / gated / QKV linears, QKV-RoPE) is
-//! replaced by a twin, `NAME@tiles`, stored tile-packed: each 16-row tile's 32-column chunks in the
-//! order the tensor-core GEMV's lanes read them (`kernels/common.cuh` `weight_row` +
-//! `weight_col`), so that a warp's load instruction reads 256 contiguous bytes instead of 64 bytes
-//! of each of 8 rows (`bench/NOTES-decode.md`, session 20: 6-13% faster per GEMV in a probe).
-//! The sums are unchanged: the same elements reach the same registers. The library GEMMs of
-//! prefill (cuBLASLt, which cannot read the layout) and the embedding gather keep the row-major
-//! originals, so a weight both read can be planned twice (the plan's memory says how much).
-//! The loader permutes a twin from its original (`runtime::weights`), the CPU reference indexes
-//! it (`runtime::cpu`), and the CUDA runtime compiles the kernels with `KILN_GEMV_TILES=1` when a
-//! plan has twins.
+//! Every 16-bit weight a kiln GEMV-family kernel reads (linear, fused / gated / QKV linears,
+//! QKV-RoPE) is replaced by a twin, `NAME@tiles`, planned with [`Layout::GemvTiles`]: each 16-row
+//! tile's 32-column chunks in the order the tensor-core GEMV's lanes read them
+//! (`kernels/common.cuh` `weight_row` + `weight_col`), so that a warp's load instruction reads
+//! 256 contiguous bytes instead of 64 bytes of each of 8 rows. The sums are unchanged: the same
+//! elements reach the same registers in the same order. Measured on the H200 (session 21,
+//! `bench/NOTES-decode.md`): with the weight loads' L1 no-allocate hint and no L2 prefetch hint
+//! (`KILN_STREAM_LOAD=2`, the tiled build's default) batch-1 decode runs 3.1% faster on the
+//! Llama-3.1-8B shape, 1.5% on the 1B and 3% on the 0.5B than row-major.
+//!
+//! The library GEMMs of prefill (cuBLASLt, which cannot read the layout) and the embedding gather
+//! keep the row-major originals, so such weights are planned twice: the plan's weights grow by
+//! the GEMV weights' bytes (`KILN_GEMV_TILES=0` plans one copy; a plan that does not fit the GPU
+//! says so). f32 weights stay row-major (the kernels read them so in either build). A plan is tiled
+//! as a whole or not at all: its kernels are compiled for one layout (`runtime::cuda::nvrtc`), so a
+//! 16-bit GEMV weight that cannot be packed (N % 16 or K % 32 not 0) makes the default plan
+//! row-major and `KILN_GEMV_TILES=1` an error naming it. The loader permutes a twin from its
+//! original (`runtime::weights`) and the CPU reference indexes it (`runtime::cpu`).
 
 use crate::ir::{DType, Op, Phase, Program, Qkv, ValueClass, ValueId};
 use anyhow::{bail, Result};
 
+#[cfg(doc)]
+use crate::plan::Layout;
+
 /// The name suffix of a tile-packed twin.
 pub const SUFFIX: &str = "@tiles";
 
-/// Whether plans are built with tile-packed GEMV weights (`KILN_GEMV_TILES=1` at plan time).
-pub fn enabled() -> bool {
-    std::env::var("KILN_GEMV_TILES").is_ok_and(|v| v == "1")
+/// Whether plans get tile-packed GEMV weights.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Row-major weights only (`KILN_GEMV_TILES=0`).
+    Off,
+    /// Tile-packed when every 16-bit GEMV weight of the plan can be, else row-major (the default).
+    Auto,
+    /// Tile-packed, or an error naming a weight that cannot be (`KILN_GEMV_TILES=1`).
+    On,
+}
+
+/// The mode `KILN_GEMV_TILES` asks for (unset: [`Mode::Auto`]).
+pub fn mode() -> Result<Mode> {
+    match std::env::var("KILN_GEMV_TILES").as_deref() {
+        Err(_) | Ok("") => Ok(Mode::Auto),
+        Ok("0") => Ok(Mode::Off),
+        Ok("1") => Ok(Mode::On),
+        Ok(v) => bail!("KILN_GEMV_TILES={v}: use 1 (tile-packed GEMV weights required), 0 (row-major only) or leave it unset"),
+    }
 }
 
 /// Whether a weight of this type can be tile-packed: 16-bit `[N, K]` with N % 16 == 0, K % 32 == 0.
@@ -33,40 +60,55 @@ pub fn tile_index(r: usize, k: usize, cols: usize) -> usize {
     (r >> 4) * 16 * cols + ((r >> 3) & 1) * 256 + (r & 7) * 32 + (k >> 5) * 512 + ((k >> 3) & 3) * 8 + (k & 7)
 }
 
-/// `p` with every GEMV-family weight read replaced by its tile-packed twin; an error names a
-/// weight that cannot be packed (the kernels of a process read all their GEMV weights one way).
-pub fn tile_weights(p: &Program) -> Result<Program> {
-    let mut out = p.clone();
+/// The 16-bit weight operands of `op` that a kiln GEMV-family kernel reads (none for a prefill
+/// linear over more rows than the GEMV takes: the planner makes it a library GEMM).
+fn gemv_weights<'a>(p: &Program, op: &'a mut Op) -> Vec<&'a mut ValueId> {
     let gemv_rows = crate::plan::geometry::LINEAR_GEMV_MAX_ROWS as usize;
+    let rows = |x: &ValueId| p.value(*x).shape.0.first().copied().unwrap_or(0);
+    let library = p.phase == Phase::Prefill
+        && match &*op {
+            Op::Linear { x, .. } | Op::QkvLinear { x, norm: None, outs: Qkv::Packed(_), .. } => rows(x) > gemv_rows,
+            _ => false,
+        };
+    if library {
+        return Vec::new();
+    }
+    let weights: Vec<&mut ValueId> = match op {
+        Op::Linear { weight, .. } | Op::FusedLinear { weight, .. } => vec![weight],
+        Op::GatedLinear { gate, up, .. } => vec![gate, up],
+        Op::QkvLinear { weights, .. } | Op::QkvRope { weights, .. } => weights.iter_mut().collect(),
+        _ => Vec::new(),
+    };
+    weights.into_iter().filter(|w| matches!(p.value(**w).dtype, DType::F16 | DType::BF16)).collect()
+}
+
+/// A 16-bit GEMV weight of `p` that cannot be tile-packed, described (`name (dtype [shape])`).
+pub fn unpackable(p: &Program) -> Option<String> {
+    p.ops.iter().find_map(|node| {
+        let mut op = node.op.clone();
+        gemv_weights(p, &mut op)
+            .into_iter()
+            .map(|w| p.value(*w))
+            .find(|v| !packable(v.dtype, &v.shape.0))
+            .map(|v| format!("`{}` ({} {:?})", v.name, v.dtype, v.shape.0))
+    })
+}
+
+/// `p` with every 16-bit GEMV-family weight read replaced by its tile-packed twin; an error names
+/// a weight that cannot be packed (a plan's kernels read all their 16-bit GEMV weights one way).
+pub fn tile_weights(p: &Program) -> Result<Program> {
+    if let Some(w) = unpackable(p) {
+        bail!(
+            "KILN_GEMV_TILES=1: weight {w} cannot be tile-packed (a 16-bit [N, K] with N % 16 == 0 and K % 32 == 0); \
+             plan with KILN_GEMV_TILES unset or 0 (row-major weights)"
+        );
+    }
+    let mut out = p.clone();
     for i in 0..out.ops.len() {
         let mut op = out.ops[i].op.clone();
-        let rows = |x: &ValueId| out.value(*x).shape.0.first().copied().unwrap_or(0);
-        // Prefill linears over more rows than the GEMV takes are library GEMMs (`planner`).
-        let library = p.phase == Phase::Prefill
-            && match &op {
-                Op::Linear { x, .. } | Op::QkvLinear { x, norm: None, outs: Qkv::Packed(_), .. } => rows(x) > gemv_rows,
-                _ => false,
-            };
-        if library {
-            continue;
-        }
-        let weights: Vec<&mut ValueId> = match &mut op {
-            Op::Linear { weight, .. } | Op::FusedLinear { weight, .. } => vec![weight],
-            Op::GatedLinear { gate, up, .. } => vec![gate, up],
-            Op::QkvLinear { weights, .. } | Op::QkvRope { weights, .. } => weights.iter_mut().collect(),
-            _ => continue,
-        };
-        for w in weights {
-            let v = out.value(*w).clone();
-            if !packable(v.dtype, &v.shape.0) {
-                bail!(
-                    "KILN_GEMV_TILES=1: weight `{}` ({} {:?}) cannot be tile-packed (a 16-bit [N, K] with N % 16 == 0 and K % 32 == 0); \
-                     plan without KILN_GEMV_TILES",
-                    v.name,
-                    v.dtype,
-                    v.shape.0
-                );
-            }
+        for w in gemv_weights(p, &mut op) {
+            let v = p.value(*w);
+            // add_value returns the twin if an earlier op added it.
             *w = out.add_value(format!("{}{SUFFIX}", v.name), v.dtype, &v.shape.0, ValueClass::Weight);
         }
         out.ops[i].op = op;

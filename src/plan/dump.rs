@@ -13,6 +13,16 @@ pub fn region_summary(plan: &Plan) -> String {
     RegionKind::ALL.iter().map(|r| format!("{} {}", r.name(), fmt_bytes(plan.region_bytes[r.index()]))).collect::<Vec<_>>().join(", ")
 }
 
+/// For an error about a plan's size: how much of it is the tile-packed second copy of the GEMV
+/// weights (`lower::tiles`) and how to plan without it; empty for a row-major plan.
+pub fn tiles_hint(plan: &Plan) -> String {
+    let twins: u64 = plan.tensors.iter().filter(|t| t.layout == super::Layout::GemvTiles).map(|t| t.bytes).sum();
+    if twins == 0 {
+        return String::new();
+    }
+    format!("; or plan with KILN_GEMV_TILES=0 (the tile-packed second copy of the GEMV weights is {})", fmt_bytes(twins))
+}
+
 /// Largest sum of live temp bytes at any launch (the lower bound any allocator could reach).
 pub fn live_peak(p: &ProgramPlan) -> u64 {
     (0..p.launches.len() as u32)
@@ -155,8 +165,18 @@ pub fn dump(plan: &Plan) -> String {
     let _ = writeln!(s, "tensors:");
     for t in &plan.tensors {
         let shape: Vec<String> = t.shape.iter().map(|d| d.to_string()).collect();
-        let _ =
-            writeln!(s, "  {}+{} {} {} {}[{}] {}", t.region.name(), t.offset, t.class.name(), t.name, t.dtype, shape.join(","), t.bytes);
+        let layout = if t.layout == super::Layout::RowMajor { String::new() } else { format!(" {}", t.layout.name()) };
+        let _ = writeln!(
+            s,
+            "  {}+{} {} {} {}[{}] {}{layout}",
+            t.region.name(),
+            t.offset,
+            t.class.name(),
+            t.name,
+            t.dtype,
+            shape.join(","),
+            t.bytes
+        );
     }
     for p in &plan.programs {
         let _ = writeln!(s, "program {}", p.label());

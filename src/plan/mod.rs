@@ -102,6 +102,41 @@ pub struct PlannedTensor {
     pub region: RegionKind,
     pub offset: u64,
     pub bytes: u64,
+    /// How the elements are stored: row-major, or a permutation of another weight's.
+    pub layout: Layout,
+}
+
+impl PlannedTensor {
+    /// The model tensor this one is loaded from: itself, or for a permuted layout the row-major
+    /// weight it permutes (`NAME@tiles` from `NAME`).
+    pub fn source(&self) -> &str {
+        match self.layout {
+            Layout::RowMajor => &self.name,
+            Layout::GemvTiles => self.name.strip_suffix(crate::lower::tiles::SUFFIX).unwrap_or(&self.name),
+        }
+    }
+}
+
+/// The element order of a planned tensor. Every kernel of a plan that reads a weight reads it in
+/// the tensor's layout; the loader writes it so (`runtime::weights`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Layout {
+    /// `[d0, d1, ...]` in C order.
+    #[default]
+    RowMajor,
+    /// A 16-bit `[N, K]` GEMV weight tile-packed (`lower::tiles`): each 16-row tile's 32-column
+    /// chunks in the order the tensor-core GEMV's lanes read them. Plans with such tensors run
+    /// kernels compiled for it (`KILN_GEMV_TILES=1`, `runtime::cuda::nvrtc`).
+    GemvTiles,
+}
+
+impl Layout {
+    pub fn name(self) -> &'static str {
+        match self {
+            Layout::RowMajor => "row-major",
+            Layout::GemvTiles => "gemv-tiles",
+        }
+    }
 }
 
 /// An operand of a launch: bytes `[offset, offset + bytes)` of `region`.
@@ -419,6 +454,11 @@ impl Plan {
     }
     pub fn tensor(&self, name: &str) -> Option<&PlannedTensor> {
         self.tensors.iter().find(|t| t.name == name)
+    }
+    /// Whether the plan's GEMV weights are tile-packed (`lower::tiles`): its kernels must be
+    /// compiled for that layout.
+    pub fn gemv_tiles(&self) -> bool {
+        self.tensors.iter().any(|t| t.layout == Layout::GemvTiles)
     }
     /// Index of the program for a phase and exact bucket.
     pub fn program(&self, phase: Phase, bucket: usize) -> Option<usize> {

@@ -7,8 +7,11 @@
 //! is `i`. An op's outputs never share bytes with its inputs. The arena is the largest peak
 //! over all programs; every program reuses it from offset 0.
 
-use super::{align_up, fingerprint, Access, BufArg, Kernel, Launch, Plan, PlannedTensor, ProgramPlan, RegionKind, TempAlloc, N_REGIONS};
+use super::{
+    align_up, fingerprint, Access, BufArg, Kernel, Launch, Layout, Plan, PlannedTensor, ProgramPlan, RegionKind, TempAlloc, N_REGIONS,
+};
 use crate::ir::{DType, Op, Phase, Program, Qkv, ValueClass, ValueId};
+use crate::lower::tiles::Mode as TilesMode;
 use crate::lower::{lower, LowerOptions};
 use crate::model::config::ModelConfig;
 use anyhow::{bail, ensure, Result};
@@ -73,14 +76,15 @@ fn check_options(cfg: &ModelConfig, o: &PlanOptions) -> Result<()> {
     Ok(())
 }
 
-/// Builds a checked plan for `cfg`. Deterministic: same inputs, byte-identical plan. With
-/// `KILN_GEMV_TILES=1` in the environment, GEMV weights are tile-packed twins (`lower::tiles`).
+/// Builds a checked plan for `cfg`. Deterministic: same inputs and environment, byte-identical
+/// plan. GEMV weights are tile-packed twins (`lower::tiles`) as `KILN_GEMV_TILES` says: by
+/// default where every 16-bit GEMV weight can be and the plan fits the memory budget.
 pub fn build_plan(cfg: &ModelConfig, opts: &PlanOptions) -> Result<Plan> {
-    build_plan_tiles(cfg, opts, crate::lower::tiles::enabled())
+    build_plan_tiles(cfg, opts, crate::lower::tiles::mode()?)
 }
 
-/// [`build_plan`], with tile-packed GEMV weights or not (`lower::tiles`) whatever the environment.
-pub fn build_plan_tiles(cfg: &ModelConfig, opts: &PlanOptions, tiles: bool) -> Result<Plan> {
+/// [`build_plan`] with the given tile-packing mode (`lower::tiles`), whatever the environment.
+pub fn build_plan_tiles(cfg: &ModelConfig, opts: &PlanOptions, tiles: TilesMode) -> Result<Plan> {
     cfg.validate()?;
     check_options(cfg, opts)?;
     let lower_opts = LowerOptions { dtype: opts.dtype, kv_rows: opts.kv_rows(), burst: opts.burst };
@@ -100,13 +104,29 @@ pub fn build_plan_tiles(cfg: &ModelConfig, opts: &PlanOptions, tiles: bool) -> R
     if opts.fuse {
         programs = programs.iter().map(crate::lower::fuse::fuse).collect::<Result<_>>()?;
     }
-    if tiles {
-        programs = programs.iter().map(crate::lower::tiles::tile_weights).collect::<Result<_>>()?;
+    let tile = match tiles {
+        TilesMode::Off => false,
+        TilesMode::On => true,
+        TilesMode::Auto => programs.iter().all(|p| crate::lower::tiles::unpackable(p).is_none()),
+    };
+    if tile {
+        let tiled = programs.iter().map(crate::lower::tiles::tile_weights).collect::<Result<Vec<_>>>()?;
+        let plan = assemble(cfg, opts, &tiled)?;
+        // By default a plan whose second copy of the GEMV weights would not fit the budget is planned row-major.
+        let over = opts.memory_budget.is_some_and(|b| plan.total_bytes() > b);
+        if !(over && tiles == TilesMode::Auto) {
+            return finish(plan, opts);
+        }
     }
-    let (tensors, mut region_bytes) = layout_persistent(cfg, opts, &programs)?;
+    finish(assemble(cfg, opts, &programs)?, opts)
+}
+
+/// The plan of lowered (and fused, and maybe tiled) `programs`, unchecked.
+fn assemble(cfg: &ModelConfig, opts: &PlanOptions, programs: &[Program]) -> Result<Plan> {
+    let (tensors, mut region_bytes) = layout_persistent(cfg, opts, programs)?;
     let by_name: BTreeMap<&str, &PlannedTensor> = tensors.iter().map(|t| (t.name.as_str(), t)).collect();
     let mut planned = Vec::new();
-    for p in &programs {
+    for p in programs {
         planned.push(plan_program(p, &by_name, opts.max_context)?);
     }
     region_bytes[RegionKind::Arena.index()] = planned.iter().map(|p| p.arena_bytes).max().unwrap_or(0);
@@ -120,14 +140,20 @@ pub fn build_plan_tiles(cfg: &ModelConfig, opts: &PlanOptions, tiles: bool) -> R
         tensors,
         programs: planned,
     };
+    Ok(plan)
+}
+
+/// `plan` checked against the memory budget and the plan checker.
+fn finish(plan: Plan, opts: &PlanOptions) -> Result<Plan> {
     if let Some(budget) = opts.memory_budget {
         if plan.total_bytes() > budget {
             bail!(
-                "the plan needs {} ({} bytes) of device memory ({}) but the memory budget is {}; lower --max-context, use fewer or smaller buckets, or a smaller dtype",
+                "the plan needs {} ({} bytes) of device memory ({}) but the memory budget is {}; lower --max-context, use fewer or smaller buckets, or a smaller dtype{}",
                 fmt_bytes(plan.total_bytes()),
                 plan.total_bytes(),
                 super::dump::region_summary(&plan),
-                fmt_bytes(budget)
+                fmt_bytes(budget),
+                super::dump::tiles_hint(&plan)
             );
         }
     }
@@ -218,6 +244,7 @@ fn layout_persistent(cfg: &ModelConfig, opts: &PlanOptions, programs: &[Program]
                     region,
                     offset,
                     bytes,
+                    layout: if name.ends_with(crate::lower::tiles::SUFFIX) { Layout::GemvTiles } else { Layout::RowMajor },
                 });
             }
         }

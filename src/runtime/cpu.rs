@@ -92,7 +92,7 @@ impl CpuExecutor {
         let tiled = plan
             .tensors
             .iter()
-            .filter(|t| t.region == RegionKind::Weights && t.name.ends_with(crate::lower::tiles::SUFFIX))
+            .filter(|t| t.region == RegionKind::Weights && t.layout == crate::plan::Layout::GemvTiles)
             .map(|t| (t.offset, t.bytes))
             .collect();
         Ok(CpuExecutor { plan, regions, scratch: Scratch { tiled, ..Scratch::default() } })

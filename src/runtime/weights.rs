@@ -4,7 +4,7 @@
 
 use crate::ir::DType;
 use crate::model::{SrcDType, WeightSource};
-use crate::plan::{Plan, PlannedTensor, RegionKind};
+use crate::plan::{Layout, Plan, PlannedTensor, RegionKind};
 use anyhow::{bail, Result};
 use half::{bf16, f16};
 
@@ -14,10 +14,10 @@ pub fn weight_tensors(plan: &Plan) -> impl Iterator<Item = &PlannedTensor> {
 }
 
 /// Writes `t` from `src` into `dst` (exactly `t.bytes` long), converting to `t.dtype`; a
-/// tile-packed twin (`lower::tiles`, `NAME@tiles`) from `NAME`, permuted.
+/// tile-packed twin (`Layout::GemvTiles`, `NAME@tiles`) from `NAME`, permuted.
 pub fn convert_tensor(t: &PlannedTensor, src: &dyn WeightSource, dst: &mut [u8]) -> Result<()> {
-    if let Some(base) = t.name.strip_suffix(crate::lower::tiles::SUFFIX) {
-        let row_major = PlannedTensor { name: base.to_string(), ..t.clone() };
+    if t.layout == Layout::GemvTiles {
+        let row_major = PlannedTensor { name: t.source().to_string(), layout: Layout::RowMajor, ..t.clone() };
         let mut tmp = vec![0u8; dst.len()];
         convert_tensor(&row_major, src, &mut tmp)?;
         return tile_pack(&t.name, t.dtype, &t.shape, &tmp, dst);

@@ -309,21 +309,9 @@ fn compile_kernels(device: &Device, plan: &Plan) -> Result<Vec<u8>> {
             );
         }
     }
-    // Tile-packed GEMV weights (`lower::tiles`): all or none, one layout per process.
-    let tiles = plan.tensors.iter().any(|t| t.name.ends_with(crate::lower::tiles::SUFFIX));
-    let was = super::nvrtc::GEMV_TILES.swap(tiles, std::sync::atomic::Ordering::Relaxed);
-    if was != tiles && super::nvrtc::GEMV_TILES_USED.load(std::sync::atomic::Ordering::Relaxed) {
-        bail!(
-            "this plan {} tile-packed GEMV weights and an earlier plan of this process {}: load plans of one layout per \
-             process (KILN_GEMV_TILES at plan time)",
-            if tiles { "has" } else { "has no" },
-            if was { "had" } else { "had not" }
-        );
-    }
-    super::nvrtc::GEMV_TILES_USED.store(true, std::sync::atomic::Ordering::Relaxed);
     let arch = super::nvrtc::arch_for_compute_capability(major, minor);
-    let compiled =
-        super::nvrtc::load_or_compile(&arch).with_context(|| format!("compiling the CUDA kernels for {} ({arch})", device.name))?;
+    let compiled = super::nvrtc::load_or_compile(&arch, plan.gemv_tiles())
+        .with_context(|| format!("compiling the CUDA kernels for {} ({arch})", device.name))?;
     if let Ok(have) = super::nvrtc::cubin_kernel_names(&compiled.cubin) {
         let missing: Vec<String> = abi::symbols(plan).into_iter().filter(|s| !have.contains(s)).collect();
         if !missing.is_empty() {
@@ -355,11 +343,12 @@ impl CudaExecutor {
         let need = plan.total_bytes();
         if need > free {
             bail!(
-                "the plan needs {} ({}) but the GPU has {} free ({}); lower --max-context / buckets / use bf16",
+                "the plan needs {} ({}) but the GPU has {} free ({}); lower --max-context / buckets / use bf16{}",
                 fmt_bytes(need),
                 crate::plan::dump::region_summary(&plan),
                 fmt_bytes(free),
-                device.describe()
+                device.describe(),
+                crate::plan::dump::tiles_hint(&plan)
             );
         }
         let stream = Stream::new(&counters)?;

@@ -145,20 +145,13 @@ pub fn cuda_include_dir() -> Result<PathBuf, NvrtcError> {
     })
 }
 
-/// Whether the kernels of this process read tile-packed GEMV weights (`lower::tiles`): the CUDA
-/// executor sets it before compiling for a plan with tile-packed twins (an experiment, one
-/// layout per process).
-pub static GEMV_TILES: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-/// Whether kernels were compiled in this process already (with GEMV_TILES's layout).
-pub static GEMV_TILES_USED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
 /// The options kiln compiles with (the include directory last). `KILN_NVRTC_DEFINES`, a
 /// comma-separated list of `NAME` or `NAME=VALUE`, adds `-D` options: a developer's knob for the
 /// kernels' tuning macros and experiments (e.g. `KILN_LINEAR_GEMV_DEPTH=8`); it is part of the cache key.
-pub fn options(arch: &str, include_dir: &Path) -> Vec<String> {
+pub fn options(arch: &str, include_dir: &Path, gemv_tiles: bool) -> Vec<String> {
     let mut o = vec![format!("--gpu-architecture={arch}"), "-std=c++17".to_string(), "-lineinfo".to_string()];
-    // GEMV weights tile-packed (`lower::tiles`): set by the executor for a plan that has them.
-    if GEMV_TILES.load(std::sync::atomic::Ordering::Relaxed) {
+    // The GEMV kernels for tile-packed weights (`lower::tiles`), for a plan that has them.
+    if gemv_tiles {
         o.push("-DKILN_GEMV_TILES=1".to_string());
     }
     // Which GEMV kernels walk their tiles (kernels/linear.cu): the plan-time knob's bits.
@@ -200,16 +193,17 @@ fn files_in_log(log: &str, kind: &str) -> String {
 }
 
 /// Compiles every kernel for `arch` (`sm_90a`, `sm_90`, `sm_80`, ...) into a CUBIN, without a
-/// GPU and without the cache. Fails on any error or warning.
-pub fn compile_for_arch(arch: &str) -> Result<CompiledKernels, NvrtcError> {
+/// GPU and without the cache; with `gemv_tiles` the GEMVs read tile-packed weights
+/// (`lower::tiles`). Fails on any error or warning.
+pub fn compile_for_arch(arch: &str, gemv_tiles: bool) -> Result<CompiledKernels, NvrtcError> {
     if !is_available() {
         return Err(NvrtcError::LibraryMissing);
     }
     let include_dir = cuda_include_dir()?;
-    with_nvrtc("compile", || compile_unchecked(arch, &include_dir))
+    with_nvrtc("compile", || compile_unchecked(arch, &include_dir, gemv_tiles))
 }
 
-fn compile_unchecked(arch: &str, include_dir: &Path) -> Result<CompiledKernels, NvrtcError> {
+fn compile_unchecked(arch: &str, include_dir: &Path, gemv_tiles: bool) -> Result<CompiledKernels, NvrtcError> {
     let nvrtc_version = {
         let (mut major, mut minor) = (0, 0);
         // SAFETY: two valid out-pointers.
@@ -223,7 +217,7 @@ fn compile_unchecked(arch: &str, include_dir: &Path) -> Result<CompiledKernels, 
     let header_texts: Vec<CString> = kernels::SOURCES.iter().map(|(_, t)| cstring(t)).collect();
     let name_ptrs: Vec<*const c_char> = header_names.iter().map(|s| s.as_ptr()).collect();
     let text_ptrs: Vec<*const c_char> = header_texts.iter().map(|s| s.as_ptr()).collect();
-    let opts: Vec<CString> = options(arch, include_dir).iter().map(|o| cstring(o)).collect();
+    let opts: Vec<CString> = options(arch, include_dir, gemv_tiles).iter().map(|o| cstring(o)).collect();
     let opt_ptrs: Vec<*const c_char> = opts.iter().map(|s| s.as_ptr()).collect();
 
     let mut prog: sys::nvrtcProgram = std::ptr::null_mut();
@@ -293,11 +287,11 @@ pub fn cache_dir() -> Option<PathBuf> {
 }
 
 /// Cache file name for the current sources, `arch`, NVRTC version and options.
-fn cache_file_name(arch: &str, version: (i32, i32), include_dir: &Path) -> String {
+fn cache_file_name(arch: &str, version: (i32, i32), include_dir: &Path, gemv_tiles: bool) -> String {
     use sha2::{Digest, Sha256};
     let mut h = Sha256::new();
     h.update(kernels::source_hash().as_bytes());
-    for o in options(arch, include_dir) {
+    for o in options(arch, include_dir, gemv_tiles) {
         h.update(o.as_bytes());
         h.update([0]);
     }
@@ -308,10 +302,10 @@ fn cache_file_name(arch: &str, version: (i32, i32), include_dir: &Path) -> Strin
 /// The kernels for `arch` from the disk cache, or compiled (and then cached). The cache is keyed
 /// by (source hash, arch, NVRTC version, options); an unreadable or unwritable cache only costs
 /// a compile.
-pub fn load_or_compile(arch: &str) -> Result<CompiledKernels, NvrtcError> {
+pub fn load_or_compile(arch: &str, gemv_tiles: bool) -> Result<CompiledKernels, NvrtcError> {
     let version = nvrtc_version()?;
     let include_dir = cuda_include_dir()?;
-    let path = cache_dir().map(|d| d.join(cache_file_name(arch, version, &include_dir)));
+    let path = cache_dir().map(|d| d.join(cache_file_name(arch, version, &include_dir, gemv_tiles)));
     if let Some(path) = &path {
         if let Ok(cubin) = std::fs::read(path) {
             if cubin.starts_with(b"\x7fELF") {
@@ -321,7 +315,7 @@ pub fn load_or_compile(arch: &str) -> Result<CompiledKernels, NvrtcError> {
         }
     }
     let started = std::time::Instant::now();
-    let compiled = with_nvrtc("compile", || compile_unchecked(arch, &include_dir))?;
+    let compiled = with_nvrtc("compile", || compile_unchecked(arch, &include_dir, gemv_tiles))?;
     tracing::info!("compiled kernels for {arch} with NVRTC {}.{} in {:.1?}", version.0, version.1, started.elapsed());
     if let Some(path) = &path {
         if let Err(e) = write_atomically(path, &compiled.cubin) {
@@ -415,11 +409,12 @@ mod tests {
     }
 
     #[test]
-    fn cache_names_differ_by_arch_and_version() {
+    fn cache_names_differ_by_arch_version_and_weight_layout() {
         let inc = Path::new("/usr/local/cuda/include");
-        let a = cache_file_name("sm_90a", (13, 0), inc);
-        assert_ne!(a, cache_file_name("sm_90", (13, 0), inc));
-        assert_ne!(a, cache_file_name("sm_90a", (12, 8), inc));
+        let a = cache_file_name("sm_90a", (13, 0), inc, false);
+        assert_ne!(a, cache_file_name("sm_90", (13, 0), inc, false));
+        assert_ne!(a, cache_file_name("sm_90a", (12, 8), inc, false));
+        assert_ne!(a, cache_file_name("sm_90a", (13, 0), inc, true));
         assert!(a.starts_with("kernels-sm_90a-nvrtc13.0-") && a.ends_with(".cubin"));
     }
 
