@@ -223,7 +223,9 @@ impl Gate {
 
 /// Small random configs covering each architecture feature: Llama with llama3 RoPE scaling and
 /// an untied output, Qwen2 with QKV biases, Qwen3 with Q/K norms and q_dim != hidden, and the
-/// llama2.c interleaved RoPE.
+/// llama2.c interleaved RoPE. Their FFN width (344) cannot be tile-packed, so their 16-bit plans
+/// are row-major (`lower::tiles`); `llama-tiles` is the Llama one with an FFN of 352, whose 16-bit
+/// plans are tile-packed by default.
 pub fn random_config(kind: &str) -> Result<ModelConfig> {
     let rope = |style, theta, scaling| RopeSpec { style, theta, rotary_dim: 0, scaling };
     let mut c = ModelConfig {
@@ -245,7 +247,10 @@ pub fn random_config(kind: &str) -> Result<ModelConfig> {
         eos_token_ids: vec![2],
     };
     match kind {
-        "llama" => {
+        "llama" | "llama-tiles" => {
+            if kind == "llama-tiles" {
+                c.intermediate_size = 352;
+            }
             c.tie_word_embeddings = false;
             c.rope = rope(
                 RopeStyle::HalfSplit,
@@ -1072,7 +1077,7 @@ pub fn main(args: &GateArgs) -> Result<()> {
     }
 
     if want(1) {
-        for (kind, dtype) in [("llama", DType::F32), ("qwen3", DType::BF16)] {
+        for (kind, dtype) in [("llama", DType::F32), ("qwen3", DType::BF16), ("llama-tiles", DType::BF16)] {
             if let Err(e) = check_graph_vs_eager(&mut g, kind, dtype, args.steps, args.min_context, args.seed) {
                 g.error(&format!("1 graph==eager [{kind} {dtype}]"), e);
             }
@@ -1090,7 +1095,7 @@ pub fn main(args: &GateArgs) -> Result<()> {
             }
         }
         // The fused plans (`--fuse`: norm prologues, gated MLP, residual epilogues).
-        for (kind, dtype) in [("llama", DType::F32), ("qwen2", DType::BF16), ("qwen3", DType::BF16)] {
+        for (kind, dtype) in [("llama", DType::F32), ("qwen2", DType::BF16), ("qwen3", DType::BF16), ("llama-tiles", DType::BF16)] {
             if let Err(e) = check_random_vs_cpu(&mut g, kind, dtype, args.seed, args.per_launch, true) {
                 g.error(&format!("2 gpu==cpu [{kind} {dtype} fused]"), e);
             }
@@ -1102,7 +1107,9 @@ pub fn main(args: &GateArgs) -> Result<()> {
         }
     }
     if want(5) {
-        for (kind, dtype, fuse) in [("llama", DType::F32, false), ("qwen3", DType::BF16, false), ("qwen2", DType::BF16, true)] {
+        for (kind, dtype, fuse) in
+            [("llama", DType::F32, false), ("qwen3", DType::BF16, false), ("qwen2", DType::BF16, true), ("llama-tiles", DType::BF16, true)]
+        {
             // The CPU stand-in only tests the check itself: one full burst and a partial one.
             let tokens = if args.cpu_stand_in { LOOP_BURST + 16 } else { LOOP_TOKENS };
             if let Err(e) = check_device_loop(&mut g, kind, dtype, tokens, args.seed, fuse) {

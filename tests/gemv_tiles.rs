@@ -141,3 +141,32 @@ fn a_tiled_plan_survives_its_file_and_its_dump_names_the_layout() {
     let dump = kiln::plan::dump::dump(&tiled);
     assert!(dump.lines().any(|l| l.contains("@tiles") && l.ends_with(" gemv-tiles")), "{dump}");
 }
+
+#[test]
+fn the_gate_checks_a_tiled_plan_and_row_major_ones() {
+    // `kiln gate`'s `llama-tiles` model gets tile-packed plans by default, its other 16-bit models row-major.
+    for (kind, tiled) in [("llama-tiles", true), ("llama", false), ("qwen2", false), ("qwen3", false)] {
+        let cfg = kiln::gate::random_config(kind).unwrap();
+        let plan = build_plan_tiles(&cfg, &options(DType::BF16, true), Mode::Auto).unwrap();
+        assert_eq!(plan.gemv_tiles(), tiled, "{kind}");
+    }
+}
+
+#[test]
+fn the_plan_checker_refuses_a_plan_whose_layouts_disagree_with_its_kernels() {
+    let cfg = config(64, 128, 96, 4, 32, true);
+    let tiled = build_plan_tiles(&cfg, &options(DType::BF16, true), Mode::On).unwrap();
+    // A twin marked row-major: the GEMVs of a tiled plan would read it as tile-packed.
+    let mut bad = tiled.clone();
+    let twin = bad.tensors.iter().position(|t| t.layout == Layout::GemvTiles).unwrap();
+    let last = bad.tensors.iter().rposition(|t| t.layout == Layout::GemvTiles).unwrap();
+    assert!(last > twin);
+    bad.tensors[twin].layout = Layout::RowMajor;
+    let e = format!("{:#}", kiln::plan::check::check_plan(&bad).unwrap_err());
+    assert!(e.contains("laid out row-major") && e.contains("gemv-tiles"), "{e}");
+    // A row-major original marked tile-packed: read by the gather or a library GEMM.
+    let mut bad = tiled.clone();
+    let original = bad.tensors.iter().position(|t| t.name == "token_embd.weight").unwrap();
+    bad.tensors[original].layout = Layout::GemvTiles;
+    assert!(kiln::plan::check::check_plan(&bad).is_err());
+}

@@ -30,10 +30,16 @@
 //!    positions and cache bases read before the kernel waits for the grids before it) only
 //!    where no earlier launch of the program writes those bytes: the values then predate the program (GEMV kernels let their dependents launch
 //!    before they wait, so a grid several launches back may still be running).
+//! 10. Weight layouts agree with the kernels that read them: a tile-packed tensor
+//!     (`Layout::GemvTiles`) is a 16-bit `[N, K]` weight with N % 16 == 0 and K % 32 == 0, the
+//!     twin of a row-major weight of the same type; in a plan with any, every matrix weight a
+//!     GEMV-family launch (linear, fused, gated, QKV linears, QKV-RoPE) reads is one, and in every
+//!     plan the matrices other launches read (the library GEMMs, the gather) are row-major. The
+//!     runtime compiles one layout per plan (`Plan::gemv_tiles`), so a mix would read wrong elements.
 
 use super::geometry::{dense_variant_covers, GEMV_DENSE_BLOCKS_PER_SM, LINEAR_GEMV_THREADS};
-use super::{Access, BufArg, Kernel, Plan, ProgramPlan, RegionKind, ALIGN};
-use crate::ir::ValueClass;
+use super::{Access, BufArg, Kernel, Layout, Plan, PlannedTensor, ProgramPlan, RegionKind, ALIGN};
+use crate::ir::{DType, ValueClass};
 use anyhow::{bail, ensure, Result};
 use std::collections::BTreeMap;
 
@@ -79,7 +85,64 @@ fn check_inner(plan: &Plan) -> Result<()> {
     for p in &plan.programs {
         check_program(plan, p).map_err(|e| e.context(format!("in program {}", p.label())))?;
     }
+    check_layouts(plan)
+}
+
+/// Invariant 10: weight layouts.
+fn check_layouts(plan: &Plan) -> Result<()> {
+    let half = |d: DType| matches!(d, DType::F16 | DType::BF16);
+    for t in plan.tensors.iter().filter(|t| t.layout == Layout::GemvTiles) {
+        ensure!(
+            t.region == RegionKind::Weights && half(t.dtype) && t.shape.len() == 2 && t.shape[0] % 16 == 0 && t.shape[1] % 32 == 0,
+            "tensor `{}` ({} {:?} in region {}) is laid out {} but is no 16-bit [N, K] weight with N % 16 == 0 and K % 32 == 0",
+            t.name,
+            t.dtype,
+            t.shape,
+            t.region.name(),
+            t.layout.name()
+        );
+        let source = plan.tensors.iter().find(|s| s.name == t.source() && s.name != t.name);
+        ensure!(
+            source.is_some_and(|s| s.layout == Layout::RowMajor && s.dtype == t.dtype && s.shape == t.shape && s.region == t.region),
+            "tile-packed tensor `{}` has no row-major weight `{}` of its type to be loaded from",
+            t.name,
+            t.source()
+        );
+    }
+    let tiled = plan.gemv_tiles();
+    let weights: BTreeMap<u64, &PlannedTensor> =
+        plan.tensors.iter().filter(|t| t.region == RegionKind::Weights).map(|t| (t.offset, t)).collect();
+    for p in &plan.programs {
+        for (i, l) in p.launches.iter().enumerate() {
+            let gemv = linear_family(&l.kernel);
+            for b in l.bufs.iter().filter(|b| b.region == RegionKind::Weights) {
+                // An operand covers one weight or a run laid out back to back (a packed QKV).
+                for t in weights.range(b.offset..b.offset + b.bytes).map(|(_, t)| *t).filter(|t| t.shape.len() == 2) {
+                    let want = if gemv && tiled && half(t.dtype) { Layout::GemvTiles } else { Layout::RowMajor };
+                    ensure!(
+                        t.layout == want,
+                        "in program {}: launch {i} `{}` ({}) reads weight `{}` laid out {}, but the kernels of this plan read it {}",
+                        p.label(),
+                        l.name,
+                        l.kernel.name(),
+                        t.name,
+                        t.layout.name(),
+                        want.name()
+                    );
+                }
+            }
+        }
+    }
     Ok(())
+}
+
+/// The kernels of linear.cu / linear_fused.cu: GEMVs up to 8 rows (with dense variants and the
+/// tile-packed weight layout), their tiled path beyond.
+fn linear_family(k: &Kernel) -> bool {
+    matches!(
+        k,
+        Kernel::Linear { .. } | Kernel::FusedLinear { .. } | Kernel::GatedLinear { .. } | Kernel::QkvLinear { .. } | Kernel::QkvRope { .. }
+    )
 }
 
 fn touches(a: &BufArg, b: &BufArg) -> bool {
@@ -91,14 +154,7 @@ fn check_program(plan: &Plan, p: &ProgramPlan) -> Result<()> {
     let mut shadow: BTreeMap<(RegionKind, u64), (u64, u64, u64)> = BTreeMap::new();
     for (i, l) in p.launches.iter().enumerate() {
         // 8: kernel variants.
-        let linear = matches!(
-            l.kernel,
-            Kernel::Linear { .. }
-                | Kernel::FusedLinear { .. }
-                | Kernel::GatedLinear { .. }
-                | Kernel::QkvLinear { .. }
-                | Kernel::QkvRope { .. }
-        );
+        let linear = linear_family(&l.kernel);
         ensure!(
             l.occupancy == 0
                 || (l.occupancy == GEMV_DENSE_BLOCKS_PER_SM

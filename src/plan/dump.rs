@@ -16,11 +16,10 @@ pub fn region_summary(plan: &Plan) -> String {
 /// For an error about a plan's size: how much of it is the tile-packed second copy of the GEMV
 /// weights (`lower::tiles`) and how to plan without it; empty for a row-major plan.
 pub fn tiles_hint(plan: &Plan) -> String {
-    let twins: u64 = plan.tensors.iter().filter(|t| t.layout == super::Layout::GemvTiles).map(|t| t.bytes).sum();
-    if twins == 0 {
-        return String::new();
+    match plan.gemv_tiles_bytes() {
+        (0, _) => String::new(),
+        (_, twins) => format!("; or plan with KILN_GEMV_TILES=0 (the tile-packed second copy of the GEMV weights is {})", fmt_bytes(twins)),
     }
-    format!("; or plan with KILN_GEMV_TILES=0 (the tile-packed second copy of the GEMV weights is {})", fmt_bytes(twins))
 }
 
 /// Largest sum of live temp bytes at any launch (the lower bound any allocator could reach).
@@ -88,6 +87,18 @@ pub fn summary(plan: &Plan) -> String {
         let _ = writeln!(s, "  {:<8} {:>14} B  {}", r.name(), b, fmt_bytes(b));
     }
     let _ = writeln!(s, "  {:<8} {:>14} B  {}", "total", plan.total_bytes(), fmt_bytes(plan.total_bytes()));
+    match plan.gemv_tiles_bytes() {
+        (0, _) => {
+            let _ = writeln!(s, "gemv weights: row-major");
+        }
+        (n, bytes) => {
+            let _ = writeln!(
+                s,
+                "gemv weights: tile-packed, a second copy of {n} tensors, {} of the weights region (KILN_GEMV_TILES=0 plans without)",
+                fmt_bytes(bytes)
+            );
+        }
+    }
     let naive_max = plan.programs.iter().map(|p| p.naive_bytes).max().unwrap_or(0);
     let arena = plan.region_bytes[RegionKind::Arena.index()];
     let _ = writeln!(

@@ -460,6 +460,11 @@ impl Plan {
     pub fn gemv_tiles(&self) -> bool {
         self.tensors.iter().any(|t| t.layout == Layout::GemvTiles)
     }
+    /// The tile-packed twins' count and bytes (the second copy of the GEMV weights; 0, 0 row-major).
+    pub fn gemv_tiles_bytes(&self) -> (usize, u64) {
+        let twins = self.tensors.iter().filter(|t| t.layout == Layout::GemvTiles);
+        twins.fold((0, 0), |(n, b), t| (n + 1, b + t.bytes))
+    }
     /// Index of the program for a phase and exact bucket.
     pub fn program(&self, phase: Phase, bucket: usize) -> Option<usize> {
         self.programs.iter().position(|p| p.phase == phase && p.bucket == bucket)
