@@ -2,7 +2,7 @@
 //! required, `0` = never).
 //!
 //! Every 16-bit weight a kiln GEMV-family kernel reads (linear, fused / gated / QKV linears,
-//! QKV-RoPE) is replaced by a twin, `NAME@tiles`, planned with [`Layout::GemvTiles`]: each 16-row
+//! QKV-RoPE) is replaced by a twin, `NAME@tiles`, planned with [`crate::plan::Layout::GemvTiles`]: each 16-row
 //! tile's 32-column chunks in the order the tensor-core GEMV's lanes read them
 //! (`kernels/common.cuh` `weight_row` + `weight_col`), so that a warp's load instruction reads
 //! 256 contiguous bytes instead of 64 bytes of each of 8 rows. The sums are unchanged: the same
@@ -20,11 +20,8 @@
 //! row-major and `KILN_GEMV_TILES=1` an error naming it. The loader permutes a twin from its
 //! original (`runtime::weights`) and the CPU reference indexes it (`runtime::cpu`).
 
-use crate::ir::{DType, Op, Phase, Program, Qkv, ValueClass, ValueId};
+use crate::ir::{DType, Op, Program, ValueClass, ValueId};
 use anyhow::{bail, Result};
-
-#[cfg(doc)]
-use crate::plan::Layout;
 
 /// The name suffix of a tile-packed twin.
 pub const SUFFIX: &str = "@tiles";
@@ -60,17 +57,10 @@ pub fn tile_index(r: usize, k: usize, cols: usize) -> usize {
     (r >> 4) * 16 * cols + ((r >> 3) & 1) * 256 + (r & 7) * 32 + (k >> 5) * 512 + ((k >> 3) & 3) * 8 + (k & 7)
 }
 
-/// The 16-bit weight operands of `op` that a kiln GEMV-family kernel reads (none for a prefill
-/// linear over more rows than the GEMV takes: the planner makes it a library GEMM).
+/// The 16-bit weight operands of `op` that a kiln GEMV-family kernel reads (none for an op the
+/// planner runs as a library GEMM).
 fn gemv_weights<'a>(p: &Program, op: &'a mut Op) -> Vec<&'a mut ValueId> {
-    let gemv_rows = crate::plan::geometry::LINEAR_GEMV_MAX_ROWS as usize;
-    let rows = |x: &ValueId| p.value(*x).shape.0.first().copied().unwrap_or(0);
-    let library = p.phase == Phase::Prefill
-        && match &*op {
-            Op::Linear { x, .. } | Op::QkvLinear { x, norm: None, outs: Qkv::Packed(_), .. } => rows(x) > gemv_rows,
-            _ => false,
-        };
-    if library {
+    if crate::plan::planner::runs_as_library_gemm(p, op) {
         return Vec::new();
     }
     let weights: Vec<&mut ValueId> = match op {

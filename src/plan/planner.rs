@@ -427,13 +427,7 @@ fn launches_of(p: &Program, name: &str, op: &Op, max_context: usize, workspaces:
     // planned workspace. The same kernel for every prefill bucket, so the library's algorithm
     // (chosen at load per weight shape) and with it every row's reduction order do not depend
     // on the bucket: padding stays invisible.
-    let gemm = match (p.phase, &kernel) {
-        (Phase::Prefill, &Kernel::Linear { rows, in_features, out_features, bias }) if rows > super::geometry::LINEAR_GEMV_MAX_ROWS => {
-            Some(Kernel::Gemm { rows, in_features, out_features, bias })
-        }
-        _ => None,
-    };
-    if let Some(gemm) = gemm {
+    if let Some(gemm) = library_gemm(p.phase, &kernel) {
         let ws = workspaces.len();
         workspaces.push(WorkspaceSpec { name: format!("{name}.workspace"), bytes: gemm.workspace_bytes() });
         operands.push((Operand::Workspace(ws), Access::Write));
@@ -647,6 +641,22 @@ fn plan_program(p: &Program, persistent: &BTreeMap<&str, &PlannedTensor>, max_co
         arena_bytes: peak,
         naive_bytes: naive,
     })
+}
+
+/// The library GEMM (cuBLASLt) that runs `kernel` instead: a prefill linear over more rows than the GEMV takes.
+fn library_gemm(phase: Phase, kernel: &Kernel) -> Option<Kernel> {
+    match (phase, kernel) {
+        (Phase::Prefill, &Kernel::Linear { rows, in_features, out_features, bias }) if rows > super::geometry::LINEAR_GEMV_MAX_ROWS => {
+            Some(Kernel::Gemm { rows, in_features, out_features, bias })
+        }
+        _ => None,
+    }
+}
+
+/// Whether the planner runs `op` of `p` as a library GEMM, which reads its weights row-major
+/// (`lower::tiles` keeps them so).
+pub(crate) fn runs_as_library_gemm(p: &Program, op: &Op) -> bool {
+    library_gemm(p.phase, &kernel_of(p, op)).is_some()
 }
 
 fn kernel_of(p: &Program, op: &Op) -> Kernel {
