@@ -32,7 +32,8 @@
 //!    before they wait, so a grid several launches back may still be running).
 //! 10. Weight layouts agree with the kernels that read them: a tile-packed tensor
 //!     (`Layout::GemvTiles`) is a 16-bit `[N, K]` weight with N % 16 == 0 and K % 32 == 0, the
-//!     twin of a row-major weight of the same type; in a plan with any, every matrix weight a
+//!     twin of a weight of the model's table of its shape (and type, where that one is planned
+//!     too: a weight only its twin's readers read is not planned); in a plan with any, every matrix weight a
 //!     GEMV-family launch (linear, fused, gated, QKV linears, QKV-RoPE) reads is one, and in every
 //!     plan the matrices other launches read (the library GEMMs, the gather) are row-major. The
 //!     runtime compiles one layout per plan (`Plan::gemv_tiles`), so a mix would read wrong elements.
@@ -101,9 +102,12 @@ fn check_layouts(plan: &Plan) -> Result<()> {
             t.region.name(),
             t.layout.name()
         );
-        let source = plan.tensors.iter().find(|s| s.name == t.source() && s.name != t.name);
+        // Loaded from a weight of the model's table of the same shape; where that weight is planned
+        // too (something reads it row-major), of the same type.
+        let in_table = t.source() != t.name && plan.config.tensors().iter().any(|s| s.name == t.source() && s.shape == t.shape);
+        let planned = plan.tensors.iter().find(|s| s.name == t.source());
         ensure!(
-            source.is_some_and(|s| s.layout == Layout::RowMajor && s.dtype == t.dtype && s.shape == t.shape && s.region == t.region),
+            in_table && planned.is_none_or(|s| s.layout == Layout::RowMajor && s.dtype == t.dtype && s.region == t.region),
             "tile-packed tensor `{}` has no row-major weight `{}` of its type to be loaded from",
             t.name,
             t.source()

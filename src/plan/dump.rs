@@ -88,7 +88,7 @@ pub fn summary(plan: &Plan) -> String {
     }
     let _ = writeln!(s, "  {:<8} {:>14} B  {}", "total", plan.total_bytes(), fmt_bytes(plan.total_bytes()));
     match plan.gemv_tiles_bytes() {
-        (0, _) => {
+        _ if !plan.gemv_tiles() => {
             let _ = writeln!(s, "gemv weights: row-major");
         }
         (n, bytes) => {

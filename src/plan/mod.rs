@@ -460,9 +460,10 @@ impl Plan {
     pub fn gemv_tiles(&self) -> bool {
         self.tensors.iter().any(|t| t.layout == Layout::GemvTiles)
     }
-    /// The tile-packed twins' count and bytes (the second copy of the GEMV weights; 0, 0 row-major).
+    /// Count and bytes of the tile-packed twins whose row-major original is planned too (the
+    /// second copy of the GEMV weights: prefill's GEMMs or the gather read the original; 0, 0 row-major).
     pub fn gemv_tiles_bytes(&self) -> (usize, u64) {
-        let twins = self.tensors.iter().filter(|t| t.layout == Layout::GemvTiles);
+        let twins = self.tensors.iter().filter(|t| t.layout == Layout::GemvTiles && self.tensor(t.source()).is_some());
         twins.fold((0, 0), |(n, b), t| (n + 1, b + t.bytes))
     }
     /// Index of the program for a phase and exact bucket.

@@ -178,10 +178,18 @@ pub fn fmt_bytes(b: u64) -> String {
 
 /// Weights in the config's tensor-table order, except that tensors one launch reads as one
 /// buffer (a packed QKV's weights, its biases) go back to back; state, step fields and outputs
-/// in order of first appearance over the programs, each sized for its largest use.
+/// in order of first appearance over the programs, each sized for its largest use. A weight of
+/// the table that no op reads is not planned: a row-major original whose every reader reads its
+/// tile-packed twin instead (an untied output projection, read only by decode's GEMVs).
 fn layout_persistent(cfg: &ModelConfig, opts: &PlanOptions, programs: &[Program]) -> Result<(Vec<PlannedTensor>, [u64; N_REGIONS])> {
-    let mut order: Vec<(String, ValueClass, DType, Vec<usize>)> =
-        cfg.tensors().into_iter().map(|t| (t.name, ValueClass::Weight, opts.dtype, t.shape)).collect();
+    let read: std::collections::BTreeSet<&str> =
+        programs.iter().flat_map(|p| p.ops.iter().flat_map(move |n| n.op.reads()).map(move |v| p.value(v).name.as_str())).collect();
+    let table = cfg.tensors();
+    let mut order: Vec<(String, ValueClass, DType, Vec<usize>)> = table
+        .iter()
+        .filter(|t| read.contains(t.name.as_str()))
+        .map(|t| (t.name.clone(), ValueClass::Weight, opts.dtype, t.shape.clone()))
+        .collect();
     for p in programs {
         for v in &p.values {
             match v.class {
@@ -189,10 +197,10 @@ fn layout_persistent(cfg: &ModelConfig, opts: &PlanOptions, programs: &[Program]
                 ValueClass::Weight => {
                     // A tile-packed twin (`lower::tiles`) goes after the table, where it first appears.
                     let base = v.name.strip_suffix(crate::lower::tiles::SUFFIX);
-                    let Some(e) = order.iter().find(|e| e.0 == base.unwrap_or(&v.name)) else {
+                    let Some(e) = table.iter().find(|e| e.name == base.unwrap_or(&v.name)) else {
                         bail!("lowering uses weight `{}`, which is not in the model's tensor table", v.name);
                     };
-                    ensure!(e.3 == v.shape.0, "weight `{}` lowered as {} but the tensor table says {:?}", v.name, v.shape, e.3);
+                    ensure!(e.shape == v.shape.0, "weight `{}` lowered as {} but the tensor table says {:?}", v.name, v.shape, e.shape);
                     if base.is_some() && !order.iter().any(|e| e.0 == v.name) {
                         order.push((v.name.clone(), ValueClass::Weight, opts.dtype, v.shape.0.clone()));
                     }
