@@ -67,7 +67,11 @@ fn tiled_plans_give_the_row_major_plans_logits_bit_for_bit() {
         assert!(tiled.gemv_tiles() && !plain.gemv_tiles());
         let twins = tiled.tensors.iter().filter(|t| t.layout == Layout::GemvTiles).count();
         assert!(tiled.tensors.iter().all(|t| (t.layout == Layout::GemvTiles) == t.name.ends_with(tiles::SUFFIX)));
-        assert!(tiled.tensors.iter().filter(|t| t.layout == Layout::GemvTiles).all(|t| t.name == "output.weight@tiles" || tiled.tensor(t.source()).is_some()));
+        assert!(tiled
+            .tensors
+            .iter()
+            .filter(|t| t.layout == Layout::GemvTiles)
+            .all(|t| t.name == "output.weight@tiles" || tiled.tensor(t.source()).is_some()));
         // q, k, v, o, gate, up, down per layer and the output projection (the table when tied).
         assert_eq!(twins, 7 * cfg.n_layers + 1, "twins in the tiled plan");
         // An untied output projection is read by GEMVs only: its row-major original is not planned
