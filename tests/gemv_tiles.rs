@@ -179,4 +179,9 @@ fn the_plan_checker_refuses_a_plan_whose_layouts_disagree_with_its_kernels() {
     let original = bad.tensors.iter().position(|t| t.name == "token_embd.weight").unwrap();
     bad.tensors[original].layout = Layout::GemvTiles;
     assert!(kiln::plan::check::check_plan(&bad).is_err());
+    // A twin of no weight of the model's table (its original need not be planned, but must exist).
+    let mut bad = tiled.clone();
+    bad.tensors[twin].name = "blk.0.attn_nothing.weight@tiles".into();
+    let e = format!("{:#}", kiln::plan::check::check_plan(&bad).unwrap_err());
+    assert!(e.contains("no row-major weight `blk.0.attn_nothing.weight`"), "{e}");
 }
