@@ -14,7 +14,8 @@
 //! The library GEMMs of prefill (cuBLASLt, which cannot read the layout) and the embedding gather
 //! keep the row-major originals, so such weights are planned twice: the plan's weights grow by
 //! the GEMV weights' bytes (`KILN_GEMV_TILES=0` plans one copy; a plan that does not fit the GPU
-//! says so). f32 weights stay row-major (the kernels read them so in either build). A plan is tiled
+//! says so). An original that only GEMVs read (an untied output projection) is not planned: the
+//! planner plans the weights some op reads, and the twin loads from the model's tensor. f32 weights stay row-major (the kernels read them so in either build). A plan is tiled
 //! as a whole or not at all: its kernels are compiled for one layout (`runtime::cuda::nvrtc`), so a
 //! 16-bit GEMV weight that cannot be packed (N % 16 or K % 32 not 0) makes the default plan
 //! row-major and `KILN_GEMV_TILES=1` an error naming it. The loader permutes a twin from its

@@ -92,6 +92,7 @@ fn check_inner(plan: &Plan) -> Result<()> {
 /// Invariant 10: weight layouts.
 fn check_layouts(plan: &Plan) -> Result<()> {
     let half = |d: DType| matches!(d, DType::F16 | DType::BF16);
+    let table = plan.config.tensors();
     for t in plan.tensors.iter().filter(|t| t.layout == Layout::GemvTiles) {
         ensure!(
             t.region == RegionKind::Weights && half(t.dtype) && t.shape.len() == 2 && t.shape[0] % 16 == 0 && t.shape[1] % 32 == 0,
@@ -104,7 +105,7 @@ fn check_layouts(plan: &Plan) -> Result<()> {
         );
         // Loaded from a weight of the model's table of the same shape; where that weight is planned
         // too (something reads it row-major), of the same type.
-        let in_table = t.source() != t.name && plan.config.tensors().iter().any(|s| s.name == t.source() && s.shape == t.shape);
+        let in_table = t.source() != t.name && table.iter().any(|s| s.name == t.source() && s.shape == t.shape);
         let planned = plan.tensors.iter().find(|s| s.name == t.source());
         ensure!(
             in_table && planned.is_none_or(|s| s.layout == Layout::RowMajor && s.dtype == t.dtype && s.region == t.region),
