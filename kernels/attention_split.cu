@@ -582,6 +582,17 @@ __device__ void attention_cluster(const T* q, const T* k_cache, const T* v_cache
     if (early) wait_prior_grids();
     return;
   }
+#if (KILN_ABLATE) & 16
+  // Timing ablation (common.cuh): the launch keeps its place in the chain and writes zeros, so that
+  // the layers after it see the same (wrong) input on every run and greedy decode repeats.
+  {
+    wait_prior_grids();
+    const unsigned int e = s * blockDim.x + threadIdx.x, h0 = g * group + chunk * chunk_heads;
+    const unsigned int nh = min(chunk_heads, group - chunk * chunk_heads);
+    if (e < nh * head_dim) out[((size_t)t * heads + h0) * head_dim + e] = from_f32<T>(0.0f);
+    return;
+  }
+#endif
   const int p = early ? __ldcg(positions + t) : positions[t];
   const long long base_t = early ? __ldcg(cache_base + t) : cache_base[t];
   if (early) wait_prior_grids();

@@ -407,8 +407,9 @@ template <typename P> __device__ __forceinline__ P* cluster_map(P* p, unsigned i
 // is set keeps its launch and its place in the PDL chain (it waits, then lets its dependents
 // launch) but does no work, so the step time it removes is what that kernel costs on the critical
 // path. Results are garbage (never use it for output). Bits: 1 gated_linear, 2 fused_linear (o /
-// down), 8 qkv_rope / qkv_linear, 16 attention_split, 32 attention_merge, 64 linear (the logits:
-// the fusion pass never fuses the vocabulary projection), 256 the fused GEMVs' folded norm only
+// down), 8 qkv_rope / qkv_linear, 16 attention_split and attention_cluster (the cluster writes
+// zeros), 32 attention_merge, 64 linear (the logits: the fusion pass never fuses the vocabulary
+// projection), 256 the fused GEMVs' folded norm only
 // (as if has_norm were 0), 512 the gated_linear blocks from KILN_ABLATE_GATED_FROM (792) on only;
 // 1024 sample, 2048 gather (the token embedding), 4096 rms_norm (decode's output norm); 4 names no
 // kernel. 0, the default, compiles every check away.
