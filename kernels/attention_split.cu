@@ -670,7 +670,6 @@ KILN_FOR_EACH_DTYPE(KILN_ATTENTION_SPLIT)
                                   unsigned int kv_heads, unsigned int head_dim, float scale, unsigned int kv_rows, \
                                   unsigned int split_len, unsigned int min_split_len, unsigned int chunk_heads, \
                                   unsigned int early) {                                                      \
-    KILN_ABLATED(16);                                                                                        \
     if (KILN_ATTN_EARLY_TRIGGER) kiln::allow_dependents();                                                   \
     if (early == 0) kiln::wait_prior_grids();                                                                \
     kiln::attention_cluster<T, CH>(q, k_cache, v_cache, positions, cache_base, out, rows, heads, kv_heads,    \
