@@ -300,6 +300,44 @@ pub fn fuse(p: &Program) -> Result<Program> {
     Ok(fused)
 }
 
+/// A timing ablation, never for output (`KILN_PLAN_ABLATE=attention`, read by the planner): a decode
+/// program whose attention ops are gone, each reader of an attention's output reading its `q`
+/// instead (the same `[rows, heads * head_dim]` shape and dtype). The step then has no attention
+/// launch and no boundary before the o projection, and stays deterministic (Q is a function of the
+/// token and position), so `kiln bench` times it; against `KILN_ABLATE=16` (the launch kept, its work
+/// emptied) it prices the launch and its boundary (bench/NOTES-decode.md, session 23). Prefill
+/// programs are returned unchanged.
+pub fn ablate_attention(p: &Program) -> Result<Program> {
+    if p.phase == crate::ir::Phase::Prefill {
+        return Ok(p.clone());
+    }
+    let mut rename: Vec<(ValueId, ValueId)> = Vec::new();
+    let mut ops: Vec<OpNode> = Vec::with_capacity(p.ops.len());
+    for node in &p.ops {
+        match node.op {
+            Op::Attention { q, out, .. } => {
+                anyhow::ensure!(
+                    p.value(q).shape == p.value(out).shape && p.value(q).dtype == p.value(out).dtype,
+                    "{}: the attention's q and output differ in shape or dtype; cannot ablate it",
+                    node.name
+                );
+                rename.push((out, q));
+            }
+            _ => ops.push(node.clone()),
+        }
+    }
+    for node in &mut ops {
+        for v in op_values_mut(&mut node.op) {
+            if let Some(&(_, q)) = rename.iter().find(|(o, _)| o == v) {
+                *v = q;
+            }
+        }
+    }
+    let ablated = compact(p, &p.values, ops);
+    verify(&ablated)?;
+    Ok(ablated)
+}
+
 /// A program with only the values `ops` use (ids index `values`), numbered in order of first use.
 fn compact(p: &Program, values: &[Value], ops: Vec<OpNode>) -> Program {
     let mut map: Vec<Option<ValueId>> = vec![None; values.len()];

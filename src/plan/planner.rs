@@ -104,6 +104,18 @@ pub fn build_plan_tiles(cfg: &ModelConfig, opts: &PlanOptions, tiles: TilesMode)
     if opts.fuse {
         programs = programs.iter().map(crate::lower::fuse::fuse).collect::<Result<_>>()?;
     }
+    // Timing only (`lower::fuse::ablate_attention`): decode without attention, wrong tokens.
+    match super::knob("KILN_PLAN_ABLATE") {
+        "" => {}
+        "attention" => {
+            static WARNED: std::sync::Once = std::sync::Once::new();
+            WARNED.call_once(|| {
+                eprintln!("kiln: KILN_PLAN_ABLATE=attention: decode plans have no attention (timing only; the tokens are wrong)")
+            });
+            programs = programs.iter().map(crate::lower::fuse::ablate_attention).collect::<Result<_>>()?;
+        }
+        other => anyhow::bail!("KILN_PLAN_ABLATE={other}: unknown; the one timing ablation is `attention` (unset it for real output)"),
+    }
     let tile = match tiles {
         TilesMode::Off => false,
         TilesMode::On => true,
