@@ -7,7 +7,7 @@
 
 mod common_cpu;
 
-use common_cpu::Shape;
+use common_cpu::{normalized_error, Shape};
 use kiln::ir::{DType, NormOrder, Phase, RopeScaling, RopeStyle};
 use kiln::model::SrcDType;
 use kiln::plan::{build_plan, Kernel, PlanOptions};
@@ -107,15 +107,6 @@ fn fused_plans_match_unfused() {
             }
         }
     }
-}
-
-/// max |a - b| over max |a| (both f32 logits).
-fn normalized_error(a: &[u8], b: &[u8]) -> f64 {
-    let f = |x: &[u8]| x.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64).collect::<Vec<_>>();
-    let (a, b) = (f(a), f(b));
-    let scale = a.iter().fold(0.0f64, |m, v| m.max(v.abs()));
-    let diff = a.iter().zip(&b).fold(0.0f64, |m, (x, y)| m.max((x - y).abs()));
-    diff / scale
 }
 
 #[test]

@@ -40,6 +40,19 @@ impl Rng {
     }
 }
 
+/// Little-endian f32s (logits read back from an executor).
+pub fn f32s(b: &[u8]) -> Vec<f32> {
+    b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+}
+
+/// max |a - b| over max |a| (both f32 logits).
+pub fn normalized_error(a: &[u8], b: &[u8]) -> f64 {
+    let (a, b) = (f32s(a), f32s(b));
+    let scale = a.iter().fold(0.0f64, |m, &v| m.max((v as f64).abs()));
+    let diff = a.iter().zip(&b).fold(0.0f64, |m, (&x, &y)| m.max((x as f64 - y as f64).abs()));
+    diff / scale
+}
+
 /// The shape of a small test model; `build` fills in the rest consistently.
 #[derive(Clone, Copy, Debug)]
 pub struct Shape {
@@ -112,7 +125,7 @@ pub fn decode_attention_matches_unsplit_prefill(attention: fn(&kiln::plan::Kerne
     use kiln::synth::MemWeights;
     let logits = |exec: &mut CpuExecutor, rows: usize, vocab: usize| -> Vec<f32> {
         let b = exec.read_tensor(names::LOGITS, rows * vocab * 4).unwrap();
-        b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+        f32s(&b)
     };
     let cfg = Shape {
         vocab: 64,
