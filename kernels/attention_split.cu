@@ -186,7 +186,8 @@ __device__ void attention_split_block(SplitShared& sh, const T* q, const T* k_ca
                                       const T* v_cache, float* __restrict__ workspace, unsigned int t,
                                       unsigned int h0, unsigned int nh, unsigned int g, unsigned int s, long long lo,
                                       long long hi, long long base, unsigned int heads, unsigned int kv_heads,
-                                      unsigned int head_dim, float scale, unsigned int splits) {
+                                      unsigned int head_dim, float scale, unsigned int splits, bool kv_early = false,
+                                      long long fresh = -1) {
   // Steps (of 32 / C positions) per pipeline stage; two stages are in flight.
   constexpr int U = KILN_ATTN_SPLIT_UNROLL;
   constexpr int NW = KILN_ATTN_SPLIT_WARPS;
@@ -199,6 +200,48 @@ __device__ void attention_split_block(SplitShared& sh, const T* q, const T* k_ca
   const unsigned int d0 = li * KILN_ATTN_SPLIT_DIMS;
   const unsigned int nd = d0 < head_dim ? min(8u, head_dim - d0) : 0u;
 
+  const size_t kv_dim = (size_t)kv_heads * head_dim;
+  const T* kp = k_cache + (size_t)base * kv_dim + (size_t)g * head_dim + d0;
+  const T* vp = v_cache + (size_t)base * kv_dim + (size_t)g * head_dim + d0;
+  const long long per_warp = (long long)U * pos_per_step;
+  const long long stride = NW * per_warp;
+  // The U steps of K and V rows at j0, or zeros past the split's end.
+  // `skip`: a row left as zeros (the fresh row, loaded after the wait).
+  auto load_steps = [&](long long first, Raw8<T>(&kr)[U], Raw8<T>(&vr)[U], long long skip = -1) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const long long j = first + u * pos_per_step + pi;
+      if (j < hi && nd > 0 && j != skip) {
+        load8<T, VEC>(kp + (size_t)j * kv_dim, nd, kr[u]);
+        load8<T, VEC>(vp + (size_t)j * kv_dim, nd, vr[u]);
+      } else {
+        zero8(kr[u]);
+        zero8(vr[u]);
+      }
+    }
+  };
+  // Software pipeline: the next U steps are loaded before this U are used, so 2U steps of K and
+  // V are in flight while the warp waits.
+  Raw8<T> kr[U], vr[U];
+  long long j0 = lo + warp * per_warp;
+  if (kv_early) {
+    // Before the wait (KILN_ATTN_KV_EARLY): every row but `fresh` was written by an earlier
+    // step, complete before the prior grid started (each grid waits for its own predecessors
+    // before it lets dependents launch: wait_prior_grids); the fresh row comes from the prior
+    // grid, loaded after the wait. The same rows reach the same registers as below.
+    load_steps(j0, kr, vr, fresh);
+    wait_prior_grids();
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const long long j = j0 + u * pos_per_step + pi;
+      if (j == fresh && j < hi && nd > 0) {
+        load8<T, VEC>(kp + (size_t)j * kv_dim, nd, kr[u]);
+        load8<T, VEC>(vp + (size_t)j * kv_dim, nd, vr[u]);
+      }
+    }
+  } else {
+    load_steps(j0, kr, vr);
+  }
   float qv[G][8], acc[G][8], m[G], l[G];
 #pragma unroll
   for (int i = 0; i < G; ++i) {
@@ -212,30 +255,6 @@ __device__ void attention_split_block(SplitShared& sh, const T* q, const T* k_ca
     l[i] = 0.0f;
   }
 
-  const size_t kv_dim = (size_t)kv_heads * head_dim;
-  const T* kp = k_cache + (size_t)base * kv_dim + (size_t)g * head_dim + d0;
-  const T* vp = v_cache + (size_t)base * kv_dim + (size_t)g * head_dim + d0;
-  const long long per_warp = (long long)U * pos_per_step;
-  const long long stride = NW * per_warp;
-  // The U steps of K and V rows at j0, or zeros past the split's end.
-  auto load_steps = [&](long long first, Raw8<T>(&kr)[U], Raw8<T>(&vr)[U]) {
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const long long j = first + u * pos_per_step + pi;
-      if (j < hi && nd > 0) {
-        load8<T, VEC>(kp + (size_t)j * kv_dim, nd, kr[u]);
-        load8<T, VEC>(vp + (size_t)j * kv_dim, nd, vr[u]);
-      } else {
-        zero8(kr[u]);
-        zero8(vr[u]);
-      }
-    }
-  };
-  // Software pipeline: the next U steps are loaded before this U are used, so 2U steps of K and
-  // V are in flight while the warp waits.
-  Raw8<T> kr[U], vr[U];
-  long long j0 = lo + warp * per_warp;
-  load_steps(j0, kr, vr);
   for (; j0 < hi; j0 += stride) {
     Raw8<T> kn[U], vn[U];
     load_steps(j0 + stride < hi ? j0 + stride : hi, kn, vn);
@@ -378,13 +397,13 @@ __device__ void attention_split_dispatch_vec(SplitShared& sh, bool vec, const T*
                                              unsigned int nh, unsigned int g, unsigned int s, long long lo,
                                              long long hi, long long base, unsigned int heads,
                                              unsigned int kv_heads, unsigned int head_dim, float scale,
-                                             unsigned int splits) {
+                                             unsigned int splits, bool kv_early = false, long long fresh = -1) {
   if (vec) {
     attention_split_block<T, G, true>(sh, q, k_cache, v_cache, workspace, t, h0, nh, g, s, lo, hi, base, heads,
-                                      kv_heads, head_dim, scale, splits);
+                                      kv_heads, head_dim, scale, splits, kv_early, fresh);
   } else {
     attention_split_block<T, G, false>(sh, q, k_cache, v_cache, workspace, t, h0, nh, g, s, lo, hi, base, heads,
-                                       kv_heads, head_dim, scale, splits);
+                                       kv_heads, head_dim, scale, splits, kv_early, fresh);
   }
 }
 
@@ -403,7 +422,8 @@ template <typename T, int MAXG = KILN_ATTN_SPLIT_MAX_GROUP>
 __device__ void split_block(SplitShared& sh, const T* q, const T* k_cache, const T* v_cache, float* workspace,
                             unsigned int t, unsigned int h0, unsigned int nh, unsigned int g, unsigned int s, long long lo,
                             unsigned int split_len, int p, long long base_t, unsigned int heads, unsigned int kv_heads,
-                            unsigned int head_dim, float scale, unsigned int kv_rows, unsigned int splits) {
+                            unsigned int head_dim, float scale, unsigned int kv_rows, unsigned int splits,
+                            bool kv_early = false) {
   long long base = base_t;
   long long hi = min(lo + (long long)split_len, (long long)p + 1);
   if (base < 0) {
@@ -417,13 +437,13 @@ __device__ void split_block(SplitShared& sh, const T* q, const T* k_cache, const
   static_assert(MAXG == 1 || MAXG == 2 || MAXG == 4, "1, 2 or 4 heads per block");
   if (MAXG == 1 || nh <= 1) {
     attention_split_dispatch_vec<T, 1>(sh, vec, q, k_cache, v_cache, workspace, t, h0, nh, g, s, lo, hi, base,
-                                       heads, kv_heads, head_dim, scale, splits);
+                                       heads, kv_heads, head_dim, scale, splits, kv_early, p);
   } else if (MAXG == 2 || nh <= 2) {
     attention_split_dispatch_vec<T, 2>(sh, vec, q, k_cache, v_cache, workspace, t, h0, nh, g, s, lo, hi, base,
-                                       heads, kv_heads, head_dim, scale, splits);
+                                       heads, kv_heads, head_dim, scale, splits, kv_early, p);
   } else {
     attention_split_dispatch_vec<T, 4>(sh, vec, q, k_cache, v_cache, workspace, t, h0, nh, g, s, lo, hi, base,
-                                       heads, kv_heads, head_dim, scale, splits);
+                                       heads, kv_heads, head_dim, scale, splits, kv_early, p);
   }
 }
 
@@ -555,6 +575,19 @@ __device__ void attention_merge(const float* workspace, const int* positions,
 // planner's `chunk_heads`), so that a chunk of one or two heads keeps the registers of one or two
 // heads and more blocks fit on an SM (clusters need all 8 of their blocks resident at once).
 #define KILN_ATTN_CLUSTER_SPLITS 8
+// KILN_ATTN_KV_EARLY=1: the cluster kernel's split blocks load their first K/V rows before they
+// wait for the prior grid (attention_cluster). KILN_ATTN_CLUSTER_MERGE_UNROLL=1: the merge loads
+// every block's state in one distributed-shared-memory round trip. Both change no result (greedy
+// ids identical). Measured together on the H200 (2026-12-02, session 24 call B, kiln bench, batch 1,
+// context 128, same machine, two rounds; bench/results/2026-12-02-h200-decode-ab-s24.md), tok/s
+// against neither: both +0.3% / +1.2% / +0.4% (0.5B / 1B / 8B); merge only +2.4% / 0.0% / +0.3%;
+// early K/V only -0.6% / +0.3% / 0.0%. Both on by default; overridable for sweeps.
+#ifndef KILN_ATTN_KV_EARLY
+#define KILN_ATTN_KV_EARLY 1
+#endif
+#ifndef KILN_ATTN_CLUSTER_MERGE_UNROLL
+#define KILN_ATTN_CLUSTER_MERGE_UNROLL 1
+#endif
 #define KILN_ATTN_CLUSTER_SLOTS (KILN_ATTN_SPLIT_MAX_GROUP * (KILN_ATTN_SPLIT_MAX_HEAD_DIM + 2))
 
 template <typename T, int CH>
@@ -595,7 +628,10 @@ __device__ void attention_cluster(const T* q, const T* k_cache, const T* v_cache
 #endif
   const int p = early ? __ldcg(positions + t) : positions[t];
   const long long base_t = early ? __ldcg(cache_base + t) : cache_base[t];
-  if (early) wait_prior_grids();
+  // KILN_ATTN_KV_EARLY: the split block loads its first K/V rows before it waits (all but row p,
+  // which the prior grid writes), so their memory latency overlaps the prior grid's tail.
+  const bool kv_early = KILN_ATTN_KV_EARLY && early;
+  if (early && !kv_early) wait_prior_grids();
   const unsigned int split_len = live_split_len(p, S, planned_len, min_split_len);
   const unsigned int n_active = p < 0 ? 0u : min((unsigned int)p / split_len + 1u, S);
   const unsigned int h0 = g * group + chunk * chunk_heads;
@@ -606,7 +642,9 @@ __device__ void attention_cluster(const T* q, const T* k_cache, const T* v_cache
     // splits = 1 and s = 0 that is slots + i * slot once the base is shifted back by those slots.
     float* ws = slots - ((size_t)t * heads + h0) * slot;
     split_block<T, CH>(sh, q, k_cache, v_cache, ws, t, h0, nh, g, 0, (long long)s * split_len, split_len, p, base_t, heads,
-                   kv_heads, head_dim, scale, kv_rows, 1);
+                   kv_heads, head_dim, scale, kv_rows, 1, kv_early);
+  } else if (kv_early) {
+    wait_prior_grids();
   }
   cluster_sync();
   const unsigned int e = s * blockDim.x + threadIdx.x;
@@ -614,8 +652,38 @@ __device__ void attention_cluster(const T* q, const T* k_cache, const T* v_cache
     const unsigned int i = e / head_dim, d = e % head_dim;
     const float* mine = slots + (size_t)i * slot;
     float big_m = -inf();
-    for (unsigned int r = 0; r < n_active; ++r) big_m = fmaxf(big_m, cluster_map(mine, r)[head_dim]);
     float num = 0.0f, den = 0.0f;
+#if KILN_ATTN_CLUSTER_MERGE_UNROLL
+    // Every active block's (m, acc, l) loaded at once (one distributed-shared-memory round trip
+    // instead of two per block), then folded in block order as below: the same sums.
+    float ms[S], as[S], ls[S];
+#pragma unroll
+    for (unsigned int r = 0; r < S; ++r) {
+      if (r < n_active) {
+        const float* st = cluster_map(mine, r);
+        ms[r] = st[head_dim];
+        as[r] = st[d];
+        ls[r] = st[head_dim + 1];
+      } else {
+        ms[r] = -inf();
+        as[r] = 0.0f;
+        ls[r] = 0.0f;
+      }
+    }
+#pragma unroll
+    for (unsigned int r = 0; r < S; ++r) big_m = fmaxf(big_m, ms[r]);
+    if (big_m != -inf()) {
+#pragma unroll
+      for (unsigned int r = 0; r < S; ++r) {
+        if (r < n_active) {
+          const float w = weight_of(ms[r], big_m);
+          num += w * as[r];
+          den += w * ls[r];
+        }
+      }
+    }
+#else
+    for (unsigned int r = 0; r < n_active; ++r) big_m = fmaxf(big_m, cluster_map(mine, r)[head_dim]);
     if (big_m != -inf()) {
       for (unsigned int r = 0; r < n_active; ++r) {
         const float* st = cluster_map(mine, r);
@@ -624,6 +692,7 @@ __device__ void attention_cluster(const T* q, const T* k_cache, const T* v_cache
         den += w * st[head_dim + 1];
       }
     }
+#endif
     out[((size_t)t * heads + h0 + i) * head_dim + d] = from_f32<T>(den > 0.0f ? num / den : 0.0f);
   }
   cluster_sync();

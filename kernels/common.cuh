@@ -362,10 +362,13 @@ namespace kiln {
 // Blocks until every grid this one depends on programmatically has completed and its memory
 // writes are visible (`griddepcontrol.wait`). Without a programmatic launch (no PDL attribute or
 // graph edge) the grid starts only after its predecessors anyway and this returns at once; before
-// sm_90 it is a no-op. A kernel that supports PDL reads nothing an earlier kernel wrote (the
-// activations) and writes nothing before this call, in every block, unconditionally (also on its
-// early-return paths): a grid whose blocks complete without waiting would let a later grid pass
-// an unfinished earlier one.
+// sm_90 it is a no-op. A kernel that supports PDL reads nothing the prior grid may still write
+// (the activations) and writes nothing before this call, in every block, unconditionally (also on
+// its early-return paths): a grid whose blocks complete without waiting would let a later grid pass
+// an unfinished earlier one. Because every grid waits before it lets its dependents launch, all
+// grids before the prior one are complete when a grid starts: what they wrote may be read before
+// the wait (the planned early reads of the step block, src/plan/check.rs rule 9; the KV rows of
+// earlier steps, attention_split.cu KILN_ATTN_KV_EARLY).
 //
 // Then lets this grid's dependents launch (allow_dependents below): they wait in turn.
 __device__ __forceinline__ void wait_prior_grids() {
