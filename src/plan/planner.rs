@@ -399,7 +399,14 @@ pub fn attention_cluster(
     {
         return None;
     }
-    let chunk_heads = ATTENTION_CLUSTER_WAVE.into_iter().find(|&(c, wave)| attention_cluster_grid(rows, heads, kv_heads, c)[0] <= wave)?.0;
+    let fits = |&(c, wave): &(u32, u32)| attention_cluster_grid(rows, heads, kv_heads, c)[0] <= wave;
+    // `KILN_ATTN_CLUSTER_CHUNK=<1|2|4>` at plan time: that chunk wherever its clusters fit in one
+    // wave (an A/B timing knob; the default rule elsewhere).
+    let forced = super::knob("KILN_ATTN_CLUSTER_CHUNK").parse::<u32>().ok();
+    let chunk_heads = match ATTENTION_CLUSTER_WAVE.into_iter().find(|w| Some(w.0) == forced).filter(fits) {
+        Some((c, _)) => c,
+        None => ATTENTION_CLUSTER_WAVE.into_iter().find(fits)?.0,
+    };
     let splits = super::ATTENTION_CLUSTER_SPLITS;
     let split_len = max_context.div_ceil(splits).div_ceil(super::SPLIT_LEN_QUANTUM) * super::SPLIT_LEN_QUANTUM;
     Some(Kernel::AttentionCluster {
