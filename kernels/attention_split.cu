@@ -173,10 +173,17 @@ template <typename T> __device__ __forceinline__ void unpack8(const Raw8<T>& r, 
 __device__ __forceinline__ float weight_of(float x, float m) { return x == -inf() ? 0.0f : __expf(x - m); }
 
 // Shared memory of one split block: per-warp (m, l) of each head, then half the warps' acc.
+// KILN_ATTN_SPLIT_ONE_PASS=1: every warp's acc (one barrier, then warp 0 sums them in the tree's
+// order below: the same bits) instead of half the warps' per tree level (two barriers per level).
+// An A/B knob, off by default (not yet measured).
+#ifndef KILN_ATTN_SPLIT_ONE_PASS
+#define KILN_ATTN_SPLIT_ONE_PASS 0
+#endif
 struct SplitShared {
   float m[KILN_ATTN_SPLIT_WARPS][KILN_ATTN_SPLIT_MAX_GROUP];
   float l[KILN_ATTN_SPLIT_WARPS][KILN_ATTN_SPLIT_MAX_GROUP];
-  float acc[KILN_ATTN_SPLIT_WARPS / 2][KILN_ATTN_SPLIT_MAX_GROUP][KILN_ATTN_SPLIT_MAX_HEAD_DIM];
+  float acc[KILN_ATTN_SPLIT_ONE_PASS ? KILN_ATTN_SPLIT_WARPS : KILN_ATTN_SPLIT_WARPS / 2][KILN_ATTN_SPLIT_MAX_GROUP]
+           [KILN_ATTN_SPLIT_MAX_HEAD_DIM];
 };
 
 // One (row, kv head, head chunk, split) block; G >= the chunk's head count (compile time, so
@@ -336,6 +343,7 @@ __device__ void attention_split_block(SplitShared& sh, const T* q, const T* k_ca
     }
   }
   // Across warps: common max, then a tree sum of the rescaled acc in warp order.
+  const bool writer = pi == 0 && nd > 0;
   if (lane == 0) {
 #pragma unroll
     for (int i = 0; i < G; ++i) {
@@ -343,8 +351,42 @@ __device__ void attention_split_block(SplitShared& sh, const T* q, const T* k_ca
       sh.l[warp][i] = l[i];
     }
   }
-  __syncthreads();
   float big_m[G], big_l[G];
+#if KILN_ATTN_SPLIT_ONE_PASS
+  if (writer) {
+#pragma unroll
+    for (int i = 0; i < G; ++i)
+#pragma unroll
+      for (int e = 0; e < 8; ++e) sh.acc[warp][i][d0 + e] = acc[i][e];
+  }
+  __syncthreads();
+  if (warp == 0 && writer) {
+#pragma unroll
+    for (int i = 0; i < G; ++i) {
+      big_m[i] = -inf();
+#pragma unroll
+      for (int w = 0; w < NW; ++w) big_m[i] = fmaxf(big_m[i], sh.m[w][i]);
+      big_l[i] = 0.0f;
+#pragma unroll
+      for (int w = 0; w < NW; ++w) big_l[i] += weight_of(sh.m[w][i], big_m[i]) * sh.l[w][i];
+      float own[NW];
+#pragma unroll
+      for (int w = 0; w < NW; ++w) own[w] = weight_of(sh.m[w][i], big_m[i]);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        float v[NW];
+#pragma unroll
+        for (int w = 0; w < NW; ++w) v[w] = sh.acc[w][i][d0 + e] * own[w];
+#pragma unroll
+        for (int half = NW / 2; half > 0; half >>= 1)
+#pragma unroll
+          for (int w = 0; w < half; ++w) v[w] += v[w + half];
+        acc[i][e] = v[0];
+      }
+    }
+  }
+#else
+  __syncthreads();
 #pragma unroll
   for (int i = 0; i < G; ++i) {
     big_m[i] = -inf();
@@ -357,7 +399,6 @@ __device__ void attention_split_block(SplitShared& sh, const T* q, const T* k_ca
 #pragma unroll
     for (int e = 0; e < 8; ++e) acc[i][e] *= own;
   }
-  const bool writer = pi == 0 && nd > 0;
 #pragma unroll
   for (unsigned int half = NW / 2; half > 0; half >>= 1) {
     if (writer && warp >= half && warp < 2 * half) {
@@ -375,6 +416,7 @@ __device__ void attention_split_block(SplitShared& sh, const T* q, const T* k_ca
     }
     __syncthreads();
   }
+#endif
   if (warp == 0 && writer) {
 #pragma unroll
     for (int i = 0; i < G; ++i) {
