@@ -186,6 +186,17 @@ struct SplitShared {
            [KILN_ATTN_SPLIT_MAX_HEAD_DIM];
 };
 
+// Head i's largest m over the NW warps' (m, l) in sh, and its total weight against that max.
+template <int NW>
+__device__ __forceinline__ void warps_max_and_weight(const SplitShared& sh, int i, float& big_m, float& big_l) {
+  big_m = -inf();
+#pragma unroll
+  for (int w = 0; w < NW; ++w) big_m = fmaxf(big_m, sh.m[w][i]);
+  big_l = 0.0f;
+#pragma unroll
+  for (int w = 0; w < NW; ++w) big_l += weight_of(sh.m[w][i], big_m) * sh.l[w][i];
+}
+
 // One (row, kv head, head chunk, split) block; G >= the chunk's head count (compile time, so
 // that the per-head state stays in registers).
 template <typename T, int G, bool VEC>
@@ -363,12 +374,7 @@ __device__ void attention_split_block(SplitShared& sh, const T* q, const T* k_ca
   if (warp == 0 && writer) {
 #pragma unroll
     for (int i = 0; i < G; ++i) {
-      big_m[i] = -inf();
-#pragma unroll
-      for (int w = 0; w < NW; ++w) big_m[i] = fmaxf(big_m[i], sh.m[w][i]);
-      big_l[i] = 0.0f;
-#pragma unroll
-      for (int w = 0; w < NW; ++w) big_l[i] += weight_of(sh.m[w][i], big_m[i]) * sh.l[w][i];
+      warps_max_and_weight<NW>(sh, i, big_m[i], big_l[i]);
       float own[NW];
 #pragma unroll
       for (int w = 0; w < NW; ++w) own[w] = weight_of(sh.m[w][i], big_m[i]);
@@ -389,12 +395,7 @@ __device__ void attention_split_block(SplitShared& sh, const T* q, const T* k_ca
   __syncthreads();
 #pragma unroll
   for (int i = 0; i < G; ++i) {
-    big_m[i] = -inf();
-#pragma unroll
-    for (int w = 0; w < NW; ++w) big_m[i] = fmaxf(big_m[i], sh.m[w][i]);
-    big_l[i] = 0.0f;
-#pragma unroll
-    for (int w = 0; w < NW; ++w) big_l[i] += weight_of(sh.m[w][i], big_m[i]) * sh.l[w][i];
+    warps_max_and_weight<NW>(sh, i, big_m[i], big_l[i]);
     const float own = weight_of(m[i], big_m[i]);
 #pragma unroll
     for (int e = 0; e < 8; ++e) acc[i][e] *= own;
@@ -618,17 +619,14 @@ __device__ void attention_merge(const float* workspace, const int* positions,
 // heads and more blocks fit on an SM (clusters need all 8 of their blocks resident at once).
 #define KILN_ATTN_CLUSTER_SPLITS 8
 // KILN_ATTN_KV_EARLY=1: the cluster kernel's split blocks load their first K/V rows before they
-// wait for the prior grid (attention_cluster). KILN_ATTN_CLUSTER_MERGE_UNROLL=1: the merge loads
-// every block's state in one distributed-shared-memory round trip. Both change no result (greedy
-// ids identical). Measured together on the H200 (2026-12-02, session 24 call B, kiln bench, batch 1,
-// context 128, same machine, two rounds; bench/results/2026-12-02-h200-decode-ab-s24.md), tok/s
-// against neither: both +0.3% / +1.2% / +0.4% (0.5B / 1B / 8B); merge only +2.4% / 0.0% / +0.3%;
-// early K/V only -0.6% / +0.3% / 0.0%. Both on by default; overridable for sweeps.
+// wait for the prior grid (attention_cluster); with the merge's single distributed-shared-memory
+// round trip (attention_cluster, da91256; it was two dependent loads per block) neither changes a
+// result (greedy ids identical). Measured on the H200 (2026-12-02, session 24 call B, kiln bench,
+// batch 1, context 128, same machine, two rounds; bench/results/2026-12-02-h200-decode-ab-s24.md),
+// tok/s against neither: both +0.3% / +1.2% / +0.4% (0.5B / 1B / 8B); merge only +2.4% / 0.0% /
+// +0.3%; early K/V only -0.6% / +0.3% / 0.0%. Early K/V on by default; overridable for sweeps.
 #ifndef KILN_ATTN_KV_EARLY
 #define KILN_ATTN_KV_EARLY 1
-#endif
-#ifndef KILN_ATTN_CLUSTER_MERGE_UNROLL
-#define KILN_ATTN_CLUSTER_MERGE_UNROLL 1
 #endif
 #define KILN_ATTN_CLUSTER_SLOTS (KILN_ATTN_SPLIT_MAX_GROUP * (KILN_ATTN_SPLIT_MAX_HEAD_DIM + 2))
 
@@ -695,9 +693,8 @@ __device__ void attention_cluster(const T* q, const T* k_cache, const T* v_cache
     const float* mine = slots + (size_t)i * slot;
     float big_m = -inf();
     float num = 0.0f, den = 0.0f;
-#if KILN_ATTN_CLUSTER_MERGE_UNROLL
-    // Every active block's (m, acc, l) loaded at once (one distributed-shared-memory round trip
-    // instead of two per block), then folded in block order as below: the same sums.
+    // Every active block's (m, acc, l) loaded at once (one distributed-shared-memory round trip),
+    // then folded in block order.
     float ms[S], as[S], ls[S];
 #pragma unroll
     for (unsigned int r = 0; r < S; ++r) {
@@ -724,17 +721,6 @@ __device__ void attention_cluster(const T* q, const T* k_cache, const T* v_cache
         }
       }
     }
-#else
-    for (unsigned int r = 0; r < n_active; ++r) big_m = fmaxf(big_m, cluster_map(mine, r)[head_dim]);
-    if (big_m != -inf()) {
-      for (unsigned int r = 0; r < n_active; ++r) {
-        const float* st = cluster_map(mine, r);
-        const float w = weight_of(st[head_dim], big_m);
-        num += w * st[d];
-        den += w * st[head_dim + 1];
-      }
-    }
-#endif
     out[((size_t)t * heads + h0 + i) * head_dim + d] = from_f32<T>(den > 0.0f ? num / den : 0.0f);
   }
   cluster_sync();
