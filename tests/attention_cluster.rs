@@ -6,38 +6,19 @@
 
 mod common_cpu;
 
-use kiln::ir::{DType, Phase};
-use kiln::plan::{build_plan, Kernel, PlanOptions};
-use std::path::PathBuf;
+use kiln::plan::Kernel;
 
 const KNOWN: &str = "Once upon a time, there was a little girl named Lily. She loved to play outside in the park. One day, she saw a big, red ball. She wanted to play with it, but it was too high.\nLily's mom said, \"Lily, let's go to the park.\" Lily was sad and didn't know what to do.";
 
 #[test]
 fn cluster_attention_plans_one_launch_and_keeps_the_known_greedy_output() {
     std::env::set_var("KILN_ATTN_CLUSTER", "1");
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("models/stories260K");
-    let m = kiln::model::open(&dir.join("stories260K.gguf"), None).unwrap();
-    let options = PlanOptions {
-        decode_buckets: vec![1, 4],
-        prefill_buckets: vec![16],
-        max_context: 512,
-        dtype: DType::F32,
-        memory_budget: None,
-        burst: 0,
-        fuse: false,
-    };
-    let plan = build_plan(&m.config, &options).unwrap();
-    for p in plan.programs.iter().filter(|p| p.phase == Phase::Decode) {
-        let kinds = |f: fn(&Kernel) -> bool| p.launches.iter().filter(|l| f(&l.kernel)).count();
-        assert_eq!(kinds(|k| matches!(k, Kernel::AttentionCluster { .. })), m.config.n_layers, "{}", p.label());
-        assert_eq!(kinds(|k| matches!(k, Kernel::AttentionSplit { .. } | Kernel::AttentionMerge { .. })), 0);
-        for l in &p.launches {
-            if let Kernel::AttentionCluster { rows, kv_heads, heads, chunk_heads, .. } = l.kernel {
-                assert_eq!(l.grid, [rows * kv_heads * (heads / kv_heads).div_ceil(chunk_heads), 8, 1]);
-                let wave = kiln::plan::planner::ATTENTION_CLUSTER_WAVE.iter().find(|w| w.0 == chunk_heads).unwrap().1;
-                assert!(l.grid[0] <= wave, "{} clusters of chunk {chunk_heads} in one wave of {wave}", l.grid[0]);
-            }
-        }
+    let (m, plan, clusters) = common_cpu::stories260k_cluster_plan();
+    let (heads, kv_heads) = (m.config.n_heads as u32, m.config.n_kv_heads as u32);
+    for (_, rows, chunk_heads, grid) in clusters {
+        assert_eq!(grid, [rows * kv_heads * (heads / kv_heads).div_ceil(chunk_heads), 8, 1]);
+        let wave = kiln::plan::planner::ATTENTION_CLUSTER_WAVE.iter().find(|w| w.0 == chunk_heads).unwrap().1;
+        assert!(grid[0] <= wave, "{} clusters of chunk {chunk_heads} in one wave of {wave}", grid[0]);
     }
     let text = common_cpu::greedy_text(&m, plan);
     assert!(text.starts_with(KNOWN), "got:\n{text}");

@@ -211,6 +211,41 @@ pub fn decode_attention_matches_unsplit_prefill(attention: fn(&kiln::plan::Kerne
     }
 }
 
+/// One decode `AttentionCluster` launch: (program label, rows, chunk_heads, grid).
+pub type ClusterLaunch = (String, u32, u32, [u32; 3]);
+
+/// The bundled stories260K planned with decode buckets 1 and 4 (f32, context 512), with every
+/// decode program's `AttentionCluster` launches, one per layer asserted
+/// (`tests/attention_cluster.rs`, `tests/attention_cluster_chunk.rs`).
+pub fn stories260k_cluster_plan() -> (kiln::model::LoadedModel, kiln::plan::Plan, Vec<ClusterLaunch>) {
+    use kiln::ir::{DType, Phase};
+    use kiln::plan::{build_plan, Kernel, PlanOptions};
+    let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("models/stories260K");
+    let m = kiln::model::open(&dir.join("stories260K.gguf"), None).unwrap();
+    let options = PlanOptions {
+        decode_buckets: vec![1, 4],
+        prefill_buckets: vec![16],
+        max_context: 512,
+        dtype: DType::F32,
+        memory_budget: None,
+        burst: 0,
+        fuse: false,
+    };
+    let plan = build_plan(&m.config, &options).unwrap();
+    let mut clusters = Vec::new();
+    for p in plan.programs.iter().filter(|p| p.phase == Phase::Decode) {
+        let kinds = |f: fn(&Kernel) -> bool| p.launches.iter().filter(|l| f(&l.kernel)).count();
+        assert_eq!(kinds(|k| matches!(k, Kernel::AttentionCluster { .. })), m.config.n_layers, "{}", p.label());
+        assert_eq!(kinds(|k| matches!(k, Kernel::AttentionSplit { .. } | Kernel::AttentionMerge { .. })), 0);
+        for l in &p.launches {
+            if let Kernel::AttentionCluster { rows, chunk_heads, .. } = l.kernel {
+                clusters.push((p.label(), rows, chunk_heads, l.grid));
+            }
+        }
+    }
+    (m, plan, clusters)
+}
+
 /// Greedy text from BOS, 200 tokens at most, stopping at BOS/EOS (stories260K's known output is
 /// given this way).
 pub fn greedy_text(m: &kiln::model::LoadedModel, plan: kiln::plan::Plan) -> String {
