@@ -23,6 +23,8 @@ enum Command {
     Inspect(cli::plan_cmd::InspectCmd),
     /// Compare two plan files: regions, arenas, then a unified diff of the dumps.
     Diff(cli::diff::DiffCmd),
+    /// Compile the GPU kernels into the kernel cache ahead of time (needs NVRTC, no GPU).
+    Kernels(cli::kernels::KernelsCmd),
     /// Write a Hugging Face directory of a known model shape with seeded random weights.
     Synth(kiln::synth::SynthArgs),
     /// The GPU exactness gates: graph vs eager, GPU vs CPU, GPU vs PyTorch, counters.
@@ -42,6 +44,7 @@ fn main() {
         Command::Plan(c) => cli::plan_cmd::plan_main(c),
         Command::Inspect(c) => cli::plan_cmd::inspect_main(c),
         Command::Diff(c) => cli::diff::diff_main(c),
+        Command::Kernels(c) => cli::kernels::kernels_main(c),
         Command::Synth(c) => kiln::synth::main(c),
         Command::Gate(c) => kiln::gate::main(c),
         Command::Bench(c) => kiln::bench::main(c),

@@ -1,7 +1,8 @@
 //! The `kiln` command line: argument types and the commands that only glue library pieces
-//! together (`run`, `plan`, `inspect`, `diff`). `gate` and `synth` live with the runtime.
+//! together (`run`, `plan`, `inspect`, `diff`, `kernels`). `gate` and `synth` live with the runtime.
 
 pub mod diff;
+pub mod kernels;
 pub mod plan_cmd;
 pub mod run;
 
