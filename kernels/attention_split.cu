@@ -173,17 +173,13 @@ template <typename T> __device__ __forceinline__ void unpack8(const Raw8<T>& r, 
 __device__ __forceinline__ float weight_of(float x, float m) { return x == -inf() ? 0.0f : __expf(x - m); }
 
 // Shared memory of one split block: per-warp (m, l) of each head, then half the warps' acc.
-// KILN_ATTN_SPLIT_ONE_PASS=1: every warp's acc (one barrier, then warp 0 sums them in the tree's
-// order below: the same bits) instead of half the warps' per tree level (two barriers per level).
-// An A/B knob, off by default (not yet measured).
-#ifndef KILN_ATTN_SPLIT_ONE_PASS
-#define KILN_ATTN_SPLIT_ONE_PASS 0
-#endif
+// (Summing every warp's acc after one barrier instead of the tree's two barriers per level was
+// measured in session 25: -0.3% / -0.1% / 0.0% on the 0.5B / 1B / 8B, and not the same bits;
+// bench/results/2026-12-02-h200-decode-ab-s25.md.)
 struct SplitShared {
   float m[KILN_ATTN_SPLIT_WARPS][KILN_ATTN_SPLIT_MAX_GROUP];
   float l[KILN_ATTN_SPLIT_WARPS][KILN_ATTN_SPLIT_MAX_GROUP];
-  float acc[KILN_ATTN_SPLIT_ONE_PASS ? KILN_ATTN_SPLIT_WARPS : KILN_ATTN_SPLIT_WARPS / 2][KILN_ATTN_SPLIT_MAX_GROUP]
-           [KILN_ATTN_SPLIT_MAX_HEAD_DIM];
+  float acc[KILN_ATTN_SPLIT_WARPS / 2][KILN_ATTN_SPLIT_MAX_GROUP][KILN_ATTN_SPLIT_MAX_HEAD_DIM];
 };
 
 // Head i's largest m over the NW warps' (m, l) in sh, and its total weight against that max.
@@ -363,35 +359,6 @@ __device__ void attention_split_block(SplitShared& sh, const T* q, const T* k_ca
     }
   }
   float big_m[G], big_l[G];
-#if KILN_ATTN_SPLIT_ONE_PASS
-  if (writer) {
-#pragma unroll
-    for (int i = 0; i < G; ++i)
-#pragma unroll
-      for (int e = 0; e < 8; ++e) sh.acc[warp][i][d0 + e] = acc[i][e];
-  }
-  __syncthreads();
-  if (warp == 0 && writer) {
-#pragma unroll
-    for (int i = 0; i < G; ++i) {
-      warps_max_and_weight<NW>(sh, i, big_m[i], big_l[i]);
-      float own[NW];
-#pragma unroll
-      for (int w = 0; w < NW; ++w) own[w] = weight_of(sh.m[w][i], big_m[i]);
-#pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        float v[NW];
-#pragma unroll
-        for (int w = 0; w < NW; ++w) v[w] = sh.acc[w][i][d0 + e] * own[w];
-#pragma unroll
-        for (int half = NW / 2; half > 0; half >>= 1)
-#pragma unroll
-          for (int w = 0; w < half; ++w) v[w] += v[w + half];
-        acc[i][e] = v[0];
-      }
-    }
-  }
-#else
   __syncthreads();
 #pragma unroll
   for (int i = 0; i < G; ++i) {
@@ -417,7 +384,6 @@ __device__ void attention_split_block(SplitShared& sh, const T* q, const T* k_ca
     }
     __syncthreads();
   }
-#endif
   if (warp == 0 && writer) {
 #pragma unroll
     for (int i = 0; i < G; ++i) {
