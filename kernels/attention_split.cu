@@ -182,17 +182,6 @@ struct SplitShared {
   float acc[KILN_ATTN_SPLIT_WARPS / 2][KILN_ATTN_SPLIT_MAX_GROUP][KILN_ATTN_SPLIT_MAX_HEAD_DIM];
 };
 
-// Head i's largest m over the NW warps' (m, l) in sh, and its total weight against that max.
-template <int NW>
-__device__ __forceinline__ void warps_max_and_weight(const SplitShared& sh, int i, float& big_m, float& big_l) {
-  big_m = -inf();
-#pragma unroll
-  for (int w = 0; w < NW; ++w) big_m = fmaxf(big_m, sh.m[w][i]);
-  big_l = 0.0f;
-#pragma unroll
-  for (int w = 0; w < NW; ++w) big_l += weight_of(sh.m[w][i], big_m) * sh.l[w][i];
-}
-
 // One (row, kv head, head chunk, split) block; G >= the chunk's head count (compile time, so
 // that the per-head state stays in registers).
 template <typename T, int G, bool VEC>
@@ -350,7 +339,6 @@ __device__ void attention_split_block(SplitShared& sh, const T* q, const T* k_ca
     }
   }
   // Across warps: common max, then a tree sum of the rescaled acc in warp order.
-  const bool writer = pi == 0 && nd > 0;
   if (lane == 0) {
 #pragma unroll
     for (int i = 0; i < G; ++i) {
@@ -358,15 +346,21 @@ __device__ void attention_split_block(SplitShared& sh, const T* q, const T* k_ca
       sh.l[warp][i] = l[i];
     }
   }
-  float big_m[G], big_l[G];
   __syncthreads();
+  float big_m[G], big_l[G];
 #pragma unroll
   for (int i = 0; i < G; ++i) {
-    warps_max_and_weight<NW>(sh, i, big_m[i], big_l[i]);
+    big_m[i] = -inf();
+#pragma unroll
+    for (int w = 0; w < NW; ++w) big_m[i] = fmaxf(big_m[i], sh.m[w][i]);
+    big_l[i] = 0.0f;
+#pragma unroll
+    for (int w = 0; w < NW; ++w) big_l[i] += weight_of(sh.m[w][i], big_m[i]) * sh.l[w][i];
     const float own = weight_of(m[i], big_m[i]);
 #pragma unroll
     for (int e = 0; e < 8; ++e) acc[i][e] *= own;
   }
+  const bool writer = pi == 0 && nd > 0;
 #pragma unroll
   for (unsigned int half = NW / 2; half > 0; half >>= 1) {
     if (writer && warp >= half && warp < 2 * half) {
