@@ -247,3 +247,334 @@ PROBE_KERNEL(probe_chain_ns2, 2, 0, 1)
 PROBE_KERNEL(probe_chain_ns12_red, 12, 1, 11)
 PROBE_KERNEL(probe_chain_ns12_red_b6, 12, 1, 6)
 PROBE_KERNEL(probe_chain_ns12_red_b3, 12, 1, 3)
+
+// ---- Warp-specialized variant (session 26): a producer warp streams the block's weight chunks
+// with TMA bulk copies (cp.async.bulk, one instruction per chunk, completion counted on a
+// per-slot mbarrier) into a ring of NS slots of CB bytes, running ahead across stage barriers on
+// its own (it never waits for activations, only for free slots); consumer warps wait on the
+// slot's barrier, compute, and free the slot. The grid barrier is the release reduction above.
+// Launch: grid = SM count, block = 32 * (TMA_CONSUMER_WARPS + 1), dynamic shared memory
+// NS * CB + XMAX * 2 + 2 * MAX_ITEMS * 4 + MAX_STAGES * 32 + 16 * NS. A weight row must fit a
+// slot (2 K <= CB).
+#define TMA_CONSUMER_WARPS 16
+#define TMA_CONSUMERS (32 * TMA_CONSUMER_WARPS)
+
+__device__ __forceinline__ unsigned int smem_u32(const void* p) {
+  return (unsigned int)__cvta_generic_to_shared(p);
+}
+__device__ __forceinline__ void mbar_init(unsigned long long* b, unsigned int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(b)), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_expect_tx(unsigned long long* b, unsigned int bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(b)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(unsigned long long* b) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(b)) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(unsigned long long* b, unsigned int parity) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "WAIT_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+      "@!p bra WAIT_%=;\n"
+      "}\n" ::"r"(smem_u32(b)),
+      "r"(parity)
+      : "memory");
+}
+__device__ __forceinline__ void tma_load(void* dst, const void* src, unsigned int bytes, unsigned long long* b) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+                   smem_u32(dst)),
+               "l"(src), "r"(bytes), "r"(smem_u32(b))
+               : "memory");
+}
+__device__ __forceinline__ void consumers_sync() { asm volatile("bar.sync 1, %0;\n" ::"n"(TMA_CONSUMERS) : "memory"); }
+
+__device__ __forceinline__ void l2_prefetch_bulk(const void* src, unsigned int bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src), "r"(bytes) : "memory");
+}
+
+// The chunk cursor of the producer: stage s, first row r of the next chunk (CB bytes of whole rows
+// of the block's tile); false when the chain is exhausted.
+template <int CB> struct TmaCursor {
+  unsigned int s = 0, r = 0;
+  bool started = false;
+  __device__ __forceinline__ bool next(const ProbeStage* stages, unsigned int n_stages, const __nv_bfloat16*& src,
+                                       unsigned int& bytes) {
+    while (s < n_stages) {
+      const ProbeStage& st = stages[s];
+      unsigned int r0, r1;
+      tile_of(st, r0, r1);
+      if (!started) {
+        r = r0;
+        started = true;
+      }
+      if (r < r1) {
+        const unsigned int per = max(1u, (unsigned int)CB / (2u * st.K));
+        const unsigned int nr = min(per, r1 - r);
+        src = st.w + (size_t)r * st.K;
+        bytes = nr * st.K * 2;
+        r += nr;
+        return true;
+      }
+      ++s;
+      started = false;
+    }
+    return false;
+  }
+};
+
+template <int NS, int CB, int PF = 0, bool NOBAR = false, int G = 1, bool STREAM_ONLY = false>
+__device__ void probe_chain_tma(const ProbeStage* stages_g, unsigned int n_stages, unsigned int* bar) {
+  extern __shared__ __align__(128) uint4 smem[];
+  uint4* ring = smem;                                          // NS * CB bytes
+  uint4* xs = smem + NS * (CB / 16);                           // XMAX bf16
+  float* part = reinterpret_cast<float*>(xs + PROBE_XMAX / 8);  // 2 x MAX_ITEMS f32
+  ProbeStage* stages = reinterpret_cast<ProbeStage*>(part + 2 * PROBE_MAX_ITEMS);  // MAX_STAGES
+  unsigned long long* full = reinterpret_cast<unsigned long long*>(stages + PROBE_MAX_STAGES);
+  unsigned long long* empty = full + NS;
+  const unsigned int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (n_stages > PROBE_MAX_STAGES) return;
+  for (unsigned int i = threadIdx.x; i < 2 * n_stages; i += blockDim.x)
+    reinterpret_cast<uint4*>(stages)[i] = reinterpret_cast<const uint4*>(stages_g)[i];
+  if (threadIdx.x < NS) {
+    mbar_init(full + threadIdx.x, 1);
+    mbar_init(empty + threadIdx.x, 1);
+  }
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  __syncthreads();
+  const unsigned int per_chunk_max = CB;  // bytes
+
+  if (warp == TMA_CONSUMER_WARPS) {  // the producer
+    if (lane != 0) return;
+    // PF > 0: an L2 prefetch cursor runs up to NS + PF chunks ahead of the chunk being loaded into
+    // the ring, so that the chunks past the ring are already in the L2 when their slots free up
+    // (the DRAM stream does not stop while the ring is full and the consumers wait at a barrier).
+    TmaCursor<CB> load, pre;
+    const __nv_bfloat16* src;
+    unsigned int bytes, ahead = 0;
+    for (unsigned int i = 0; load.next(stages, n_stages, src, bytes); ++i) {
+      if (PF > 0) {
+        const __nv_bfloat16* psrc;
+        unsigned int pbytes;
+        while (ahead < i + NS + PF && pre.next(stages, n_stages, psrc, pbytes)) {
+          if (ahead >= NS) l2_prefetch_bulk(psrc, pbytes);  // the first NS go straight to the ring
+          ++ahead;
+        }
+      }
+      const unsigned int slot = i % NS;
+      if (i >= NS) mbar_wait(empty + slot, ((i / NS) - 1) & 1);
+      mbar_expect_tx(full + slot, bytes);
+      tma_load(ring + slot * (CB / 16), src, bytes, full + slot);
+    }
+    return;
+  }
+
+  if (STREAM_ONLY) {  // timing only: the producer's stream alone (thread 0 frees each slot as it lands)
+    if (threadIdx.x == 0) {
+      TmaCursor<CB> c;
+      const __nv_bfloat16* src;
+      unsigned int bytes;
+      for (unsigned int i = 0; c.next(stages, n_stages, src, bytes); ++i) {
+        mbar_wait(full + i % NS, (i / NS) & 1);
+        mbar_arrive(empty + i % NS);
+      }
+    }
+    return;
+  }
+  unsigned int i = 0;  // the next chunk to consume
+  unsigned int pb = 0;  // part buffer
+  // G groups of consumer warps take the chunks in turn (chunk i: group i % G), each with its own
+  // named barrier, so that one group's sums and barrier overlap the next group's chunk.
+  constexpr unsigned int WG = TMA_CONSUMER_WARPS / G, GT = 32 * WG;
+  const unsigned int gi = warp / WG, gw = warp % WG, gt = threadIdx.x % GT;
+  for (unsigned int s = 0; s < n_stages; ++s) {
+    const ProbeStage st = stages[s];
+    unsigned int r0, r1;
+    tile_of(st, r0, r1);
+    if (s > 0 && !NOBAR) {
+      if (threadIdx.x == 0) {
+        const unsigned int target = s * gridDim.x;
+        while (ld_acquire(bar) < target) {
+        }
+      }
+      consumers_sync();
+    }
+    if (r0 < r1) {
+      const unsigned int k16 = st.K / 8;
+      for (unsigned int t = threadIdx.x; t < k16; t += TMA_CONSUMERS) xs[t] = ld_cg16(st.x + 8 * t);
+      consumers_sync();
+      const unsigned int per = max(1u, per_chunk_max / (2u * st.K));
+      const unsigned int segs = (k16 + PROBE_SEG / 8 - 1) / (PROBE_SEG / 8);
+      for (unsigned int r = r0; r < r1; r += per, ++i) {
+        if (i % G != gi) continue;
+        const unsigned int nr = min(per, r1 - r);
+        const unsigned int slot = i % NS;
+        mbar_wait(full + slot, (i / NS) & 1);
+        const uint4* chunk = ring + slot * (CB / 16);
+        const unsigned int items = nr * segs;
+        float* pp = part + (G == 1 ? pb * PROBE_MAX_ITEMS : (gi * 2 + pb) * (2 * PROBE_MAX_ITEMS / (2 * G)));
+        for (unsigned int it = gw; it < items; it += WG) {
+          const unsigned int row = it / segs, seg = it % segs;
+          const uint4* w = chunk + row * k16;
+          const unsigned int c0 = seg * (PROBE_SEG / 8), c1 = min(k16, c0 + PROBE_SEG / 8);
+          float acc = 0.0f;
+#pragma unroll 4
+          for (unsigned int c = c0 + lane; c < c1; c += 32) acc = dot8(w[c], xs[c], acc);
+#pragma unroll
+          for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+          if (lane == 0) pp[it] = acc;
+        }
+        // The chunk's partial sums are in; its slot is no longer read.
+        if (G == 1) {
+          consumers_sync();
+        } else {
+          asm volatile("bar.sync %0, %1;\n" ::"r"(2 + gi), "r"(GT) : "memory");
+        }
+        if (gt == 0) mbar_arrive(empty + slot);
+        if (gt < nr) {
+          float acc = 0.0f;
+          for (unsigned int g = 0; g < segs; ++g) acc += pp[gt * segs + g];
+          st.y[r + gt] = __float2bfloat16_rn(acc);
+        }
+        pb ^= 1u;
+      }
+    }
+    consumers_sync();  // every y write of this block precedes the arrival
+    if (threadIdx.x == 0) asm volatile("red.release.gpu.global.add.u32 [%0], 1;\n" ::"l"(bar) : "memory");
+  }
+}
+
+#define PROBE_TMA_KERNEL(NAME, NS, CB, PF)                                                           \
+  extern "C" __global__ void __launch_bounds__(32 * (TMA_CONSUMER_WARPS + 1), 1)                     \
+      NAME(const ProbeStage* stages, unsigned int n_stages, unsigned int* bar) {                      \
+    probe_chain_tma<NS, CB, PF>(stages, n_stages, bar);                                               \
+  }
+PROBE_TMA_KERNEL(probe_chain_tma12x16k, 12, 16384, 0)
+PROBE_TMA_KERNEL(probe_chain_tma6x32k, 6, 32768, 0)
+PROBE_TMA_KERNEL(probe_chain_tma4x48k, 4, 49152, 0)
+PROBE_TMA_KERNEL(probe_chain_tma3x64k, 3, 65536, 0)
+// With chunks prefetched into the L2 PF past the ring (PF x 32 KB x 132 SMs: 8 -> 34.6 MB).
+PROBE_TMA_KERNEL(probe_chain_tma6x32k_pf4, 6, 32768, 4)
+PROBE_TMA_KERNEL(probe_chain_tma6x32k_pf8, 6, 32768, 8)
+PROBE_TMA_KERNEL(probe_chain_tma12x16k_pf16, 12, 16384, 16)
+// Two consumer groups taking the chunks in turn (G = 2), with and without barriers.
+extern "C" __global__ void __launch_bounds__(32 * (TMA_CONSUMER_WARPS + 1), 1)
+    probe_chain_tma6x32k_g2(const ProbeStage* stages, unsigned int n_stages, unsigned int* bar) {
+  probe_chain_tma<6, 32768, 0, false, 2>(stages, n_stages, bar);
+}
+extern "C" __global__ void __launch_bounds__(32 * (TMA_CONSUMER_WARPS + 1), 1)
+    probe_chain_tma12x16k_g2(const ProbeStage* stages, unsigned int n_stages, unsigned int* bar) {
+  probe_chain_tma<12, 16384, 0, false, 2>(stages, n_stages, bar);
+}
+extern "C" __global__ void __launch_bounds__(32 * (TMA_CONSUMER_WARPS + 1), 1)
+    probe_chain_tma6x32k_g2_nobar(const ProbeStage* stages, unsigned int n_stages, unsigned int* bar) {
+  probe_chain_tma<6, 32768, 0, true, 2>(stages, n_stages, bar);
+}
+// Timing only: the TMA stream of the chain's weights with no compute and no barriers (y unwritten).
+extern "C" __global__ void __launch_bounds__(32 * (TMA_CONSUMER_WARPS + 1), 1)
+    probe_chain_tma6x32k_stream(const ProbeStage* stages, unsigned int n_stages, unsigned int* bar) {
+  probe_chain_tma<6, 32768, 0, true, 1, true>(stages, n_stages, bar);
+}
+extern "C" __global__ void __launch_bounds__(32 * (TMA_CONSUMER_WARPS + 1), 1)
+    probe_chain_tma12x16k_stream(const ProbeStage* stages, unsigned int n_stages, unsigned int* bar) {
+  probe_chain_tma<12, 16384, 0, true, 1, true>(stages, n_stages, bar);
+}
+// Timing only (its stages read inputs that are not ready: the check fails by design): no wait at
+// the grid barriers, i.e. the streaming and compute of the design with free dependencies.
+extern "C" __global__ void __launch_bounds__(32 * (TMA_CONSUMER_WARPS + 1), 1)
+    probe_chain_tma6x32k_nobar(const ProbeStage* stages, unsigned int n_stages, unsigned int* bar) {
+  probe_chain_tma<6, 32768, 0, true>(stages, n_stages, bar);
+}
+
+// ---- One GEMV per launch, weights staged by TMA before the PDL wait (session 26) --------------
+//   probe_gemv_tma{NS}(w, x, y, K, N): y[n] = bf16(sum_k f32(w[n, k]) * f32(x[k])), one stage of the
+//   chain as its own launch (programmatic edges between launches, as kiln's decode graphs). A
+//   producer warp copies the block's tile (rows [r0, r1) of w, ceil(N / grid) rows per block) in
+//   chunks of whole rows of at most 16 KB with TMA into a ring of NS slots, starting before the
+//   block waits for the prior grid (weights depend on nothing) and refilling as slots free; 8
+//   consumer warps wait for the prior grid, read x through the L2, consume the chunks as the ring
+//   variants do. The ring (NS x 16 KB) is what a kernel can read ahead of its wait; small enough
+//   that two blocks fit an SM (the next launch's blocks must be resident beside this one's).
+// Launch: grid = the SM count, block 288, dynamic shared NS * 16384 + 2 * K + 1024 + 16 * NS.
+#define GT_WARPS 8
+#define GT_CONSUMERS (32 * GT_WARPS)
+#define GT_CHUNK 16384
+#define GT_MAX_ITEMS 128
+
+template <int NS>
+__device__ void probe_gemv_tma(const __nv_bfloat16* w, const __nv_bfloat16* x, __nv_bfloat16* y, unsigned int K,
+                               unsigned int N) {
+  extern __shared__ __align__(128) uint4 smem[];
+  uint4* ring = smem;
+  float* part = reinterpret_cast<float*>(smem + NS * (GT_CHUNK / 16));  // 2 x GT_MAX_ITEMS
+  unsigned long long* full = reinterpret_cast<unsigned long long*>(part + 2 * GT_MAX_ITEMS);
+  unsigned long long* empty = full + NS;
+  uint4* xs = reinterpret_cast<uint4*>(empty + NS);  // K bf16
+  const unsigned int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const ProbeStage st{w, x, y, K, N};
+  unsigned int r0, r1;
+  tile_of(st, r0, r1);
+  const unsigned int per = max(1u, GT_CHUNK / (2u * K));
+  if (threadIdx.x < NS) {
+    mbar_init(full + threadIdx.x, 1);
+    mbar_init(empty + threadIdx.x, 1);
+  }
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  __syncthreads();
+  if (warp == GT_WARPS) {  // the producer: no wait, nothing read that a prior grid writes
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    if (lane != 0) return;
+    unsigned int i = 0;
+    for (unsigned int r = r0; r < r1; r += per, ++i) {
+      const unsigned int nr = min(per, r1 - r), slot = i % NS;
+      if (i >= NS) mbar_wait(empty + slot, ((i / NS) - 1) & 1);
+      mbar_expect_tx(full + slot, nr * K * 2);
+      tma_load(ring + slot * (GT_CHUNK / 16), w + (size_t)r * K, nr * K * 2, full + slot);
+    }
+    return;
+  }
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  if (r0 >= r1) return;
+  const unsigned int k16 = K / 8;
+  for (unsigned int t = threadIdx.x; t < k16; t += GT_CONSUMERS) xs[t] = ld_cg16(x + 8 * t);
+  asm volatile("bar.sync 1, %0;\n" ::"n"(GT_CONSUMERS) : "memory");
+  const unsigned int segs = (k16 + PROBE_SEG / 8 - 1) / (PROBE_SEG / 8);
+  unsigned int pb = 0, i = 0;
+  for (unsigned int r = r0; r < r1; r += per, ++i) {
+    const unsigned int nr = min(per, r1 - r), slot = i % NS;
+    mbar_wait(full + slot, (i / NS) & 1);
+    const uint4* chunk = ring + slot * (GT_CHUNK / 16);
+    const unsigned int items = nr * segs;
+    float* pp = part + pb * GT_MAX_ITEMS;
+    for (unsigned int it = warp; it < items; it += GT_WARPS) {
+      const unsigned int row = it / segs, seg = it % segs;
+      const uint4* wr = chunk + row * k16;
+      const unsigned int c0 = seg * (PROBE_SEG / 8), c1 = min(k16, c0 + PROBE_SEG / 8);
+      float acc = 0.0f;
+#pragma unroll 4
+      for (unsigned int c = c0 + lane; c < c1; c += 32) acc = dot8(wr[c], xs[c], acc);
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+      if (lane == 0) pp[it] = acc;
+    }
+    asm volatile("bar.sync 1, %0;\n" ::"n"(GT_CONSUMERS) : "memory");
+    if (threadIdx.x == 0) mbar_arrive(empty + slot);
+    if (threadIdx.x < nr) {
+      float acc = 0.0f;
+      for (unsigned int g = 0; g < segs; ++g) acc += pp[threadIdx.x * segs + g];
+      y[r + threadIdx.x] = __float2bfloat16_rn(acc);
+    }
+    pb ^= 1u;
+  }
+}
+
+#define PROBE_GEMV_TMA(NS)                                                                              \
+  extern "C" __global__ void __launch_bounds__(32 * (GT_WARPS + 1), 2)                                 \
+      probe_gemv_tma##NS(const __nv_bfloat16* w, const __nv_bfloat16* x, __nv_bfloat16* y, unsigned int K, \
+                         unsigned int N) {                                                              \
+    probe_gemv_tma<NS>(w, x, y, K, N);                                                                 \
+  }
+PROBE_GEMV_TMA(4)
+PROBE_GEMV_TMA(6)

@@ -18,6 +18,16 @@ Timed from CUDA graphs (median of 9 replays):
 - `persistent nsN[_red]`: scripts/probe_persistent.cu with a ring of N 16 KB chunks per block (a
   memset node zeroes the barrier counter before each launch); `_red`: the barrier arrival is
   one release reduction instead of a fence and an atomic;
+- `persistent tmaNSxCBk` (session 26): warp-specialized, a producer warp streaming each block's
+  chunks with TMA bulk copies into NS slots of CB KB (per-slot mbarriers), 16 consumer warps, the
+  release-reduction barrier; the producer never waits for activations, only for free slots;
+  `_pfP`: the producer also prefetches the P chunks past the ring into the L2 (cp.async.bulk.prefetch);
+  `_nobar`: timing only, no wait at the barriers (its check FAILs by design): the design's
+  streaming and compute with the dependencies free; `_g2`: two groups of 8 consumer warps
+  taking the chunks in turn (one group's sums and barrier overlap the other's chunk); `_stream`:
+  timing only, the producer's TMA stream alone (no compute, no barriers; the check FAILs);
+- `tma-staged gemv pdl NS` (session 26): one launch per GEMV with PDL like kiln's, each block a producer
+  warp copying its tile with TMA into NS 16 KB slots from before its wait, 8 consumer warps;
 - shape `floor`: 96 GEMVs of 896 -> 132 (one row per block), so that a chain's time is its
   per-stage latency: a PDL kernel boundary against a grid barrier.
 Each line gives us per chain, us per layer and GB/s against kiln's read-bandwidth probe. The
@@ -102,6 +112,31 @@ def graph_time(cp, launches, reps=9):
     return times[len(times) // 2]
 
 
+def launch_smem(pdl, fn, grid, block, smem, args):
+    """kernel_check.PdlLaunch (programmatic stream serialization) with dynamic shared memory."""
+    import numpy as np
+
+    ct, cp = pdl.ct, pdl.cp
+    attr = pdl.Attr()
+    attr.id = 6  # CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+    one = ct.c_int(1)
+    ct.memmove(ct.addressof(attr) + 8, ct.addressof(one), 4)
+    cfg = pdl.Config(grid[0], grid[1], grid[2], block[0], block[1], block[2], smem,
+                     cp.cuda.get_current_stream().ptr, ct.pointer(attr), 1)
+    vals = []
+    for a in args:
+        if isinstance(a, cp.ndarray):
+            vals.append(ct.c_uint64(a.data.ptr))
+        elif isinstance(a, np.uint32):
+            vals.append(ct.c_uint32(int(a)))
+        else:
+            raise TypeError(type(a))
+    ptrs = (ct.c_void_p * len(vals))(*[ct.addressof(v) for v in vals])
+    rc = pdl.lib.cuLaunchKernelEx(ct.byref(cfg), ct.c_void_p(getattr(fn, "kernel", fn).ptr), ptrs, None)
+    if rc:
+        raise RuntimeError(f"cuLaunchKernelEx: CUresult {rc}")
+
+
 def bf16_random(cp, n, scale):  # bits of bf16 values (truncated f32 normals)
     a = cp.random.standard_normal(n, dtype=cp.float32) * cp.float32(scale)
     return (a.view(cp.uint32) >> 16).astype(cp.uint16)
@@ -118,6 +153,8 @@ def main():
     ap.add_argument("--layers", type=int, default=0, help="override the layer count")
     ap.add_argument("--kiln-repeats", type=int, default=1, help="time (and check) the kiln chains this many times")
     ap.add_argument("--no-persistent", action="store_true", help="only the kiln chains")
+    ap.add_argument("--no-tma-pdl", action="store_true", help="leave out the TMA-staged GEMV launches")
+    ap.add_argument("--variants", default="", help="only these persistent variants (e.g. ns12_red_b6,tma12x16k)")
     args = ap.parse_args()
     if args.compile_only:
         return compile_only(args.compile_only)
@@ -201,6 +238,23 @@ def main():
                   f"  check {'PASS' if ok else 'FAIL'} (worst stage error {worst:.1e} of max|ref|)", flush=True)
             return int(not ok)
 
+        # One GEMV per launch with its weights staged by TMA before the PDL wait (probe_gemv_tmaNS).
+        for ns in [] if args.no_tma_pdl else [4, 6]:
+            fn = probe.get_function(f"probe_gemv_tma{ns}")
+            smem_max = ns * CHUNK + 1024 + 16 * ns + 2 * max(k for k, _ in stages)
+            rc = libcuda.cuFuncSetAttribute(ctypes.c_void_p(getattr(fn, "kernel", fn).ptr), 8, ctypes.c_int(smem_max))
+            if rc:
+                print(f"cuFuncSetAttribute: CUresult {rc}")
+                fails += 1
+                continue
+            for y in ys:
+                y.fill(0)
+            cp.cuda.Device().synchronize()
+            chain = [(lambda i=i, k=k, n=n, fn=fn, ns=ns: launch_smem(
+                pdl, fn, (sms, 1, 1), (288, 1, 1), ns * CHUNK + 1024 + 16 * ns + 2 * k,
+                (ws[i], xs[i], ys[i], np.uint32(k), np.uint32(n)))) for i, (k, n) in enumerate(stages)]
+            fails += report(f"tma-staged gemv pdl {ns}", graph_time(cp, chain))
+
         for use_pdl in [False, True] * args.kiln_repeats:
             for y in ys:
                 y.fill(0)
@@ -216,11 +270,20 @@ def main():
             table[i, 3] = np.uint64(k) | (np.uint64(n) << np.uint64(32))
         dtable = cp.asarray(table)
         bar = cp.zeros(1, dtype=cp.uint32)
-        variants = [(12, ""), (12, "_red"), (12, "_red_b6"), (12, "_red_b3"), (6, ""), (2, "")]
+        # (kernel, block, dynamic shared memory): the ring variants, then the warp-specialized TMA
+        # ones (NS slots of CB bytes; probe_chain_tma in probe_persistent.cu).
+        variants = [(f"ns{ns}{red}", 512, ns * CHUNK + XMAX * 2 + MAX_ITEMS * 4 + MAX_STAGES * 32)
+                    for ns, red in [(12, ""), (12, "_red"), (12, "_red_b6"), (12, "_red_b3"), (6, ""), (2, "")]]
+        variants += [(f"tma{ns}x{cb // 1024}k{pf}", 32 * 17, ns * cb + XMAX * 2 + 2 * MAX_ITEMS * 4 + MAX_STAGES * 32 + 16 * ns)
+                     for ns, cb, pf in [(12, 16384, ""), (6, 32768, ""), (4, 49152, ""), (3, 65536, ""), (6, 32768, "_pf4"),
+                                        (6, 32768, "_pf8"), (12, 16384, "_pf16"),
+                                        (6, 32768, "_nobar"), (6, 32768, "_g2"), (12, 16384, "_g2"),
+                                        (6, 32768, "_g2_nobar"), (6, 32768, "_stream"), (12, 16384, "_stream")]]
+        if args.variants:
+            variants = [v for v in variants if v[0] in args.variants.split(",")]
         assert len(stages) <= MAX_STAGES
-        for ns, red in [] if args.no_persistent else variants:
-            fn = probe.get_function(f"probe_chain_ns{ns}{red}")
-            smem = ns * CHUNK + XMAX * 2 + MAX_ITEMS * 4 + MAX_STAGES * 32
+        for vname, threads, smem in [] if args.no_persistent else variants:
+            fn = probe.get_function(f"probe_chain_{vname}")
             rc = libcuda.cuFuncSetAttribute(ctypes.c_void_p(getattr(fn, "kernel", fn).ptr), 8, ctypes.c_int(smem))
             if rc:
                 print(f"cuFuncSetAttribute: CUresult {rc}")
@@ -231,11 +294,11 @@ def main():
 
             cp.cuda.Device().synchronize()
 
-            def launches(fn=fn, smem=smem):
+            def launches(fn=fn, smem=smem, threads=threads):
                 return [lambda: cp.cuda.runtime.memsetAsync(bar.data.ptr, 0, 4, cp.cuda.get_current_stream().ptr),
-                        lambda: fn((sms, 1, 1), (512, 1, 1), (dtable, np.uint32(len(stages)), bar), shared_mem=smem)]
+                        lambda: fn((sms, 1, 1), (threads, 1, 1), (dtable, np.uint32(len(stages)), bar), shared_mem=smem)]
 
-            fails += report(f"persistent ns{ns}{red}", graph_time(cp, launches()))
+            fails += report(f"persistent {vname}", graph_time(cp, launches()))
         print(f"{name:<14} {'bytes at measured BW':<22} {nbytes / bandwidth / 1e3:>9.1f} "
               f"{nbytes / bandwidth / 1e3 / L:>9.2f}  ({nbytes / 1e6:.1f} MB per chain, {len(stages)} GEMVs)")
         del ws, ys, xs
