@@ -1599,13 +1599,15 @@ class PdlLaunch:
         self.lib.cuLaunchKernelEx.restype = ctypes.c_int
         assert ctypes.sizeof(Attr) == 72 and ctypes.sizeof(Config) == 56
 
-    def __call__(self, fn, grid, block, args):
+    def __call__(self, fn, grid, block, args, smem=0):
+        """Launches `fn` with `smem` bytes of dynamic shared memory (over 48 KB needs
+        `max_dynamic_smem` first)."""
         ct, cp = self.ct, self.cp
         attr = self.Attr()
         attr.id = 6  # CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
         one = ct.c_int(1)
         ct.memmove(ct.addressof(attr) + 8, ct.addressof(one), 4)
-        cfg = self.Config(grid[0], grid[1], grid[2], block[0], block[1], block[2], 0,
+        cfg = self.Config(grid[0], grid[1], grid[2], block[0], block[1], block[2], smem,
                           cp.cuda.get_current_stream().ptr, ct.pointer(attr), 1)
         vals = []
         for a in args:
@@ -1623,6 +1625,14 @@ class PdlLaunch:
         rc = self.lib.cuLaunchKernelEx(ct.byref(cfg), ct.c_void_p(getattr(fn, "kernel", fn).ptr), ptrs, None)
         if rc:
             raise RuntimeError(f"cuLaunchKernelEx: CUresult {rc}")
+
+    def max_dynamic_smem(self, fn, nbytes):
+        """Lets `fn` take up to `nbytes` of dynamic shared memory
+        (CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES); raises on a driver error."""
+        ct = self.ct
+        rc = self.lib.cuFuncSetAttribute(ct.c_void_p(getattr(fn, "kernel", fn).ptr), 8, ct.c_int(nbytes))
+        if rc:
+            raise RuntimeError(f"cuFuncSetAttribute({nbytes} bytes of shared memory): CUresult {rc}")
 
 
 # ---- sampling reference: a port of src/runtime/sampling.rs -------------------------------------

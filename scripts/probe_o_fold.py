@@ -30,42 +30,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import probe_persistent as pp  # noqa: E402
 
+from probe_cluster_merge import SHAPES  # noqa: E402  (heads, kv_heads, head_dim, hidden, layers)
+
 SRC = os.path.join(HERE, "probe_o_fold.cu")
-SHAPES = {  # name: (heads, kv_heads, head_dim, hidden, layers)
-    "qwen2.5-0.5b": (14, 2, 64, 896, 24),
-    "llama3.2-1b": (32, 8, 64, 2048, 16),
-    "llama3.1-8b": (32, 8, 128, 4096, 32),
-}
 KV_ROWS, SPLIT_LEN, MIN_SPLIT = 4096, 512, 32
-
-
-def launch_smem(pdl, fn, grid, block, smem, args):
-    """kernel_check.PdlLaunch with dynamic shared memory."""
-    ct, cp = pdl.ct, pdl.cp
-    import numpy as np
-
-    attr = pdl.Attr()
-    attr.id = 6  # CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
-    one = ct.c_int(1)
-    ct.memmove(ct.addressof(attr) + 8, ct.addressof(one), 4)
-    cfg = pdl.Config(grid[0], grid[1], grid[2], block[0], block[1], block[2], smem,
-                     cp.cuda.get_current_stream().ptr, ct.pointer(attr), 1)
-    vals = []
-    for a in args:
-        if isinstance(a, cp.ndarray):
-            vals.append(ct.c_uint64(a.data.ptr))
-        elif isinstance(a, np.uint64):
-            vals.append(ct.c_uint64(int(a)))
-        elif isinstance(a, np.uint32):
-            vals.append(ct.c_uint32(int(a)))
-        elif isinstance(a, np.float32):
-            vals.append(ct.c_float(float(a)))
-        else:
-            raise TypeError(type(a))
-    ptrs = (ct.c_void_p * len(vals))(*[ct.addressof(v) for v in vals])
-    rc = pdl.lib.cuLaunchKernelEx(ct.byref(cfg), ct.c_void_p(getattr(fn, "kernel", fn).ptr), ptrs, None)
-    if rc:
-        raise RuntimeError(f"cuLaunchKernelEx: CUresult {rc}")
 
 
 def main():
@@ -90,10 +58,7 @@ def main():
     f_att = kiln_mod.get_function("kiln_attention_cluster_g1_bf16")
     f_o = kiln_mod.get_function("kiln_fused_linear_bf16_bf16")
     f_fold = probe.get_function("probe_attn_o_fold")
-    import ctypes  # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8: the staged slices over 48 KB
-    rc = pdl.lib.cuFuncSetAttribute(ctypes.c_void_p(getattr(f_fold, "kernel", f_fold).ptr), 8, 64 * 1024)
-    if rc:
-        raise RuntimeError(f"cuFuncSetAttribute: CUresult {rc}")
+    pdl.max_dynamic_smem(f_fold, 64 * 1024)  # the staged slices over 48 KB
     print(f"GPU {cp.cuda.runtime.getDeviceProperties(0)['name'].decode()}; kiln kernels: {how}")
     cols = ("kiln", "fold", "fold-l2", "no-red", "no-red-l2")
     print(f"{'shape':<14} {'p':>5} " + " ".join(f"{c:>9}" for c in cols) + f" {'fold-kiln':>9}  us per layer; check")
@@ -135,11 +100,10 @@ def main():
                             u32(hidden), u32(0), np.float32(0.0), u32(0), u32(1))))
                     else:
                         stage = {"fold": 1, "fold-l2": 0, "no-red": 1, "no-red-l2": 0}[kind] | (2 if kind.startswith("no-red") else 0)
-                        out.append(lambda ly=ly, stage=stage: launch_smem(pdl, f_fold, (H, 8, 1), (256, 1, 1),
-                                                                          smem if stage & 1 else 0, (
+                        out.append(lambda ly=ly, stage=stage: pdl(f_fold, (H, 8, 1), (256, 1, 1), (
                             ly["q"], ly["kc"], ly["vc"], pos, cb, ly["w"], ly["res"], ly["y"], ly["ws"], ly["cnt"],
                             u32(H), u32(KVH), u32(HD), scale, u32(KV_ROWS), u32(SPLIT_LEN), u32(MIN_SPLIT),
-                            u32(hidden), u32(stage))))
+                            u32(hidden), u32(stage)), smem=smem if stage & 1 else 0))
                 return out
 
             kinds = ["kiln", "fold", "fold-l2", "no-red"] if smem <= 64 * 1024 else ["kiln", "fold-l2", "no-red-l2"]

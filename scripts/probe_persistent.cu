@@ -54,6 +54,14 @@ __device__ __forceinline__ unsigned int ld_acquire(const unsigned int* p) {
   asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
   return v;
 }
+// Thread 0 of the block polls the grid barrier's counter until it reaches `target` (every block's
+// arrival for the stages so far); the caller's block barrier then holds the other threads.
+__device__ __forceinline__ void spin_until(const unsigned int* bar, unsigned int target) {
+  if (threadIdx.x == 0) {
+    while (ld_acquire(bar) < target) {
+    }
+  }
+}
 // The block's tile of stage s: rows [r0, r1).
 __device__ __forceinline__ void tile_of(const ProbeStage& st, unsigned int& r0, unsigned int& r1) {
   const unsigned int per = (st.N + gridDim.x - 1) / gridDim.x;
@@ -175,11 +183,7 @@ __device__ void probe_chain(const ProbeStage* stages_g, unsigned int n_stages, u
     unsigned int r0, r1;
     tile_of(st, r0, r1);
     if (s > 0) {
-      if (threadIdx.x == 0) {
-        const unsigned int target = s * gridDim.x;
-        while (ld_acquire(bar) < target) {
-        }
-      }
+      spin_until(bar, s * gridDim.x);
       __syncthreads();
     }
     if (r0 < r1) {
@@ -324,6 +328,33 @@ template <int CB> struct TmaCursor {
   }
 };
 
+// One ring chunk of the TMA variants: items (row, PROBE_SEG-element segment) of its rows, warp w0
+// taking items w0, w0 + warps, ...; each item's dot summed over the lanes into pp[item].
+__device__ __forceinline__ void chunk_dots(const uint4* chunk, const uint4* xs, unsigned int k16, unsigned int segs,
+                                           unsigned int items, unsigned int w0, unsigned int warps, unsigned int lane,
+                                           float* pp) {
+  for (unsigned int it = w0; it < items; it += warps) {
+    const unsigned int row = it / segs, seg = it % segs;
+    const uint4* w = chunk + row * k16;
+    const unsigned int c0 = seg * (PROBE_SEG / 8), c1 = min(k16, c0 + PROBE_SEG / 8);
+    float acc = 0.0f;
+#pragma unroll 4
+    for (unsigned int c = c0 + lane; c < c1; c += 32) acc = dot8(w[c], xs[c], acc);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+    if (lane == 0) pp[it] = acc;
+  }
+}
+// Thread t < nr: y[t] = the sum of row t's segments, in order.
+__device__ __forceinline__ void chunk_rows_out(const float* pp, unsigned int t, unsigned int nr, unsigned int segs,
+                                               __nv_bfloat16* y) {
+  if (t < nr) {
+    float acc = 0.0f;
+    for (unsigned int g = 0; g < segs; ++g) acc += pp[t * segs + g];
+    y[t] = __float2bfloat16_rn(acc);
+  }
+}
+
 template <int NS, int CB, int PF = 0, bool NOBAR = false, int G = 1, bool STREAM_ONLY = false>
 __device__ void probe_chain_tma(const ProbeStage* stages_g, unsigned int n_stages, unsigned int* bar) {
   extern __shared__ __align__(128) uint4 smem[];
@@ -393,11 +424,7 @@ __device__ void probe_chain_tma(const ProbeStage* stages_g, unsigned int n_stage
     unsigned int r0, r1;
     tile_of(st, r0, r1);
     if (s > 0 && !NOBAR) {
-      if (threadIdx.x == 0) {
-        const unsigned int target = s * gridDim.x;
-        while (ld_acquire(bar) < target) {
-        }
-      }
+      spin_until(bar, s * gridDim.x);
       consumers_sync();
     }
     if (r0 < r1) {
@@ -414,17 +441,7 @@ __device__ void probe_chain_tma(const ProbeStage* stages_g, unsigned int n_stage
         const uint4* chunk = ring + slot * (CB / 16);
         const unsigned int items = nr * segs;
         float* pp = part + (G == 1 ? pb * PROBE_MAX_ITEMS : (gi * 2 + pb) * (2 * PROBE_MAX_ITEMS / (2 * G)));
-        for (unsigned int it = gw; it < items; it += WG) {
-          const unsigned int row = it / segs, seg = it % segs;
-          const uint4* w = chunk + row * k16;
-          const unsigned int c0 = seg * (PROBE_SEG / 8), c1 = min(k16, c0 + PROBE_SEG / 8);
-          float acc = 0.0f;
-#pragma unroll 4
-          for (unsigned int c = c0 + lane; c < c1; c += 32) acc = dot8(w[c], xs[c], acc);
-#pragma unroll
-          for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-          if (lane == 0) pp[it] = acc;
-        }
+        chunk_dots(chunk, xs, k16, segs, items, gw, WG, lane, pp);
         // The chunk's partial sums are in; its slot is no longer read.
         if (G == 1) {
           consumers_sync();
@@ -432,11 +449,7 @@ __device__ void probe_chain_tma(const ProbeStage* stages_g, unsigned int n_stage
           asm volatile("bar.sync %0, %1;\n" ::"r"(2 + gi), "r"(GT) : "memory");
         }
         if (gt == 0) mbar_arrive(empty + slot);
-        if (gt < nr) {
-          float acc = 0.0f;
-          for (unsigned int g = 0; g < segs; ++g) acc += pp[gt * segs + g];
-          st.y[r + gt] = __float2bfloat16_rn(acc);
-        }
+        chunk_rows_out(pp, gt, nr, segs, st.y + r);
         pb ^= 1u;
       }
     }
@@ -445,47 +458,30 @@ __device__ void probe_chain_tma(const ProbeStage* stages_g, unsigned int n_stage
   }
 }
 
-#define PROBE_TMA_KERNEL(NAME, NS, CB, PF)                                                           \
+// NAME: probe_chain_tma<NS, CB, PF, NOBAR, G, STREAM_ONLY> (see the template's parameters).
+#define PROBE_TMA_KERNEL(NAME, NS, CB, PF, NOBAR, G, STREAM)                                          \
   extern "C" __global__ void __launch_bounds__(32 * (TMA_CONSUMER_WARPS + 1), 1)                     \
       NAME(const ProbeStage* stages, unsigned int n_stages, unsigned int* bar) {                      \
-    probe_chain_tma<NS, CB, PF>(stages, n_stages, bar);                                               \
+    probe_chain_tma<NS, CB, PF, NOBAR, G, STREAM>(stages, n_stages, bar);                             \
   }
-PROBE_TMA_KERNEL(probe_chain_tma12x16k, 12, 16384, 0)
-PROBE_TMA_KERNEL(probe_chain_tma6x32k, 6, 32768, 0)
-PROBE_TMA_KERNEL(probe_chain_tma4x48k, 4, 49152, 0)
-PROBE_TMA_KERNEL(probe_chain_tma3x64k, 3, 65536, 0)
+PROBE_TMA_KERNEL(probe_chain_tma12x16k, 12, 16384, 0, false, 1, false)
+PROBE_TMA_KERNEL(probe_chain_tma6x32k, 6, 32768, 0, false, 1, false)
+PROBE_TMA_KERNEL(probe_chain_tma4x48k, 4, 49152, 0, false, 1, false)
+PROBE_TMA_KERNEL(probe_chain_tma3x64k, 3, 65536, 0, false, 1, false)
 // With chunks prefetched into the L2 PF past the ring (PF x 32 KB x 132 SMs: 8 -> 34.6 MB).
-PROBE_TMA_KERNEL(probe_chain_tma6x32k_pf4, 6, 32768, 4)
-PROBE_TMA_KERNEL(probe_chain_tma6x32k_pf8, 6, 32768, 8)
-PROBE_TMA_KERNEL(probe_chain_tma12x16k_pf16, 12, 16384, 16)
+PROBE_TMA_KERNEL(probe_chain_tma6x32k_pf4, 6, 32768, 4, false, 1, false)
+PROBE_TMA_KERNEL(probe_chain_tma6x32k_pf8, 6, 32768, 8, false, 1, false)
+PROBE_TMA_KERNEL(probe_chain_tma12x16k_pf16, 12, 16384, 16, false, 1, false)
 // Two consumer groups taking the chunks in turn (G = 2), with and without barriers.
-extern "C" __global__ void __launch_bounds__(32 * (TMA_CONSUMER_WARPS + 1), 1)
-    probe_chain_tma6x32k_g2(const ProbeStage* stages, unsigned int n_stages, unsigned int* bar) {
-  probe_chain_tma<6, 32768, 0, false, 2>(stages, n_stages, bar);
-}
-extern "C" __global__ void __launch_bounds__(32 * (TMA_CONSUMER_WARPS + 1), 1)
-    probe_chain_tma12x16k_g2(const ProbeStage* stages, unsigned int n_stages, unsigned int* bar) {
-  probe_chain_tma<12, 16384, 0, false, 2>(stages, n_stages, bar);
-}
-extern "C" __global__ void __launch_bounds__(32 * (TMA_CONSUMER_WARPS + 1), 1)
-    probe_chain_tma6x32k_g2_nobar(const ProbeStage* stages, unsigned int n_stages, unsigned int* bar) {
-  probe_chain_tma<6, 32768, 0, true, 2>(stages, n_stages, bar);
-}
+PROBE_TMA_KERNEL(probe_chain_tma6x32k_g2, 6, 32768, 0, false, 2, false)
+PROBE_TMA_KERNEL(probe_chain_tma12x16k_g2, 12, 16384, 0, false, 2, false)
+PROBE_TMA_KERNEL(probe_chain_tma6x32k_g2_nobar, 6, 32768, 0, true, 2, false)
 // Timing only: the TMA stream of the chain's weights with no compute and no barriers (y unwritten).
-extern "C" __global__ void __launch_bounds__(32 * (TMA_CONSUMER_WARPS + 1), 1)
-    probe_chain_tma6x32k_stream(const ProbeStage* stages, unsigned int n_stages, unsigned int* bar) {
-  probe_chain_tma<6, 32768, 0, true, 1, true>(stages, n_stages, bar);
-}
-extern "C" __global__ void __launch_bounds__(32 * (TMA_CONSUMER_WARPS + 1), 1)
-    probe_chain_tma12x16k_stream(const ProbeStage* stages, unsigned int n_stages, unsigned int* bar) {
-  probe_chain_tma<12, 16384, 0, true, 1, true>(stages, n_stages, bar);
-}
+PROBE_TMA_KERNEL(probe_chain_tma6x32k_stream, 6, 32768, 0, true, 1, true)
+PROBE_TMA_KERNEL(probe_chain_tma12x16k_stream, 12, 16384, 0, true, 1, true)
 // Timing only (its stages read inputs that are not ready: the check fails by design): no wait at
 // the grid barriers, i.e. the streaming and compute of the design with free dependencies.
-extern "C" __global__ void __launch_bounds__(32 * (TMA_CONSUMER_WARPS + 1), 1)
-    probe_chain_tma6x32k_nobar(const ProbeStage* stages, unsigned int n_stages, unsigned int* bar) {
-  probe_chain_tma<6, 32768, 0, true>(stages, n_stages, bar);
-}
+PROBE_TMA_KERNEL(probe_chain_tma6x32k_nobar, 6, 32768, 0, true, 1, false)
 
 // ---- One GEMV per launch, weights staged by TMA before the PDL wait (session 26) --------------
 //   probe_gemv_tma{NS}(w, x, y, K, N): y[n] = bf16(sum_k f32(w[n, k]) * f32(x[k])), one stage of the
@@ -548,24 +544,10 @@ __device__ void probe_gemv_tma(const __nv_bfloat16* w, const __nv_bfloat16* x, _
     const uint4* chunk = ring + slot * (GT_CHUNK / 16);
     const unsigned int items = nr * segs;
     float* pp = part + pb * GT_MAX_ITEMS;
-    for (unsigned int it = warp; it < items; it += GT_WARPS) {
-      const unsigned int row = it / segs, seg = it % segs;
-      const uint4* wr = chunk + row * k16;
-      const unsigned int c0 = seg * (PROBE_SEG / 8), c1 = min(k16, c0 + PROBE_SEG / 8);
-      float acc = 0.0f;
-#pragma unroll 4
-      for (unsigned int c = c0 + lane; c < c1; c += 32) acc = dot8(wr[c], xs[c], acc);
-#pragma unroll
-      for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-      if (lane == 0) pp[it] = acc;
-    }
+    chunk_dots(chunk, xs, k16, segs, items, warp, GT_WARPS, lane, pp);
     asm volatile("bar.sync 1, %0;\n" ::"n"(GT_CONSUMERS) : "memory");
     if (threadIdx.x == 0) mbar_arrive(empty + slot);
-    if (threadIdx.x < nr) {
-      float acc = 0.0f;
-      for (unsigned int g = 0; g < segs; ++g) acc += pp[threadIdx.x * segs + g];
-      y[r + threadIdx.x] = __float2bfloat16_rn(acc);
-    }
+    chunk_rows_out(pp, threadIdx.x, nr, segs, y + r);
     pb ^= 1u;
   }
 }

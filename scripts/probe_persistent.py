@@ -112,31 +112,6 @@ def graph_time(cp, launches, reps=9):
     return times[len(times) // 2]
 
 
-def launch_smem(pdl, fn, grid, block, smem, args):
-    """kernel_check.PdlLaunch (programmatic stream serialization) with dynamic shared memory."""
-    import numpy as np
-
-    ct, cp = pdl.ct, pdl.cp
-    attr = pdl.Attr()
-    attr.id = 6  # CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
-    one = ct.c_int(1)
-    ct.memmove(ct.addressof(attr) + 8, ct.addressof(one), 4)
-    cfg = pdl.Config(grid[0], grid[1], grid[2], block[0], block[1], block[2], smem,
-                     cp.cuda.get_current_stream().ptr, ct.pointer(attr), 1)
-    vals = []
-    for a in args:
-        if isinstance(a, cp.ndarray):
-            vals.append(ct.c_uint64(a.data.ptr))
-        elif isinstance(a, np.uint32):
-            vals.append(ct.c_uint32(int(a)))
-        else:
-            raise TypeError(type(a))
-    ptrs = (ct.c_void_p * len(vals))(*[ct.addressof(v) for v in vals])
-    rc = pdl.lib.cuLaunchKernelEx(ct.byref(cfg), ct.c_void_p(getattr(fn, "kernel", fn).ptr), ptrs, None)
-    if rc:
-        raise RuntimeError(f"cuLaunchKernelEx: CUresult {rc}")
-
-
 def bf16_random(cp, n, scale):  # bits of bf16 values (truncated f32 normals)
     a = cp.random.standard_normal(n, dtype=cp.float32) * cp.float32(scale)
     return (a.view(cp.uint32) >> 16).astype(cp.uint16)
@@ -158,8 +133,6 @@ def main():
     args = ap.parse_args()
     if args.compile_only:
         return compile_only(args.compile_only)
-
-    import ctypes
 
     import cupy as cp
     import numpy as np
@@ -183,7 +156,6 @@ def main():
     print(f"GPU {cp.cuda.runtime.getDeviceProperties(0)['name'].decode()}, {sms} SMs; read bandwidth "
           f"(kiln_bench_read) {bandwidth:.0f} GB/s; kiln kernels: {how}")
     pdl = kc.PdlLaunch(cp)
-    libcuda = ctypes.CDLL("libcuda.so.1")
     lin = kiln_mod.get_function("kiln_linear_bf16_bf16")
     fails = 0
     print(f"{'shape':<14} {'variant':<22} {'us/chain':>9} {'us/layer':>9} {'GB/s':>7} {'of measured':>11}")
@@ -239,20 +211,20 @@ def main():
             return int(not ok)
 
         # One GEMV per launch with its weights staged by TMA before the PDL wait (probe_gemv_tmaNS).
-        for ns in [] if args.no_tma_pdl else [4, 6]:
-            fn = probe.get_function(f"probe_gemv_tma{ns}")
-            smem_max = ns * CHUNK + 1024 + 16 * ns + 2 * max(k for k, _ in stages)
-            rc = libcuda.cuFuncSetAttribute(ctypes.c_void_p(getattr(fn, "kernel", fn).ptr), 8, ctypes.c_int(smem_max))
-            if rc:
-                print(f"cuFuncSetAttribute: CUresult {rc}")
-                fails += 1
-                continue
+        def prepare(fn, smem):
+            """Lets fn take `smem` bytes of shared memory and zeroes the outputs (graph_time's stream
+            does not wait for the legacy stream's fills: synchronize)."""
+            pdl.max_dynamic_smem(fn, smem)
             for y in ys:
                 y.fill(0)
             cp.cuda.Device().synchronize()
-            chain = [(lambda i=i, k=k, n=n, fn=fn, ns=ns: launch_smem(
-                pdl, fn, (sms, 1, 1), (288, 1, 1), ns * CHUNK + 1024 + 16 * ns + 2 * k,
-                (ws[i], xs[i], ys[i], np.uint32(k), np.uint32(n)))) for i, (k, n) in enumerate(stages)]
+
+        for ns in [] if args.no_tma_pdl else [4, 6]:
+            fn = probe.get_function(f"probe_gemv_tma{ns}")
+            prepare(fn, ns * CHUNK + 1024 + 16 * ns + 2 * max(k for k, _ in stages))
+            chain = [(lambda i=i, k=k, n=n, fn=fn, ns=ns: pdl(
+                fn, (sms, 1, 1), (288, 1, 1), (ws[i], xs[i], ys[i], np.uint32(k), np.uint32(n)),
+                smem=ns * CHUNK + 1024 + 16 * ns + 2 * k)) for i, (k, n) in enumerate(stages)]
             fails += report(f"tma-staged gemv pdl {ns}", graph_time(cp, chain))
 
         for use_pdl in [False, True] * args.kiln_repeats:
@@ -284,15 +256,7 @@ def main():
         assert len(stages) <= MAX_STAGES
         for vname, threads, smem in [] if args.no_persistent else variants:
             fn = probe.get_function(f"probe_chain_{vname}")
-            rc = libcuda.cuFuncSetAttribute(ctypes.c_void_p(getattr(fn, "kernel", fn).ptr), 8, ctypes.c_int(smem))
-            if rc:
-                print(f"cuFuncSetAttribute: CUresult {rc}")
-                fails += 1
-                continue
-            for y in ys:
-                y.fill(0)
-
-            cp.cuda.Device().synchronize()
+            prepare(fn, smem)
 
             def launches(fn=fn, smem=smem, threads=threads):
                 return [lambda: cp.cuda.runtime.memsetAsync(bar.data.ptr, 0, 4, cp.cuda.get_current_stream().ptr),
