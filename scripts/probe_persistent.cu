@@ -374,7 +374,6 @@ __device__ void probe_chain_tma(const ProbeStage* stages_g, unsigned int n_stage
   }
   asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   __syncthreads();
-  const unsigned int per_chunk_max = CB;  // bytes
 
   if (warp == TMA_CONSUMER_WARPS) {  // the producer
     if (lane != 0) return;
@@ -431,7 +430,7 @@ __device__ void probe_chain_tma(const ProbeStage* stages_g, unsigned int n_stage
       const unsigned int k16 = st.K / 8;
       for (unsigned int t = threadIdx.x; t < k16; t += TMA_CONSUMERS) xs[t] = ld_cg16(st.x + 8 * t);
       consumers_sync();
-      const unsigned int per = max(1u, per_chunk_max / (2u * st.K));
+      const unsigned int per = max(1u, (unsigned int)CB / (2u * st.K));
       const unsigned int segs = (k16 + PROBE_SEG / 8 - 1) / (PROBE_SEG / 8);
       for (unsigned int r = r0; r < r1; r += per, ++i) {
         if (i % G != gi) continue;

@@ -304,8 +304,8 @@ fn cache_file_name(arch: &str, version: (i32, i32), include_dir: &Path, gemv_til
 /// a compile.
 pub fn load_or_compile(arch: &str, gemv_tiles: bool) -> Result<CompiledKernels, NvrtcError> {
     let version = nvrtc_version()?;
-    let path = cache_path(arch, gemv_tiles)?;
     let include_dir = cuda_include_dir()?;
+    let path = cache_file(arch, version, &include_dir, gemv_tiles);
     if let Some(path) = &path {
         if let Ok(cubin) = std::fs::read(path) {
             if cubin.starts_with(b"\x7fELF") {
@@ -328,9 +328,12 @@ pub fn load_or_compile(arch: &str, gemv_tiles: bool) -> Result<CompiledKernels, 
 /// The cache file `load_or_compile` reads and writes for `arch` with this machine's NVRTC, CUDA
 /// include directory and `KILN_NVRTC_DEFINES`; `None` when no cache directory is set.
 pub fn cache_path(arch: &str, gemv_tiles: bool) -> Result<Option<PathBuf>, NvrtcError> {
-    let version = nvrtc_version()?;
-    let include_dir = cuda_include_dir()?;
-    Ok(cache_dir().map(|d| d.join(cache_file_name(arch, version, &include_dir, gemv_tiles))))
+    Ok(cache_file(arch, nvrtc_version()?, &cuda_include_dir()?, gemv_tiles))
+}
+
+/// The cache file for these inputs in the cache directory, if one is set.
+fn cache_file(arch: &str, version: (i32, i32), include_dir: &Path, gemv_tiles: bool) -> Option<PathBuf> {
+    cache_dir().map(|d| d.join(cache_file_name(arch, version, include_dir, gemv_tiles)))
 }
 
 /// Writes through a temporary file and a rename, so that a concurrent reader never sees half.
