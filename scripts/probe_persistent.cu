@@ -559,3 +559,222 @@ __device__ void probe_gemv_tma(const __nv_bfloat16* w, const __nv_bfloat16* x, _
   }
 PROBE_GEMV_TMA(4)
 PROBE_GEMV_TMA(6)
+
+// ---- Dataflow variant (session 27): per-piece readiness instead of grid barriers -------------
+// bench/NOTES-decode.md, "Sketch: a planned persistent decode kernel without grid barriers". One
+// block per SM: a producer warp streams the block's chunks with TMA into NS slots of DF_CB bytes
+// (as probe_chain_tma); W consumer warps take the chunks in turn (chunk i: warp i % W) with no
+// block-wide barrier anywhere: each warp computes its chunk with mma.m16n8k16 (weights pre-packed
+// in fragment order, so one 16-byte shared load per lane per MMA), stores the tile's partial row
+// sums for that chunk, and the warp that completes a tile's last chunk (a shared counter per tile)
+// sums the partials in chunk order (deterministic), stores the tile's 16 outputs and publishes
+// them: a release add on the counter of the output piece they belong to.
+//   Work split: stage s's 16-row tiles are cut into gridDim.x contiguous runs (floor(b T / grid));
+//   a tile's chunks are 16 rows x DF_KC columns (the last one narrower), in k order.
+//   Readiness: x piece p of a stage (elements [p DF_KC, (p + 1) DF_KC)) is the previous stage's
+//   output rows of that range; its counter counts the previous stage's finished tiles in the range.
+//   MODE 0: a chunk waits only for its own x piece (per-piece readiness); MODE 1: for every tile
+//   of the previous stage (the stage-wide count, i.e. a grid barrier, but per warp); MODE 2: for
+//   nothing (timing only: the check fails by design).
+// Weights: stage s's w packed as [tile][chunk][k step j][lane][8 bf16]: lane (g, t) = (lane / 4,
+// lane % 4) holds rows g, g + 8 and columns 2t, 2t + 1, 2t + 8, 2t + 9 of step j, in the order of
+// mma.m16n8k16's A fragment (scripts/probe_persistent.py pack_fragments). x is broadcast into all
+// eight B columns, so every column of D is the same dot and lanes with t = 0 hold rows g and g + 8.
+// Launch: grid = SM count, block 32 * (W + 1), dynamic shared memory df_smem(NS, W) bytes.
+#define DF_KC 512
+#define DF_CB (16 * DF_KC * 2)
+#define DF_TILE_SLOTS 32  // > W + NS: a slot is reused only after its tile is done
+#define DF_MAX_CHUNKS 16  // K <= DF_KC * DF_MAX_CHUNKS
+
+struct DfStage {
+  const __nv_bfloat16* w;  // packed (above)
+  const __nv_bfloat16* x;
+  __nv_bfloat16* y;
+  unsigned int K, N;
+  unsigned int* ready;       // this stage's output pieces (ceil(N / DF_KC) counters, then the total)
+  const unsigned int* wait;  // the previous stage's `ready` (nullptr: x is the chain's input)
+  unsigned int prev_n, pad;  // the previous stage's N
+  unsigned long long pad2;   // 64 bytes: copied to shared memory as 16-byte words
+};
+static_assert(sizeof(DfStage) == 64, "the stage table's layout (scripts/probe_persistent.py)");
+
+// The chunk sequence of this block (producer and consumers walk the same one).
+struct DfCursor {
+  unsigned int s = 0, t = 0, t1 = 0, c = 0, nc = 0, lt = 0;  // stage, tile, run end, chunk, chunks per tile, tile ordinal
+  bool in_stage = false;
+  __device__ __forceinline__ bool next(const DfStage* st, unsigned int n) {
+    if (in_stage) {
+      if (++c < nc) return true;
+      c = 0;
+      ++lt;
+      if (++t < t1) return true;
+      ++s;
+      in_stage = false;
+    }
+    for (; s < n; ++s) {
+      const unsigned int T = (st[s].N + 15) / 16;
+      t = (unsigned int)((unsigned long long)blockIdx.x * T / gridDim.x);
+      t1 = (unsigned int)((unsigned long long)(blockIdx.x + 1) * T / gridDim.x);
+      nc = (st[s].K + DF_KC - 1) / DF_KC;
+      c = 0;
+      if (t < t1) {
+        in_stage = true;
+        return true;
+      }
+    }
+    return false;
+  }
+  __device__ __forceinline__ unsigned int kc(const DfStage& st) const { return min(DF_KC, st.K - c * DF_KC); }
+  __device__ __forceinline__ const __nv_bfloat16* src(const DfStage& st) const {
+    return st.w + (size_t)t * 16 * st.K + (size_t)c * 16 * DF_KC;
+  }
+};
+
+__host__ __device__ constexpr unsigned int df_smem(int ns, int w) {
+  return ns * DF_CB + DF_TILE_SLOTS * DF_MAX_CHUNKS * 16 * 4 + w * DF_KC * 2 + DF_TILE_SLOTS * 4 +
+         PROBE_MAX_STAGES * sizeof(DfStage) + 16 * ns;
+}
+
+// W divides NS: slot i % NS then only ever holds chunks of warp i % W, which waits on chunk i's
+// slot after consuming its chunk i - NS there, so the slot's barrier is in chunk i's phase (a
+// parity wait is fooled by a barrier two phases behind, as when more warps than slots wait at the
+// start, or when chunk i - NS has not landed: the first version's launch failure).
+// LANE0: only lane 0 of a waiting warp polls the counter (then a warp barrier), not all 32 lanes.
+template <int NS, int W, int MODE, bool LANE0 = false>
+__device__ void probe_chain_df(const DfStage* stages_g, unsigned int n_stages) {
+  static_assert(NS % W == 0, "a slot shared by two warps can alias its barrier's phases");
+  extern __shared__ __align__(128) uint4 smem[];
+  uint4* ring = smem;                                                               // NS x DF_CB
+  float* part = reinterpret_cast<float*>(ring + NS * (DF_CB / 16));                 // [slot][chunk][16]
+  uint4* xw = reinterpret_cast<uint4*>(part + DF_TILE_SLOTS * DF_MAX_CHUNKS * 16);  // [warp][DF_KC bf16]
+  unsigned int* tcount = reinterpret_cast<unsigned int*>(xw + W * DF_KC / 8);  // [slot]
+  DfStage* stages = reinterpret_cast<DfStage*>(tcount + DF_TILE_SLOTS);
+  unsigned long long* full = reinterpret_cast<unsigned long long*>(stages + PROBE_MAX_STAGES);
+  unsigned long long* empty = full + NS;
+  const unsigned int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (n_stages > PROBE_MAX_STAGES) return;
+  for (unsigned int i = threadIdx.x; i < n_stages * (sizeof(DfStage) / 16); i += blockDim.x)
+    reinterpret_cast<uint4*>(stages)[i] = reinterpret_cast<const uint4*>(stages_g)[i];
+  if (threadIdx.x < DF_TILE_SLOTS) tcount[threadIdx.x] = 0;
+  if (threadIdx.x < NS) {
+    mbar_init(full + threadIdx.x, 1);
+    mbar_init(empty + threadIdx.x, 1);
+  }
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  __syncthreads();
+
+  if (warp == W) {  // the producer
+    if (lane != 0) return;
+    DfCursor cur;
+    for (unsigned int i = 0; cur.next(stages, n_stages); ++i) {
+      const DfStage& st = stages[cur.s];
+      const unsigned int slot = i % NS, bytes = 32 * cur.kc(st);
+      if (i >= NS) mbar_wait(empty + slot, ((i / NS) - 1) & 1);
+      mbar_expect_tx(full + slot, bytes);
+      tma_load(ring + slot * (DF_CB / 16), cur.src(st), bytes, full + slot);
+    }
+    return;
+  }
+
+  const unsigned int g = lane >> 2, t = lane & 3;
+  uint4* xs = xw + warp * (DF_KC / 8);
+  const unsigned int* xs32 = reinterpret_cast<const unsigned int*>(xs);
+  unsigned int known_s = ~0u, known = 0;  // pieces of stage known_s's x seen ready (MODE 0), or all (MODE 1)
+  unsigned int xs_s = ~0u, xs_c = ~0u;    // the x piece in xs (4 chunks per tile: warp w always has piece w % 4)
+  DfCursor cur;
+  for (unsigned int i = 0; cur.next(stages, n_stages); ++i) {
+    if (i % W != warp) continue;
+    const DfStage& st = stages[cur.s];
+    const unsigned int kc = cur.kc(st), k0 = cur.c * DF_KC;
+    if (MODE != 2 && st.wait != nullptr) {
+      if (known_s != cur.s) {
+        known_s = cur.s;
+        known = 0;
+      }
+      const unsigned int bit = MODE == 0 ? 1u << cur.c : 1u;
+      if (!(known & bit)) {
+        const unsigned int pieces = (st.prev_n + DF_KC - 1) / DF_KC;
+        const unsigned int* ctr = MODE == 0 ? st.wait + cur.c : st.wait + pieces;
+        // (a piece past the previous stage's rows has no writer: shape `floor` reads past them)
+        const unsigned int target = MODE != 0 ? (st.prev_n + 15) / 16
+                                    : k0 < st.prev_n ? (min(st.prev_n, k0 + DF_KC) - k0 + 15) / 16 : 0;
+        if (!LANE0 || lane == 0) {
+          while (ld_acquire(ctr) < target) {
+          }
+        }
+        if (LANE0) __syncwarp();
+        known |= bit;
+      }
+    }
+    if (xs_s != cur.s || xs_c != cur.c) {  // a stage's x never changes once ready: keep the piece
+      xs_s = cur.s;
+      xs_c = cur.c;
+      for (unsigned int q = lane; q < kc / 8; q += 32) xs[q] = ld_cg16(st.x + k0 + 8 * q);
+      __syncwarp();
+    }
+    const unsigned int slot = i % NS;
+    mbar_wait(full + slot, (i / NS) & 1);
+    const uint4* a = ring + slot * (DF_CB / 16) + lane;
+    float acc0[4] = {0.f, 0.f, 0.f, 0.f}, acc1[4] = {0.f, 0.f, 0.f, 0.f};  // two chains of MMAs
+    const unsigned int steps = kc / 16;
+#pragma unroll 2
+    for (unsigned int j = 0; j < steps; j += 2) {
+      const uint4 av = a[j * 32];
+      mma_bf16(acc0, av.x, av.y, av.z, av.w, xs32[j * 8 + t], xs32[j * 8 + 4 + t]);
+      if (j + 1 < steps) {
+        const uint4 bv = a[(j + 1) * 32];
+        mma_bf16(acc1, bv.x, bv.y, bv.z, bv.w, xs32[(j + 1) * 8 + t], xs32[(j + 1) * 8 + 4 + t]);
+      }
+    }
+    __syncwarp();  // every lane's reads of the slot and of xs are done
+    if (lane == 0) mbar_arrive(empty + slot);
+    const unsigned int ts = cur.lt % DF_TILE_SLOTS;
+    float* pp = part + (ts * DF_MAX_CHUNKS + cur.c) * 16;
+    if (t == 0) {
+      pp[g] = acc0[0] + acc1[0];
+      pp[g + 8] = acc0[2] + acc1[2];
+      __threadfence_block();
+    }
+    __syncwarp();
+    unsigned int prev = 0;
+    if (lane == 0) prev = atomicAdd(tcount + ts, 1u);
+    prev = __shfl_sync(0xffffffffu, prev, 0);
+    if (prev == cur.nc - 1) {  // this warp completed the tile: sum its chunks in order, publish
+      __threadfence_block();
+      const unsigned int row = cur.t * 16 + lane;
+      if (lane < 16) {
+        const float* tp = part + ts * DF_MAX_CHUNKS * 16 + lane;
+        float s = 0.0f;
+        for (unsigned int cc = 0; cc < cur.nc; ++cc) s += tp[cc * 16];
+        if (row < st.N) st.y[row] = __float2bfloat16_rn(s);
+        __threadfence();
+      }
+      __syncwarp();
+      if (lane == 0) {
+        tcount[ts] = 0;
+        if (MODE != 2) {
+          asm volatile("red.release.gpu.global.add.u32 [%0], 1;\n" ::"l"(st.ready + cur.t * 16 / DF_KC) : "memory");
+          const unsigned int pieces = (st.N + DF_KC - 1) / DF_KC;
+          asm volatile("red.release.gpu.global.add.u32 [%0], 1;\n" ::"l"(st.ready + pieces) : "memory");
+        }
+      }
+    }
+  }
+}
+
+#define PROBE_DF_KERNEL(NAME, NS, W, MODE, LANE0)                                                   \
+  extern "C" __global__ void __launch_bounds__(32 * (W + 1), 1) NAME(const DfStage* stages,            \
+                                                                     unsigned int n_stages) {          \
+    probe_chain_df<NS, W, MODE, LANE0>(stages, n_stages);                                              \
+  }
+PROBE_DF_KERNEL(probe_chain_df10w10, 10, 10, 0, false)
+PROBE_DF_KERNEL(probe_chain_df8w8, 8, 8, 0, false)
+PROBE_DF_KERNEL(probe_chain_df10w5, 10, 5, 0, false)
+PROBE_DF_KERNEL(probe_chain_df8w4, 8, 4, 0, false)
+PROBE_DF_KERNEL(probe_chain_df10w10_stagewide, 10, 10, 1, false)
+PROBE_DF_KERNEL(probe_chain_df10w10_nowait, 10, 10, 2, false)
+PROBE_DF_KERNEL(probe_chain_df8w8_nowait, 8, 8, 2, false)
+PROBE_DF_KERNEL(probe_chain_df10w10_l0, 10, 10, 0, true)
+PROBE_DF_KERNEL(probe_chain_df8w8_l0, 8, 8, 0, true)
+PROBE_DF_KERNEL(probe_chain_df10w5_l0, 10, 5, 0, true)
+PROBE_DF_KERNEL(probe_chain_df8w8_l0_stagewide, 8, 8, 1, true)

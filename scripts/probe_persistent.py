@@ -26,6 +26,14 @@ Timed from CUDA graphs (median of 9 replays):
   streaming and compute with the dependencies free; `_g2`: two groups of 8 consumer warps
   taking the chunks in turn (one group's sums and barrier overlap the other's chunk); `_stream`:
   timing only, the producer's TMA stream alone (no compute, no barriers; the check FAILs);
+- `persistent dfNSwW` (session 27): the dataflow design (bench/NOTES-decode.md's sketch of a persistent
+  decode kernel without grid barriers): a TMA producer warp as above streaming NS 16 KB chunks (16
+  rows x 512 columns of weights packed in mma.m16n8k16 fragment order), W consumer warps taking
+  chunks in turn with tensor-core MMAs and no block-wide barrier, the warp completing a tile summing
+  its chunks in order and publishing the tile on its output piece's counter; a chunk waits only for
+  its own 512-element piece of x; `_stagewide`: for the previous stage's every tile (a grid barrier
+  per warp); `_nowait`: for nothing (timing only, the check FAILs by design); `_l0`: lane 0 of a
+  waiting warp polls, not all 32 lanes;
 - `tma-staged gemv pdl NS` (session 26): one launch per GEMV with PDL like kiln's, each block a producer
   warp copying its tile with TMA into NS 16 KB slots from before its wait, 8 consumer warps;
 - shape `floor`: 96 GEMVs of 896 -> 132 (one row per block), so that a chain's time is its
@@ -119,6 +127,30 @@ def bf16_random(cp, n, scale):  # bits of bf16 values (truncated f32 normals)
 
 def bf16_to_f32(cp, a):
     return (a.astype(cp.uint32) << 16).view(cp.float32)
+
+
+DF_KC, DF_TILE_SLOTS, DF_MAX_CHUNKS = 512, 32, 16
+
+
+def df_smem(ns, w):  # probe_persistent.cu df_smem
+    return ns * 32 * DF_KC + DF_TILE_SLOTS * DF_MAX_CHUNKS * 16 * 4 + w * DF_KC * 2 + DF_TILE_SLOTS * 4 \
+        + MAX_STAGES * 64 + 16 * ns
+
+
+def pack_fragments(cp, w, n, k):
+    """w (n x k bf16 bits, row-major) in probe_chain_df's order: [tile][chunk][k step][lane][8]: rows
+    padded to 16-row tiles, chunks of DF_KC columns (the last narrower), lane (g, t) holding rows g,
+    g + 8 x columns 2t, 2t + 1, 2t + 8, 2t + 9 of each 16-column step as mma.m16n8k16's A fragment
+    (a0 a1 = row g cols 2t..; a2 a3 = row g + 8; a4 a5 = row g cols 2t + 8..; a6 a7 = row g + 8)."""
+    tiles = -(-n // 16)
+    wp = cp.zeros((tiles * 16, k), dtype=cp.uint16)
+    wp[:n] = w.reshape(n, k)
+    parts = []
+    for c0 in range(0, k, DF_KC):
+        kc = min(DF_KC, k - c0)
+        sub = wp[:, c0:c0 + kc].reshape(tiles, 2, 8, kc // 16, 2, 4, 2)  # tile, h, g, step, khalf, t, pair
+        parts.append(sub.transpose(0, 3, 2, 5, 4, 1, 6).reshape(tiles, 16 * kc))  # tile, step, g, t, khalf, h, pair
+    return cp.ascontiguousarray(cp.concatenate(parts, axis=1)).ravel()
 
 
 def main():
@@ -251,21 +283,44 @@ def main():
                                         (6, 32768, "_pf8"), (12, 16384, "_pf16"),
                                         (6, 32768, "_nobar"), (6, 32768, "_g2"), (12, 16384, "_g2"),
                                         (6, 32768, "_g2_nobar"), (6, 32768, "_stream"), (12, 16384, "_stream")]]
+        variants += [(f"df{ns}w{w}{m}", 32 * (w + 1), df_smem(ns, w)) for ns, w, m in
+                     [(10, 10, ""), (8, 8, ""), (10, 5, ""), (8, 4, ""), (10, 10, "_stagewide"), (10, 10, "_nowait"),
+                      (8, 8, "_nowait"), (10, 10, "_l0"), (8, 8, "_l0"), (10, 5, "_l0"), (8, 8, "_l0_stagewide")]]
         if args.variants:
             variants = [v for v in variants if v[0] in args.variants.split(",")]
         assert len(stages) <= MAX_STAGES
+        df = None
         for vname, threads, smem in [] if args.no_persistent else variants:
             fn = probe.get_function(f"probe_chain_{vname}")
             prepare(fn, smem)
+            if vname.startswith("df") and df is None:
+                # probe_chain_df's table ({w packed, x, y, K | N << 32, ready, wait, prev_n, 0}) and
+                # its readiness counters (per stage: ceil(N / DF_KC) pieces, then the total).
+                wpk = [pack_fragments(cp, ws[i], n, k) for i, (k, n) in enumerate(stages)]
+                offs = np.cumsum([0] + [-(-n // DF_KC) + 1 for _, n in stages])
+                ready = cp.zeros(int(offs[-1]), dtype=cp.uint32)
+                t8 = np.zeros((len(stages), 8), dtype=np.uint64)
+                for i, (k, n) in enumerate(stages):
+                    t8[i, 0], t8[i, 1], t8[i, 2] = wpk[i].data.ptr, xs[i].data.ptr, ys[i].data.ptr
+                    t8[i, 3] = np.uint64(k) | (np.uint64(n) << np.uint64(32))
+                    t8[i, 4] = ready.data.ptr + 4 * int(offs[i])
+                    t8[i, 5] = 0 if i == 0 else ready.data.ptr + 4 * int(offs[i - 1])
+                    t8[i, 6] = 0 if i == 0 else stages[i - 1][1]
+                df = (wpk, ready, cp.asarray(t8))
 
-            def launches(fn=fn, smem=smem, threads=threads):
+            def launches(fn=fn, smem=smem, threads=threads, vname=vname):
+                if vname.startswith("df"):
+                    _, ready, dt = df
+                    return [lambda: cp.cuda.runtime.memsetAsync(ready.data.ptr, 0, ready.nbytes,
+                                                                cp.cuda.get_current_stream().ptr),
+                            lambda: fn((sms, 1, 1), (threads, 1, 1), (dt, np.uint32(len(stages))), shared_mem=smem)]
                 return [lambda: cp.cuda.runtime.memsetAsync(bar.data.ptr, 0, 4, cp.cuda.get_current_stream().ptr),
                         lambda: fn((sms, 1, 1), (threads, 1, 1), (dtable, np.uint32(len(stages)), bar), shared_mem=smem)]
 
             fails += report(f"persistent {vname}", graph_time(cp, launches()))
         print(f"{name:<14} {'bytes at measured BW':<22} {nbytes / bandwidth / 1e3:>9.1f} "
               f"{nbytes / bandwidth / 1e3 / L:>9.2f}  ({nbytes / 1e6:.1f} MB per chain, {len(stages)} GEMVs)")
-        del ws, ys, xs
+        del ws, ys, xs, df
         cp.get_default_memory_pool().free_all_blocks()
     print("probe:", "FAIL" if fails else "ok")
     return 1 if fails else 0
