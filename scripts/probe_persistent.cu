@@ -286,6 +286,16 @@ __device__ __forceinline__ void mbar_wait(unsigned long long* b, unsigned int pa
       "r"(parity)
       : "memory");
 }
+// The full / empty barriers of an NS-slot ring (one arrival each), initialised and fenced for the
+// async proxy; the caller's __syncthreads() then publishes them to the block.
+__device__ __forceinline__ void ring_barriers_init(unsigned long long* full, unsigned long long* empty,
+                                                   unsigned int ns) {
+  if (threadIdx.x < ns) {
+    mbar_init(full + threadIdx.x, 1);
+    mbar_init(empty + threadIdx.x, 1);
+  }
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
 __device__ __forceinline__ void tma_load(void* dst, const void* src, unsigned int bytes, unsigned long long* b) {
   asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
                    smem_u32(dst)),
@@ -368,11 +378,7 @@ __device__ void probe_chain_tma(const ProbeStage* stages_g, unsigned int n_stage
   if (n_stages > PROBE_MAX_STAGES) return;
   for (unsigned int i = threadIdx.x; i < 2 * n_stages; i += blockDim.x)
     reinterpret_cast<uint4*>(stages)[i] = reinterpret_cast<const uint4*>(stages_g)[i];
-  if (threadIdx.x < NS) {
-    mbar_init(full + threadIdx.x, 1);
-    mbar_init(empty + threadIdx.x, 1);
-  }
-  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  ring_barriers_init(full, empty, NS);
   __syncthreads();
 
   if (warp == TMA_CONSUMER_WARPS) {  // the producer
@@ -511,11 +517,7 @@ __device__ void probe_gemv_tma(const __nv_bfloat16* w, const __nv_bfloat16* x, _
   unsigned int r0, r1;
   tile_of(st, r0, r1);
   const unsigned int per = max(1u, GT_CHUNK / (2u * K));
-  if (threadIdx.x < NS) {
-    mbar_init(full + threadIdx.x, 1);
-    mbar_init(empty + threadIdx.x, 1);
-  }
-  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  ring_barriers_init(full, empty, NS);
   __syncthreads();
   if (warp == GT_WARPS) {  // the producer: no wait, nothing read that a prior grid writes
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
@@ -656,11 +658,7 @@ __device__ void probe_chain_df(const DfStage* stages_g, unsigned int n_stages) {
   for (unsigned int i = threadIdx.x; i < n_stages * (sizeof(DfStage) / 16); i += blockDim.x)
     reinterpret_cast<uint4*>(stages)[i] = reinterpret_cast<const uint4*>(stages_g)[i];
   if (threadIdx.x < DF_TILE_SLOTS) tcount[threadIdx.x] = 0;
-  if (threadIdx.x < NS) {
-    mbar_init(full + threadIdx.x, 1);
-    mbar_init(empty + threadIdx.x, 1);
-  }
-  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  ring_barriers_init(full, empty, NS);
   __syncthreads();
 
   if (warp == W) {  // the producer
