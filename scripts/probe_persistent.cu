@@ -645,6 +645,7 @@ __host__ __device__ constexpr unsigned int df_smem(int ns, int w) {
 template <int NS, int W, int MODE, bool LANE0 = false>
 __device__ void probe_chain_df(const DfStage* stages_g, unsigned int n_stages) {
   static_assert(NS % W == 0, "a slot shared by two warps can alias its barrier's phases");
+  static_assert(df_smem(NS, W) <= 227 * 1024, "one block per SM must fit the H200's shared memory");
   extern __shared__ __align__(128) uint4 smem[];
   uint4* ring = smem;                                                               // NS x DF_CB
   float* part = reinterpret_cast<float*>(ring + NS * (DF_CB / 16));                 // [slot][chunk][16]

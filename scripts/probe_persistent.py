@@ -296,6 +296,7 @@ def main():
             if vname.startswith("df") and df is None:
                 # probe_chain_df's table ({w packed, x, y, K | N << 32, ready, wait, prev_n, 0}) and
                 # its readiness counters (per stage: ceil(N / DF_KC) pieces, then the total).
+                assert all(-(-k // DF_KC) <= DF_MAX_CHUNKS for k, _ in stages)  # a tile's chunks' partials
                 wpk = [pack_fragments(cp, ws[i], n, k) for i, (k, n) in enumerate(stages)]
                 offs = np.cumsum([0] + [-(-n // DF_KC) + 1 for _, n in stages])
                 ready = cp.zeros(int(offs[-1]), dtype=cp.uint32)
@@ -308,14 +309,14 @@ def main():
                     t8[i, 6] = 0 if i == 0 else stages[i - 1][1]
                 df = (wpk, ready, cp.asarray(t8))
 
-            def launches(fn=fn, smem=smem, threads=threads, vname=vname):
-                if vname.startswith("df"):
-                    _, ready, dt = df
-                    return [lambda: cp.cuda.runtime.memsetAsync(ready.data.ptr, 0, ready.nbytes,
-                                                                cp.cuda.get_current_stream().ptr),
-                            lambda: fn((sms, 1, 1), (threads, 1, 1), (dt, np.uint32(len(stages))), shared_mem=smem)]
-                return [lambda: cp.cuda.runtime.memsetAsync(bar.data.ptr, 0, 4, cp.cuda.get_current_stream().ptr),
-                        lambda: fn((sms, 1, 1), (threads, 1, 1), (dtable, np.uint32(len(stages)), bar), shared_mem=smem)]
+            # Each launch zeroes its counters first (a memset node), then runs the chain.
+            counters, args = ((df[1], (df[2], np.uint32(len(stages)))) if vname.startswith("df") else
+                              (bar, (dtable, np.uint32(len(stages)), bar)))
+
+            def launches(fn=fn, smem=smem, threads=threads, counters=counters, args=args):
+                return [lambda: cp.cuda.runtime.memsetAsync(counters.data.ptr, 0, counters.nbytes,
+                                                            cp.cuda.get_current_stream().ptr),
+                        lambda: fn((sms, 1, 1), (threads, 1, 1), args, shared_mem=smem)]
 
             fails += report(f"persistent {vname}", graph_time(cp, launches()))
         print(f"{name:<14} {'bytes at measured BW':<22} {nbytes / bandwidth / 1e3:>9.1f} "
