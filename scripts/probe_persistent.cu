@@ -585,7 +585,7 @@ PROBE_GEMV_TMA(6)
 // Launch: grid = SM count, block 32 * (W + 1), dynamic shared memory df_smem(NS, W) bytes.
 #define DF_KC 512
 #define DF_CB (16 * DF_KC * 2)
-#define DF_TILE_SLOTS 32  // > W + NS: a slot is reused only after its tile is done
+#define DF_TILE_SLOTS 32  // tile slots of partial sums (default): > W + NS, so a slot is reused only after its tile is done
 #define DF_MAX_CHUNKS 16  // K <= DF_KC * DF_MAX_CHUNKS
 
 struct DfStage {
@@ -593,18 +593,22 @@ struct DfStage {
   const __nv_bfloat16* x;
   __nv_bfloat16* y;
   unsigned int K, N;
-  unsigned int* ready;       // this stage's output pieces (ceil(N / DF_KC) counters, then the total)
+  unsigned int* ready;       // this stage's output pieces (ceil(N / DF_KC) counters, then the total); MODE 3: its N LL words
   const unsigned int* wait;  // the previous stage's `ready` (nullptr: x is the chain's input)
-  unsigned int prev_n, pad;  // the previous stage's N
+  unsigned int prev_n;       // the previous stage's N
+  unsigned int xoff;         // XBYTES > 0: where this stage's x starts in the block's x ring (elements)
   unsigned long long pad2;   // 64 bytes: copied to shared memory as 16-byte words
 };
 static_assert(sizeof(DfStage) == 64, "the stage table's layout (scripts/probe_persistent.py)");
 
 // The chunk sequence of this block (producer and consumers walk the same one).
-struct DfCursor {
+// KC: the chunk width (DF_KC, or session 28's `k1` variants' 1024).
+template <int KC = DF_KC> struct DfCursor {
   unsigned int s = 0, t = 0, t1 = 0, c = 0, nc = 0, lt = 0;  // stage, tile, run end, chunk, chunks per tile, tile ordinal
   bool in_stage = false;
-  __device__ __forceinline__ bool next(const DfStage* st, unsigned int n) {
+  // runs: nullptr, or this launch's [stage][block] tile runs {t, t1} (the `_bal` variants: the host
+  // balances each block's bytes over the chain, scripts/probe_persistent.py balanced_runs).
+  __device__ __forceinline__ bool next(const DfStage* st, unsigned int n, const uint2* runs) {
     if (in_stage) {
       if (++c < nc) return true;
       c = 0;
@@ -615,9 +619,15 @@ struct DfCursor {
     }
     for (; s < n; ++s) {
       const unsigned int T = (st[s].N + 15) / 16;
-      t = (unsigned int)((unsigned long long)blockIdx.x * T / gridDim.x);
-      t1 = (unsigned int)((unsigned long long)(blockIdx.x + 1) * T / gridDim.x);
-      nc = (st[s].K + DF_KC - 1) / DF_KC;
+      if (runs != nullptr) {
+        const uint2 r = runs[(size_t)s * gridDim.x + blockIdx.x];
+        t = r.x;
+        t1 = r.y;
+      } else {
+        t = (unsigned int)((unsigned long long)blockIdx.x * T / gridDim.x);
+        t1 = (unsigned int)((unsigned long long)(blockIdx.x + 1) * T / gridDim.x);
+      }
+      nc = (st[s].K + KC - 1) / KC;
       c = 0;
       if (t < t1) {
         in_stage = true;
@@ -626,14 +636,16 @@ struct DfCursor {
     }
     return false;
   }
-  __device__ __forceinline__ unsigned int kc(const DfStage& st) const { return min(DF_KC, st.K - c * DF_KC); }
+  __device__ __forceinline__ unsigned int kc(const DfStage& st) const { return min(KC, st.K - c * KC); }
   __device__ __forceinline__ const __nv_bfloat16* src(const DfStage& st) const {
-    return st.w + (size_t)t * 16 * st.K + (size_t)c * 16 * DF_KC;
+    return st.w + (size_t)t * 16 * st.K + (size_t)c * 16 * KC;
   }
 };
 
-__host__ __device__ constexpr unsigned int df_smem(int ns, int w) {
-  return ns * DF_CB + DF_TILE_SLOTS * DF_MAX_CHUNKS * 16 * 4 + w * DF_KC * 2 + DF_TILE_SLOTS * 4 +
+#define DF_XB_MAX 8  // XBYTES > 0: DF_XB_MAX * DF_MAX_CHUNKS piece tags, i.e. x rings up to 64K elements
+__host__ __device__ constexpr unsigned int df_smem(int ns, int w, int ts = DF_TILE_SLOTS, int xbytes = 0, int kc = DF_KC) {
+  return ns * 32 * kc + ts * (DF_MAX_CHUNKS * DF_KC / kc) * 16 * 4 +
+         (xbytes ? xbytes + DF_XB_MAX * DF_MAX_CHUNKS * 4 : w * kc * 2) + (ts + 3) / 4 * 16 +
          PROBE_MAX_STAGES * sizeof(DfStage) + 16 * ns;
 }
 
@@ -642,50 +654,111 @@ __host__ __device__ constexpr unsigned int df_smem(int ns, int w) {
 // parity wait is fooled by a barrier two phases behind, as when more warps than slots wait at the
 // start, or when chunk i - NS has not landed: the first version's launch failure).
 // LANE0: only lane 0 of a waiting warp polls the counter (then a warp barrier), not all 32 lanes.
-template <int NS, int W, int MODE, bool LANE0 = false>
-__device__ void probe_chain_df(const DfStage* stages_g, unsigned int n_stages) {
+// REL (session 28): the completing warp publishes a tile with a warp barrier and lane 0's release
+// adds alone (the barrier orders the 16 lanes' stores before lane 0's release, which is cumulative
+// over them), not a __threadfence() (fence.sc.gpu) in each of the 16 lanes first.
+// MODE 3 (session 28, `_ll`): the flag in the data, as NCCL's LL protocol: the completing warp also
+// stores each output as a 32-bit word (DF_LL_TAG << 16 | bf16 bits) into the stage's `ready` words
+// (one per output row; the launch's memset node zeroes them), with no fence and no counter; a chunk
+// reads its x piece from the previous stage's words (`wait`) with volatile loads, again until every
+// word carries the tag (elements past the previous stage's rows, which no tile writes, come from x).
+#define DF_LL_TAG 1u
+PROBE_LD16(ld_vol16, "ld.volatile.global.v4.u32")
+__device__ __forceinline__ uint2 ld_cg8(const void* p) {
+  uint2 v;
+  asm volatile("ld.global.cg.v2.u32 {%0, %1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "l"(p));
+  return v;
+}
+__device__ __forceinline__ bool ll_tagged(const uint4& w) {
+  return (w.x >> 16) == DF_LL_TAG && (w.y >> 16) == DF_LL_TAG && (w.z >> 16) == DF_LL_TAG && (w.w >> 16) == DF_LL_TAG;
+}
+// TS: tile slots of partial sums (session 28's 12-slot rings need fewer than DF_TILE_SLOTS to fit).
+// XBYTES (session 28, `_sx`): 0, each warp loads the x pieces of its chunks into its own buffer
+// (reloading when its next chunk needs another piece); else the block shares x in a ring of XBYTES
+// (stage s's x at its `xoff`, whole pieces) with a tag per piece position (s + 1 once loaded): the
+// first warp to need a piece loads it (polls it, MODE 3), the others read it from shared memory.
+// The host places the stages so that no two a block's warps can be working on at once overlap
+// (scripts/probe_persistent.py x_ring).
+// CH (session 28, `_cN`): independent chains of MMAs per chunk (the A fragments of CH steps loaded
+// before their MMAs); 2 before. PF (session 28, `_pfN`): the producer also prefetches into the L2
+// the PF chunks past the ring (cp.async.bulk.prefetch.L2), so that the DRAM stream runs on while
+// every slot waits for consumers stalled on their x.
+// KC (session 28, `k1`): chunks of 16 rows x KC columns (KC x 32 bytes): 1024 makes 32 KB slots.
+template <int NS, int W, int MODE, bool LANE0 = false, bool REL = false, int TS = DF_TILE_SLOTS, int XBYTES = 0,
+          int CH = 2, int PF = 0, int KC = DF_KC>
+__device__ void probe_chain_df(const DfStage* stages_g, unsigned int n_stages, const uint2* runs) {
+  constexpr unsigned int CB = 32 * KC, MAXC = DF_MAX_CHUNKS * DF_KC / KC;  // slot bytes, chunks per tile
   static_assert(NS % W == 0, "a slot shared by two warps can alias its barrier's phases");
-  static_assert(df_smem(NS, W) <= 227 * 1024, "one block per SM must fit the H200's shared memory");
+  static_assert(TS > W + NS, "a tile slot is reused only after its tile is done");
+  static_assert(KC == DF_KC || (MODE >= 2 && XBYTES == 0), "counters and shared x count DF_KC pieces");
+  static_assert(df_smem(NS, W, TS, XBYTES, KC) <= 227 * 1024, "one block per SM must fit the H200's shared memory");
   extern __shared__ __align__(128) uint4 smem[];
-  uint4* ring = smem;                                                               // NS x DF_CB
-  float* part = reinterpret_cast<float*>(ring + NS * (DF_CB / 16));                 // [slot][chunk][16]
-  uint4* xw = reinterpret_cast<uint4*>(part + DF_TILE_SLOTS * DF_MAX_CHUNKS * 16);  // [warp][DF_KC bf16]
-  unsigned int* tcount = reinterpret_cast<unsigned int*>(xw + W * DF_KC / 8);  // [slot]
-  DfStage* stages = reinterpret_cast<DfStage*>(tcount + DF_TILE_SLOTS);
+  uint4* ring = smem;                                                               // NS x CB
+  float* part = reinterpret_cast<float*>(ring + NS * (CB / 16));                    // [slot][chunk][16]
+  uint4* xw = reinterpret_cast<uint4*>(part + TS * MAXC * 16);  // [warp][KC bf16]
+  unsigned int* xtag = reinterpret_cast<unsigned int*>(xw + XBYTES / 16);  // XBYTES: [buffer][piece]
+  unsigned int* tcount = XBYTES ? xtag + DF_XB_MAX * DF_MAX_CHUNKS : reinterpret_cast<unsigned int*>(xw + W * KC / 8);
+  DfStage* stages = reinterpret_cast<DfStage*>(tcount + (TS + 3) / 4 * 4);  // 16-byte aligned
   unsigned long long* full = reinterpret_cast<unsigned long long*>(stages + PROBE_MAX_STAGES);
   unsigned long long* empty = full + NS;
   const unsigned int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   if (n_stages > PROBE_MAX_STAGES) return;
   for (unsigned int i = threadIdx.x; i < n_stages * (sizeof(DfStage) / 16); i += blockDim.x)
     reinterpret_cast<uint4*>(stages)[i] = reinterpret_cast<const uint4*>(stages_g)[i];
-  if (threadIdx.x < DF_TILE_SLOTS) tcount[threadIdx.x] = 0;
+  for (unsigned int i = threadIdx.x; i < TS; i += blockDim.x) tcount[i] = 0;
+  if (XBYTES)
+    for (unsigned int i = threadIdx.x; i < DF_XB_MAX * DF_MAX_CHUNKS; i += blockDim.x) xtag[i] = 0;
   ring_barriers_init(full, empty, NS);
   __syncthreads();
 
   if (warp == W) {  // the producer
     if (lane != 0) return;
-    DfCursor cur;
-    for (unsigned int i = 0; cur.next(stages, n_stages); ++i) {
+    DfCursor<KC> cur, pcur;  // pcur: the next chunk to prefetch into the L2 (PF), chunk pi
+    unsigned int pi = 0;
+    bool pmore = PF > 0 && pcur.next(stages, n_stages, runs);
+    for (unsigned int i = 0; cur.next(stages, n_stages, runs); ++i) {
+      for (; PF > 0 && pmore && pi < i + NS + PF; ++pi) {
+        if (pi >= i + NS) l2_prefetch_bulk(pcur.src(stages[pcur.s]), 32 * pcur.kc(stages[pcur.s]));
+        pmore = pcur.next(stages, n_stages, runs);
+      }
       const DfStage& st = stages[cur.s];
       const unsigned int slot = i % NS, bytes = 32 * cur.kc(st);
       if (i >= NS) mbar_wait(empty + slot, ((i / NS) - 1) & 1);
       mbar_expect_tx(full + slot, bytes);
-      tma_load(ring + slot * (DF_CB / 16), cur.src(st), bytes, full + slot);
+      tma_load(ring + slot * (CB / 16), cur.src(st), bytes, full + slot);
     }
     return;
   }
 
   const unsigned int g = lane >> 2, t = lane & 3;
-  uint4* xs = xw + warp * (DF_KC / 8);
+  uint4* xs = xw + warp * (KC / 8);
   const unsigned int* xs32 = reinterpret_cast<const unsigned int*>(xs);
+  // x piece [k0, k0 + kc) of stage st into dst: from the previous stage's LL words (MODE 3), else x.
+  auto load_piece = [&](uint4* dst, const DfStage& st, unsigned int k0, unsigned int kc) {
+    if (MODE == 3 && st.wait != nullptr) {  // 4 elements a lane at a time, tags checked
+      uint2* d2 = reinterpret_cast<uint2*>(dst);
+      for (unsigned int q = lane; q < kc / 4; q += 32) {
+        const unsigned int e = k0 + 4 * q;
+        if (e >= st.prev_n) {
+          d2[q] = ld_cg8(st.x + e);
+          continue;
+        }
+        uint4 v = ld_vol16(st.wait + e);
+        while (!ll_tagged(v)) v = ld_vol16(st.wait + e);
+        d2[q] = make_uint2((v.x & 0xffffu) | (v.y << 16), (v.z & 0xffffu) | (v.w << 16));
+      }
+    } else {
+      for (unsigned int q = lane; q < kc / 8; q += 32) dst[q] = ld_cg16(st.x + k0 + 8 * q);
+    }
+  };
   unsigned int known_s = ~0u, known = 0;  // pieces of stage known_s's x seen ready (MODE 0), or all (MODE 1)
   unsigned int xs_s = ~0u, xs_c = ~0u;    // the x piece in xs (4 chunks per tile: warp w always has piece w % 4)
-  DfCursor cur;
-  for (unsigned int i = 0; cur.next(stages, n_stages); ++i) {
+  DfCursor<KC> cur;
+  for (unsigned int i = 0; cur.next(stages, n_stages, runs); ++i) {
     if (i % W != warp) continue;
     const DfStage& st = stages[cur.s];
-    const unsigned int kc = cur.kc(st), k0 = cur.c * DF_KC;
-    if (MODE != 2 && st.wait != nullptr) {
+    const unsigned int kc = cur.kc(st), k0 = cur.c * KC;
+    if (MODE < 2 && st.wait != nullptr) {
       if (known_s != cur.s) {
         known_s = cur.s;
         known = 0;
@@ -705,30 +778,76 @@ __device__ void probe_chain_df(const DfStage* stages_g, unsigned int n_stages) {
         known |= bit;
       }
     }
-    if (xs_s != cur.s || xs_c != cur.c) {  // a stage's x never changes once ready: keep the piece
+    // A stage's x never changes once ready: keep the piece. MODE 4 (timing only): as MODE 2, and a
+    // warp loads an x piece only at its first chunk of a stage (what reloading the piece costs).
+    if (XBYTES) {
+      const unsigned int pos = st.xoff + k0;
+      volatile unsigned int* tag = xtag + pos / DF_KC;
+      xs = xw + pos / 8;
+      xs32 = reinterpret_cast<const unsigned int*>(xs);
+      unsigned int have = 0;
+      if (lane == 0) have = *tag;
+      have = __shfl_sync(0xffffffffu, have, 0);
+      if (have != cur.s + 1) {  // (two warps may both load it: the same values)
+        load_piece(xs, st, k0, kc);
+        __syncwarp();
+        if (lane == 0) {
+          __threadfence_block();
+          *tag = cur.s + 1;
+        }
+      } else {
+        __threadfence_block();  // the piece's words after its tag
+      }
+      __syncwarp();
+    } else if (xs_s != cur.s || (MODE != 4 && MODE != 5 && xs_c != cur.c)) {
       xs_s = cur.s;
       xs_c = cur.c;
-      for (unsigned int q = lane; q < kc / 8; q += 32) xs[q] = ld_cg16(st.x + k0 + 8 * q);
+      load_piece(xs, st, k0, kc);
       __syncwarp();
     }
     const unsigned int slot = i % NS;
     mbar_wait(full + slot, (i / NS) & 1);
-    const uint4* a = ring + slot * (DF_CB / 16) + lane;
+    const uint4* a = ring + slot * (CB / 16) + lane;
     float acc0[4] = {0.f, 0.f, 0.f, 0.f}, acc1[4] = {0.f, 0.f, 0.f, 0.f};  // two chains of MMAs
-    const unsigned int steps = kc / 16;
+    // MODE 5 (timing only): as MODE 2 without the MMAs (the stream and the warps' handshakes alone).
+    const unsigned int steps = kc / 16 * (MODE != 5);
+    if (CH == 2) {
 #pragma unroll 2
-    for (unsigned int j = 0; j < steps; j += 2) {
-      const uint4 av = a[j * 32];
-      mma_bf16(acc0, av.x, av.y, av.z, av.w, xs32[j * 8 + t], xs32[j * 8 + 4 + t]);
-      if (j + 1 < steps) {
-        const uint4 bv = a[(j + 1) * 32];
-        mma_bf16(acc1, bv.x, bv.y, bv.z, bv.w, xs32[(j + 1) * 8 + t], xs32[(j + 1) * 8 + 4 + t]);
+      for (unsigned int j = 0; j < steps; j += 2) {
+        const uint4 av = a[j * 32];
+        mma_bf16(acc0, av.x, av.y, av.z, av.w, xs32[j * 8 + t], xs32[j * 8 + 4 + t]);
+        if (j + 1 < steps) {
+          const uint4 bv = a[(j + 1) * 32];
+          mma_bf16(acc1, bv.x, bv.y, bv.z, bv.w, xs32[(j + 1) * 8 + t], xs32[(j + 1) * 8 + 4 + t]);
+        }
+      }
+    } else {  // steps % CH == 0 (the host checks K % (16 CH) == 0 per chunk)
+      float acc[CH][4];
+#pragma unroll
+      for (int u = 0; u < CH; ++u) acc[u][0] = acc[u][1] = acc[u][2] = acc[u][3] = 0.f;
+      for (unsigned int j = 0; j < steps; j += CH) {
+        uint4 av[CH];
+#pragma unroll
+        for (int u = 0; u < CH; ++u) av[u] = a[(j + u) * 32];
+#pragma unroll
+        for (int u = 0; u < CH; ++u)
+          mma_bf16(acc[u], av[u].x, av[u].y, av[u].z, av[u].w, xs32[(j + u) * 8 + t], xs32[(j + u) * 8 + 4 + t]);
+      }
+#pragma unroll
+      for (int u = 0; u < CH; ++u) {  // in chain order: deterministic
+        if (u % 2 == 0) {
+          acc0[0] += acc[u][0];
+          acc0[2] += acc[u][2];
+        } else {
+          acc1[0] += acc[u][0];
+          acc1[2] += acc[u][2];
+        }
       }
     }
     __syncwarp();  // every lane's reads of the slot and of xs are done
     if (lane == 0) mbar_arrive(empty + slot);
-    const unsigned int ts = cur.lt % DF_TILE_SLOTS;
-    float* pp = part + (ts * DF_MAX_CHUNKS + cur.c) * 16;
+    const unsigned int ts = cur.lt % TS;
+    float* pp = part + (ts * MAXC + cur.c) * 16;
     if (t == 0) {
       pp[g] = acc0[0] + acc1[0];
       pp[g + 8] = acc0[2] + acc1[2];
@@ -742,16 +861,20 @@ __device__ void probe_chain_df(const DfStage* stages_g, unsigned int n_stages) {
       __threadfence_block();
       const unsigned int row = cur.t * 16 + lane;
       if (lane < 16) {
-        const float* tp = part + ts * DF_MAX_CHUNKS * 16 + lane;
+        const float* tp = part + ts * MAXC * 16 + lane;
         float s = 0.0f;
         for (unsigned int cc = 0; cc < cur.nc; ++cc) s += tp[cc * 16];
-        if (row < st.N) st.y[row] = __float2bfloat16_rn(s);
-        __threadfence();
+        if (row < st.N) {
+          const __nv_bfloat16 b = __float2bfloat16_rn(s);
+          st.y[row] = b;
+          if (MODE == 3) st.ready[row] = DF_LL_TAG << 16 | __bfloat16_as_ushort(b);
+        }
+        if (!REL && MODE != 3) __threadfence();
       }
       __syncwarp();
       if (lane == 0) {
         tcount[ts] = 0;
-        if (MODE != 2) {
+        if (MODE < 2) {
           asm volatile("red.release.gpu.global.add.u32 [%0], 1;\n" ::"l"(st.ready + cur.t * 16 / DF_KC) : "memory");
           const unsigned int pieces = (st.N + DF_KC - 1) / DF_KC;
           asm volatile("red.release.gpu.global.add.u32 [%0], 1;\n" ::"l"(st.ready + pieces) : "memory");
@@ -761,19 +884,69 @@ __device__ void probe_chain_df(const DfStage* stages_g, unsigned int n_stages) {
   }
 }
 
-#define PROBE_DF_KERNEL(NAME, NS, W, MODE, LANE0)                                                   \
-  extern "C" __global__ void __launch_bounds__(32 * (W + 1), 1) NAME(const DfStage* stages,            \
-                                                                     unsigned int n_stages) {          \
-    probe_chain_df<NS, W, MODE, LANE0>(stages, n_stages);                                              \
+#define PROBE_DF_KERNEL_K(NAME, NS, W, MODE, LANE0, REL, TS, XBYTES, CH, PF, KC)                  \
+  extern "C" __global__ void __launch_bounds__(32 * (W + 1), 1)                                        \
+      NAME(const DfStage* stages, unsigned int n_stages, const uint2* runs) {                          \
+    probe_chain_df<NS, W, MODE, LANE0, REL, TS, XBYTES, CH, PF, KC>(stages, n_stages, runs);           \
   }
-PROBE_DF_KERNEL(probe_chain_df10w10, 10, 10, 0, false)
-PROBE_DF_KERNEL(probe_chain_df8w8, 8, 8, 0, false)
-PROBE_DF_KERNEL(probe_chain_df10w5, 10, 5, 0, false)
-PROBE_DF_KERNEL(probe_chain_df8w4, 8, 4, 0, false)
-PROBE_DF_KERNEL(probe_chain_df10w10_stagewide, 10, 10, 1, false)
-PROBE_DF_KERNEL(probe_chain_df10w10_nowait, 10, 10, 2, false)
-PROBE_DF_KERNEL(probe_chain_df8w8_nowait, 8, 8, 2, false)
-PROBE_DF_KERNEL(probe_chain_df10w10_l0, 10, 10, 0, true)
-PROBE_DF_KERNEL(probe_chain_df8w8_l0, 8, 8, 0, true)
-PROBE_DF_KERNEL(probe_chain_df10w5_l0, 10, 5, 0, true)
-PROBE_DF_KERNEL(probe_chain_df8w8_l0_stagewide, 8, 8, 1, true)
+#define PROBE_DF_KERNEL_P(NAME, NS, W, MODE, LANE0, REL, TS, XBYTES, CH, PF) \
+  PROBE_DF_KERNEL_K(NAME, NS, W, MODE, LANE0, REL, TS, XBYTES, CH, PF, DF_KC)
+#define PROBE_DF_KERNEL_C(NAME, NS, W, MODE, LANE0, REL, TS, XBYTES, CH) \
+  PROBE_DF_KERNEL_P(NAME, NS, W, MODE, LANE0, REL, TS, XBYTES, CH, 0)
+#define PROBE_DF_KERNEL_X(NAME, NS, W, MODE, LANE0, REL, TS, XBYTES) \
+  PROBE_DF_KERNEL_C(NAME, NS, W, MODE, LANE0, REL, TS, XBYTES, 2)
+#define PROBE_DF_KERNEL_TS(NAME, NS, W, MODE, LANE0, REL, TS) PROBE_DF_KERNEL_X(NAME, NS, W, MODE, LANE0, REL, TS, 0)
+#define PROBE_DF_KERNEL(NAME, NS, W, MODE, LANE0, REL) PROBE_DF_KERNEL_TS(NAME, NS, W, MODE, LANE0, REL, DF_TILE_SLOTS)
+PROBE_DF_KERNEL(probe_chain_df10w10, 10, 10, 0, false, false)
+PROBE_DF_KERNEL(probe_chain_df8w8, 8, 8, 0, false, false)
+PROBE_DF_KERNEL(probe_chain_df10w5, 10, 5, 0, false, false)
+PROBE_DF_KERNEL(probe_chain_df8w4, 8, 4, 0, false, false)
+PROBE_DF_KERNEL(probe_chain_df10w10_stagewide, 10, 10, 1, false, false)
+PROBE_DF_KERNEL(probe_chain_df10w10_nowait, 10, 10, 2, false, false)
+PROBE_DF_KERNEL(probe_chain_df8w8_nowait, 8, 8, 2, false, false)
+PROBE_DF_KERNEL(probe_chain_df10w10_l0, 10, 10, 0, true, false)
+PROBE_DF_KERNEL(probe_chain_df8w8_l0, 8, 8, 0, true, false)
+PROBE_DF_KERNEL(probe_chain_df10w5_l0, 10, 5, 0, true, false)
+PROBE_DF_KERNEL(probe_chain_df8w8_l0_stagewide, 8, 8, 1, true, false)
+PROBE_DF_KERNEL(probe_chain_df8w8_rel, 8, 8, 0, false, true)
+PROBE_DF_KERNEL(probe_chain_df8w8_l0_rel, 8, 8, 0, true, true)
+PROBE_DF_KERNEL(probe_chain_df8w8_ll, 8, 8, 3, false, false)
+PROBE_DF_KERNEL(probe_chain_df10w10_ll, 10, 10, 3, false, false)
+PROBE_DF_KERNEL(probe_chain_df10w5_ll, 10, 5, 3, false, false)
+// Session 28: 12 slots of 16 KB (192 KB in flight, as session 26's TMA ring) over 4 or 6 warps.
+PROBE_DF_KERNEL_TS(probe_chain_df12w4_ll, 12, 4, 3, false, false, 20)
+PROBE_DF_KERNEL_TS(probe_chain_df12w4_nowait, 12, 4, 2, false, false, 20)
+PROBE_DF_KERNEL_TS(probe_chain_df12w6_ll, 12, 6, 3, false, false, 20)
+PROBE_DF_KERNEL_TS(probe_chain_df12w6_nowait, 12, 6, 2, false, false, 20)
+PROBE_DF_KERNEL(probe_chain_df8w4_ll, 8, 4, 3, false, false)
+PROBE_DF_KERNEL(probe_chain_df8w8_noreload, 8, 8, 4, false, false)
+PROBE_DF_KERNEL(probe_chain_df8w8_nowait_rel, 8, 8, 2, false, true)
+PROBE_DF_KERNEL(probe_chain_df8w8_nomma, 8, 8, 5, false, true)
+PROBE_DF_KERNEL_TS(probe_chain_df12w4_nowait_rel, 12, 4, 2, false, true, 20)
+PROBE_DF_KERNEL_TS(probe_chain_df12w4_nomma, 12, 4, 5, false, true, 20)
+// Shared x (64 KB of stage buffers): LL, and the timing-only no-wait form without the fence.
+PROBE_DF_KERNEL_X(probe_chain_df8w8_ll_sx, 8, 8, 3, false, false, 17, 65536)
+PROBE_DF_KERNEL_X(probe_chain_df8w8_nowait_rel_sx, 8, 8, 2, false, true, 17, 65536)
+PROBE_DF_KERNEL_X(probe_chain_df8w4_ll_sx, 8, 4, 3, false, false, 17, 65536)
+// More independent MMA chains per chunk (`_c4`, `_c8`).
+PROBE_DF_KERNEL_C(probe_chain_df8w8_ll_c4, 8, 8, 3, false, false, DF_TILE_SLOTS, 0, 4)
+PROBE_DF_KERNEL_C(probe_chain_df8w8_ll_c8, 8, 8, 3, false, false, DF_TILE_SLOTS, 0, 8)
+PROBE_DF_KERNEL_C(probe_chain_df8w8_nowait_rel_c8, 8, 8, 2, false, true, DF_TILE_SLOTS, 0, 8)
+PROBE_DF_KERNEL_C(probe_chain_df8w4_ll_c8, 8, 4, 3, false, false, DF_TILE_SLOTS, 0, 8)
+PROBE_DF_KERNEL_C(probe_chain_df12w4_ll_c8, 12, 4, 3, false, false, 20, 0, 8)
+PROBE_DF_KERNEL_C(probe_chain_df12w4_nowait_rel_c8, 12, 4, 2, false, true, 20, 0, 8)
+PROBE_DF_KERNEL_C(probe_chain_df12w6_ll_c8, 12, 6, 3, false, false, 20, 0, 8)
+// L2 prefetch past the ring (`_pfN`).
+PROBE_DF_KERNEL_P(probe_chain_df8w8_ll_c8_pf4, 8, 8, 3, false, false, DF_TILE_SLOTS, 0, 8, 4)
+PROBE_DF_KERNEL_P(probe_chain_df8w8_ll_c8_pf8, 8, 8, 3, false, false, DF_TILE_SLOTS, 0, 8, 8)
+PROBE_DF_KERNEL_P(probe_chain_df8w8_ll_c8_pf16, 8, 8, 3, false, false, DF_TILE_SLOTS, 0, 8, 16)
+PROBE_DF_KERNEL_P(probe_chain_df8w8_ll_c8_pf32, 8, 8, 3, false, false, DF_TILE_SLOTS, 0, 8, 32)
+PROBE_DF_KERNEL_P(probe_chain_df8w8_nowait_rel_c8_pf8, 8, 8, 2, false, true, DF_TILE_SLOTS, 0, 8, 8)
+PROBE_DF_KERNEL_P(probe_chain_df12w4_ll_c8_pf8, 12, 4, 3, false, false, 20, 0, 8, 8)
+// 32 KB chunks (`k1`: 16 rows x 1024): 6 slots, 192 KB in flight, over 6 or 3 warps, 8 chains.
+PROBE_DF_KERNEL_K(probe_chain_df6w6k1_ll_c8, 6, 6, 3, false, false, 13, 0, 8, 0, 1024)
+PROBE_DF_KERNEL_K(probe_chain_df6w3k1_ll_c8, 6, 3, 3, false, false, 13, 0, 8, 0, 1024)
+PROBE_DF_KERNEL_K(probe_chain_df6w6k1_nowait_rel_c8, 6, 6, 2, false, true, 13, 0, 8, 0, 1024)
+PROBE_DF_KERNEL_K(probe_chain_df6w3k1_nowait_rel_c8, 6, 3, 2, false, true, 13, 0, 8, 0, 1024)
+PROBE_DF_KERNEL_K(probe_chain_df4w4k1_ll_c8, 4, 4, 3, false, false, 13, 0, 8, 0, 1024)
+PROBE_DF_KERNEL_TS(probe_chain_df12w4_noreload, 12, 4, 4, false, false, 20)

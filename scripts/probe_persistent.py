@@ -33,7 +33,17 @@ Timed from CUDA graphs (median of 9 replays):
   its chunks in order and publishing the tile on its output piece's counter; a chunk waits only for
   its own 512-element piece of x; `_stagewide`: for the previous stage's every tile (a grid barrier
   per warp); `_nowait`: for nothing (timing only, the check FAILs by design); `_l0`: lane 0 of a
-  waiting warp polls, not all 32 lanes;
+  waiting warp polls, not all 32 lanes. Session 28 (results/2026-12-02-h200-probe-dataflow-s28.md):
+  `_ll`: the flag in the data (NCCL's LL protocol: each output also stored as a tagged 32-bit word that
+  the next stage reads until tagged; no fence, counter or poll); `_rel`: the counters' publish with a
+  warp barrier and lane 0's release adds alone (no fence in each lane); `_bal`: each stage's extra
+  tiles go to the blocks with the fewest bytes so far (`balanced_runs`), not always to the same ones;
+  `_c4`, `_c8`: 4 or 8 independent MMA chains per chunk (2 otherwise); `_sx`: one copy of x per block
+  (a shared-memory ring, `x_ring`), not one per warp; `_pfN`: the producer also prefetches the N
+  chunks past the ring into the L2; `k1` (`df6w6k1`): 32 KB chunks of 16 rows x 1024 columns;
+  `df12w4`, `df12w6`: 12 slots over 4 or 6 warps; timing only (checks FAIL by design): `_nowait_rel`
+  (no waits and no fence), `_noreload` (no waits, x loaded once per stage), `_nomma` (no waits, no
+  fence, no MMAs: the stream and the handshakes alone);
 - `tma-staged gemv pdl NS` (session 26): one launch per GEMV with PDL like kiln's, each block a producer
   warp copying its tile with TMA into NS 16 KB slots from before its wait, 8 consumer warps;
 - shape `floor`: 96 GEMVs of 896 -> 132 (one row per block), so that a chain's time is its
@@ -132,25 +142,74 @@ def bf16_to_f32(cp, a):
 DF_KC, DF_TILE_SLOTS, DF_MAX_CHUNKS = 512, 32, 16
 
 
-def df_smem(ns, w):  # probe_persistent.cu df_smem
-    return ns * 32 * DF_KC + DF_TILE_SLOTS * DF_MAX_CHUNKS * 16 * 4 + w * DF_KC * 2 + DF_TILE_SLOTS * 4 \
+def df_smem(ns, w, ts=DF_TILE_SLOTS, xbytes=0, kc=DF_KC):  # probe_persistent.cu df_smem
+    return ns * 32 * kc + ts * (DF_MAX_CHUNKS * DF_KC // kc) * 16 * 4 + (xbytes + 8 * DF_MAX_CHUNKS * 4 if xbytes else w * kc * 2) \
+        + (ts + 3) // 4 * 16 \
         + MAX_STAGES * 64 + 16 * ns
 
 
-def pack_fragments(cp, w, n, k):
+def pack_fragments(cp, w, n, k, kc_max=DF_KC):
     """w (n x k bf16 bits, row-major) in probe_chain_df's order: [tile][chunk][k step][lane][8]: rows
-    padded to 16-row tiles, chunks of DF_KC columns (the last narrower), lane (g, t) holding rows g,
+    padded to 16-row tiles, chunks of kc_max columns (the last narrower), lane (g, t) holding rows g,
     g + 8 x columns 2t, 2t + 1, 2t + 8, 2t + 9 of each 16-column step as mma.m16n8k16's A fragment
     (a0 a1 = row g cols 2t..; a2 a3 = row g + 8; a4 a5 = row g cols 2t + 8..; a6 a7 = row g + 8)."""
     tiles = -(-n // 16)
     wp = cp.zeros((tiles * 16, k), dtype=cp.uint16)
     wp[:n] = w.reshape(n, k)
     parts = []
-    for c0 in range(0, k, DF_KC):
-        kc = min(DF_KC, k - c0)
+    for c0 in range(0, k, kc_max):
+        kc = min(kc_max, k - c0)
         sub = wp[:, c0:c0 + kc].reshape(tiles, 2, 8, kc // 16, 2, 4, 2)  # tile, h, g, step, khalf, t, pair
         parts.append(sub.transpose(0, 3, 2, 5, 4, 1, 6).reshape(tiles, 16 * kc))  # tile, step, g, t, khalf, h, pair
     return cp.ascontiguousarray(cp.concatenate(parts, axis=1)).ravel()
+
+
+def balanced_runs(np, stages, grid):
+    """The `_bal` variants' [stage][block] tile runs {t, t1} (uint32 pairs): stage by stage, the T % grid
+    blocks given one tile more than the others are those with the fewest bytes so far (ties: lowest
+    index), so that every block streams about the same bytes over the chain (the default split,
+    floor(b T / grid), gives the extra tiles of every stage to the same blocks); each block's tiles stay
+    one contiguous run, in block order."""
+    runs = np.zeros((len(stages), grid, 2), dtype=np.uint32)
+    load = np.zeros(grid, dtype=np.int64)
+    for s, (k, n) in enumerate(stages):
+        q, r = divmod(-(-n // 16), grid)
+        sizes = np.full(grid, q, dtype=np.int64)
+        sizes[np.argsort(load, kind="stable")[:r]] += 1
+        ends = np.cumsum(sizes)
+        runs[s, :, 0], runs[s, :, 1] = ends - sizes, ends
+        load += sizes * 32 * k
+    return runs
+
+
+def x_ring(np, stages, runs, grid, ns, w, xelems=32768):
+    """A `_sx` variant's x ring: (xoff per stage, or None when it does not fit). Stage s's x takes
+    ceil(K / DF_KC) whole pieces from xoff[s], placed one after another and wrapping to 0 where the
+    next would cross the ring's end. A warp at chunk i can be ahead of another's chunk by less than
+    2 NS + W chunks (the producer has issued chunk j only once chunk j - NS was consumed, and a warp
+    loads x before its chunk's weights land), so two stages within the largest stage span of any
+    2 NS + W - 1 consecutive chunks of a block must not overlap."""
+    win, span = 2 * ns + w - 1, 0
+    for b in range(grid):
+        seq = []
+        for s_, (k, n) in enumerate(stages):
+            t0, t1 = (int(runs[s_, b, 0]), int(runs[s_, b, 1])) if runs is not None else \
+                (b * (-(-n // 16)) // grid, (b + 1) * (-(-n // 16)) // grid)
+            seq += [s_] * ((t1 - t0) * -(-k // DF_KC))
+        if seq:
+            a = np.array(seq)
+            span = max(span, int((a[np.minimum(np.arange(len(a)) + win - 1, len(a) - 1)] - a).max()))
+    xoff, at = [], 0
+    sizes = [-(-k // DF_KC) * DF_KC for k, _ in stages]
+    for xk in sizes:
+        at = 0 if at + xk > xelems else at
+        xoff.append(at)
+        at += xk
+    for s_ in range(len(stages)):
+        for t_ in range(s_ + 1, min(len(stages), s_ + span + 1)):
+            if xoff[s_] < xoff[t_] + sizes[t_] and xoff[t_] < xoff[s_] + sizes[s_]:
+                return None, span
+    return xoff, span
 
 
 def main():
@@ -283,18 +342,30 @@ def main():
                                         (6, 32768, "_pf8"), (12, 16384, "_pf16"),
                                         (6, 32768, "_nobar"), (6, 32768, "_g2"), (12, 16384, "_g2"),
                                         (6, 32768, "_g2_nobar"), (6, 32768, "_stream"), (12, 16384, "_stream")]]
-        variants += [(f"df{ns}w{w}{m}", 32 * (w + 1), df_smem(ns, w)) for ns, w, m in
-                     [(10, 10, ""), (8, 8, ""), (10, 5, ""), (8, 4, ""), (10, 10, "_stagewide"), (10, 10, "_nowait"),
-                      (8, 8, "_nowait"), (10, 10, "_l0"), (8, 8, "_l0"), (10, 5, "_l0"), (8, 8, "_l0_stagewide")]]
+        dfs = [(10, 10, ""), (8, 8, ""), (10, 5, ""), (8, 4, ""), (10, 10, "_stagewide"), (10, 10, "_nowait"),
+               (8, 8, "_nowait"), (10, 10, "_l0"), (8, 8, "_l0"), (10, 5, "_l0"), (8, 8, "_l0_stagewide"),
+               (8, 8, "_rel"), (8, 8, "_l0_rel"), (8, 8, "_ll"), (10, 10, "_ll"), (10, 5, "_ll"), (8, 4, "_ll"),
+               (12, 4, "_ll"), (12, 4, "_nowait"), (12, 6, "_ll"), (12, 6, "_nowait"), (8, 8, "_noreload"),
+               (12, 4, "_noreload"), (8, 8, "_nowait_rel"), (8, 8, "_nomma"), (12, 4, "_nowait_rel"), (12, 4, "_nomma"),
+               (8, 8, "_ll_sx"), (8, 8, "_nowait_rel_sx"), (8, 4, "_ll_sx"), (8, 8, "_ll_c4"), (8, 8, "_ll_c8"),
+               (8, 8, "_nowait_rel_c8"), (8, 4, "_ll_c8"), (12, 4, "_ll_c8"), (12, 4, "_nowait_rel_c8"), (12, 6, "_ll_c8"),
+               (8, 8, "_ll_c8_pf4"), (8, 8, "_ll_c8_pf8"), (8, 8, "_ll_c8_pf16"), (8, 8, "_ll_c8_pf32"),
+               (8, 8, "_nowait_rel_c8_pf8"), (12, 4, "_ll_c8_pf8"), (6, 6, "k1_ll_c8"), (6, 3, "k1_ll_c8"),
+               (6, 6, "k1_nowait_rel_c8"), (6, 3, "k1_nowait_rel_c8"), (4, 4, "k1_ll_c8")]
+        variants += [(f"df{ns}w{w}{m}{b}", 32 * (w + 1),
+                      df_smem(ns, w, 17, 65536) if m.endswith("_sx") else
+                      df_smem(ns, w, 13, 0, 1024) if m.startswith("k1") else df_smem(ns, w, 20 if ns == 12 else DF_TILE_SLOTS))
+                     for ns, w, m in dfs for b in ("", "_bal")]
         if args.variants:
             variants = [v for v in variants if v[0] in args.variants.split(",")]
         assert len(stages) <= MAX_STAGES
         df = None
+        runs = cp.asarray(balanced_runs(np, stages, sms))
         for vname, threads, smem in [] if args.no_persistent else variants:
-            fn = probe.get_function(f"probe_chain_{vname}")
+            fn = probe.get_function(f"probe_chain_{vname.replace('_bal', '')}")
             prepare(fn, smem)
             if vname.startswith("df") and df is None:
-                # probe_chain_df's table ({w packed, x, y, K | N << 32, ready, wait, prev_n, 0}) and
+                # probe_chain_df's table ({w packed, x, y, K | N << 32, ready, wait, prev_n | xoff << 32, 0}) and
                 # its readiness counters (per stage: ceil(N / DF_KC) pieces, then the total).
                 assert all(-(-k // DF_KC) <= DF_MAX_CHUNKS for k, _ in stages)  # a tile's chunks' partials
                 wpk = [pack_fragments(cp, ws[i], n, k) for i, (k, n) in enumerate(stages)]
@@ -307,13 +378,43 @@ def main():
                     t8[i, 4] = ready.data.ptr + 4 * int(offs[i])
                     t8[i, 5] = 0 if i == 0 else ready.data.ptr + 4 * int(offs[i - 1])
                     t8[i, 6] = 0 if i == 0 else stages[i - 1][1]
-                df = (wpk, ready, cp.asarray(t8))
+                # `_ll`: the same table with `ready` / `wait` the stages' LL words (one per output).
+                assert all(n % 4 == 0 for _, n in stages)  # probe_chain_df reads LL words 4 at a time
+                lofs = np.cumsum([0] + [n for _, n in stages])
+                words = cp.zeros(int(lofs[-1]), dtype=cp.uint32)
+                t8ll = t8.copy()
+                for i in range(len(stages)):
+                    t8ll[i, 4] = words.data.ptr + 4 * int(lofs[i])
+                    t8ll[i, 5] = 0 if i == 0 else words.data.ptr + 4 * int(lofs[i - 1])
+                df = (wpk, ready, cp.asarray(t8), words, cp.asarray(t8ll), {})
 
             # Each launch zeroes its counters first (a memset node), then runs the chain.
-            counters, args = ((df[1], (df[2], np.uint32(len(stages)))) if vname.startswith("df") else
-                              (bar, (dtable, np.uint32(len(stages)), bar)))
+            runs_ptr = np.uint64(runs.data.ptr if vname.endswith("_bal") else 0)
+            kcv = 1024 if vname.split("_")[0].endswith("k1") else DF_KC
+            ch = 8 if "_c8" in vname else 4 if "_c4" in vname else 2  # chunks of CH-step multiples
+            assert all(min(kcv, k - c0) % (16 * ch) == 0 for k, _ in stages for c0 in range(0, k, kcv))
+            if not vname.startswith("df"):
+                counters, largs = bar, (dtable, np.uint32(len(stages)), bar)
+            else:
+                counters, stab = (df[3], df[4]) if "_ll" in vname else (df[1], df[2])
+                if "_sx" in vname:  # the stage table's xoff (u32 at byte 52 of each 64-byte row)
+                    ns_, w_ = (int(v) for v in vname[2:].split("_")[0].split("w"))
+                    xoff, span = x_ring(np, stages, cp.asnumpy(runs) if vname.endswith("_bal") else None, sms, ns_, w_)
+                    if xoff is None:
+                        print(f"{name:<14} persistent {vname}: skipped (the x ring cannot hold stages {span} apart)")
+                        continue
+                    rows = cp.asnumpy(stab).copy()
+                    rows.view(np.uint32).reshape(len(stages), 16)[:, 13] = np.array(xoff, dtype=np.uint32)
+                    stab = cp.asarray(rows)
+                if kcv != DF_KC:  # the weights packed in chunks of kcv columns (made once per shape)
+                    if kcv not in df[5]:
+                        df[5][kcv] = [pack_fragments(cp, ws[i], n, k, kcv) for i, (k, n) in enumerate(stages)]
+                    rows = cp.asnumpy(stab).copy()
+                    rows[:, 0] = [int(a.data.ptr) for a in df[5][kcv]]
+                    stab = cp.asarray(rows)
+                largs = (stab, np.uint32(len(stages)), runs_ptr)
 
-            def launches(fn=fn, smem=smem, threads=threads, counters=counters, args=args):
+            def launches(fn=fn, smem=smem, threads=threads, counters=counters, args=largs):
                 return [lambda: cp.cuda.runtime.memsetAsync(counters.data.ptr, 0, counters.nbytes,
                                                             cp.cuda.get_current_stream().ptr),
                         lambda: fn((sms, 1, 1), (threads, 1, 1), args, shared_mem=smem)]
