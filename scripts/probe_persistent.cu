@@ -950,3 +950,201 @@ PROBE_DF_KERNEL_K(probe_chain_df6w6k1_nowait_rel_c8, 6, 6, 2, false, true, 13, 0
 PROBE_DF_KERNEL_K(probe_chain_df6w3k1_nowait_rel_c8, 6, 3, 2, false, true, 13, 0, 8, 0, 1024)
 PROBE_DF_KERNEL_K(probe_chain_df4w4k1_ll_c8, 4, 4, 3, false, false, 13, 0, 8, 0, 1024)
 PROBE_DF_KERNEL_TS(probe_chain_df12w4_noreload, 12, 4, 4, false, false, 20)
+
+// ---- Split-K dataflow variant (session 28, `dfsk`): the LL chain above (MODE 3, 8 MMA chains), with
+// each stage's work cut into units of one chunk (16 rows x DF_KC columns) instead of whole tiles, so
+// that every block gets floor or ceil of the stage's units / grid (the tile variants give 60 of the
+// 1B's 132 blocks two QKV tiles and the rest one, and the stage ends one tile after most SMs are done).
+// A tile may then be computed by up to DFSK_PMAX blocks: each sums the chunks it did in chunk order
+// and publishes that partial as 64-bit LL words {f32 bits, DF_LL_TAG} in its part slot p of the
+// stage's words [N][DFSK_PMAX]; the next stage, reading its x piece, sums the nparts[tile] partials
+// of each element in part order (deterministic) and rounds to bf16. (Stage outputs y are not
+// written: the host rebuilds them from the words for the check, with the same sums.)
+//   runs[stage][block] = {u0, u1, p0, 0}: the block's units [u0, u1) (unit = tile * nc + chunk) and
+//   its part index in its first tile (0 when the tile starts in this block; later tiles are 0).
+//   DfStage: `ready` = the stage's words, `wait` = the previous stage's, `pad2` = nparts (u32 per tile).
+#define DFSK_PMAX 4
+__device__ __forceinline__ uint2 ld_vol8(const void* p) {
+  uint2 v;
+  asm volatile("ld.volatile.global.v2.u32 {%0, %1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "l"(p) : "memory");
+  return v;
+}
+template <int NS, int W, int TS, int CH>
+__device__ void probe_chain_dfsk(const DfStage* stages_g, unsigned int n_stages, const uint4* runs) {
+  static_assert(NS % W == 0, "a slot shared by two warps can alias its barrier's phases");
+  static_assert(TS > W + NS, "a tile slot is reused only after its tile is done");
+  static_assert(df_smem(NS, W, TS) <= 227 * 1024, "one block per SM must fit the H200's shared memory");
+  extern __shared__ __align__(128) uint4 smem[];
+  uint4* ring = smem;
+  float* part = reinterpret_cast<float*>(ring + NS * (DF_CB / 16));  // [tile slot][chunk][16]
+  uint4* xw = reinterpret_cast<uint4*>(part + TS * DF_MAX_CHUNKS * 16);
+  unsigned int* tcount = reinterpret_cast<unsigned int*>(xw + W * DF_KC / 8);
+  DfStage* stages = reinterpret_cast<DfStage*>(tcount + (TS + 3) / 4 * 4);
+  unsigned long long* full = reinterpret_cast<unsigned long long*>(stages + PROBE_MAX_STAGES);
+  unsigned long long* empty = full + NS;
+  const unsigned int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (n_stages > PROBE_MAX_STAGES) return;
+  for (unsigned int i = threadIdx.x; i < n_stages * (sizeof(DfStage) / 16); i += blockDim.x)
+    reinterpret_cast<uint4*>(stages)[i] = reinterpret_cast<const uint4*>(stages_g)[i];
+  for (unsigned int i = threadIdx.x; i < TS; i += blockDim.x) tcount[i] = 0;
+  ring_barriers_init(full, empty, NS);
+  __syncthreads();
+  // The block's unit sequence: stage s, unit u of [u0, u1), tile t, chunk c, tile ordinal lt.
+  struct Cur {
+    unsigned int s = 0, u = 0, u0 = 0, u1 = 0, p0 = 0, nc = 0, t = 0, c = 0, lt = ~0u;
+    bool in = false;
+    __device__ bool next(const DfStage* st, unsigned int n, const uint4* runs) {
+      if (in && ++u < u1) {
+        t = u / nc;
+        c = u % nc;
+        lt += c == 0;
+        return true;
+      }
+      if (in) ++s;
+      in = false;
+      for (; s < n; ++s) {
+        const uint4 r = runs[(size_t)s * gridDim.x + blockIdx.x];
+        u0 = u = r.x;
+        u1 = r.y;
+        p0 = r.z;
+        nc = (st[s].K + DF_KC - 1) / DF_KC;
+        if (u < u1) {
+          in = true;
+          t = u / nc;
+          c = u % nc;
+          ++lt;
+          return true;
+        }
+      }
+      return false;
+    }
+    __device__ unsigned int kc(const DfStage& st) const { return min(DF_KC, st.K - c * DF_KC); }
+    __device__ const __nv_bfloat16* src(const DfStage& st) const {
+      return st.w + (size_t)t * 16 * st.K + (size_t)c * 16 * DF_KC;
+    }
+    // This block's chunks of tile t: [lo, hi).
+    __device__ unsigned int lo() const { return t == u0 / nc ? u0 - t * nc : 0; }
+    __device__ unsigned int hi() const { return t == (u1 - 1) / nc ? u1 - t * nc : nc; }
+  };
+
+  if (warp == W) {  // the producer
+    if (lane != 0) return;
+    Cur cur;
+    for (unsigned int i = 0; cur.next(stages, n_stages, runs); ++i) {
+      const DfStage& st = stages[cur.s];
+      const unsigned int slot = i % NS, bytes = 32 * cur.kc(st);
+      if (i >= NS) mbar_wait(empty + slot, ((i / NS) - 1) & 1);
+      mbar_expect_tx(full + slot, bytes);
+      tma_load(ring + slot * (DF_CB / 16), cur.src(st), bytes, full + slot);
+    }
+    return;
+  }
+
+  const unsigned int g = lane >> 2, t4 = lane & 3;
+  uint4* xs = xw + warp * (DF_KC / 8);
+  const unsigned int* xs32 = reinterpret_cast<const unsigned int*>(xs);
+  unsigned int xs_s = ~0u, xs_c = ~0u;
+  Cur cur;
+  for (unsigned int i = 0; cur.next(stages, n_stages, runs); ++i) {
+    if (i % W != warp) continue;
+    const DfStage& st = stages[cur.s];
+    const unsigned int kc = cur.kc(st), k0 = cur.c * DF_KC;
+    if (xs_s != cur.s || xs_c != cur.c) {
+      xs_s = cur.s;
+      xs_c = cur.c;
+      if (st.wait != nullptr) {  // element by element: the sum of its tile's partials, in part order
+        // Parts 0 and 1 of the lane's DF_KC / 32 elements loaded all at once (16 bytes each), then
+        // checked; an element still untagged is polled again alone, parts 2.. one by one.
+        const unsigned int* nparts = reinterpret_cast<const unsigned int*>(stages[cur.s - 1].pad2);
+        __nv_bfloat16* xb = reinterpret_cast<__nv_bfloat16*>(xs);
+        const unsigned char* words = reinterpret_cast<const unsigned char*>(st.wait);
+        constexpr int E = DF_KC / 32;
+        uint4 v[E];
+#pragma unroll
+        for (int j = 0; j < E; ++j) {
+          const unsigned int q = lane + 32 * j, e = k0 + q;
+          if (q < kc && e < st.prev_n) v[j] = ld_vol16(words + (size_t)e * DFSK_PMAX * 8);
+        }
+#pragma unroll
+        for (int j = 0; j < E; ++j) {
+          const unsigned int q = lane + 32 * j, e = k0 + q;
+          if (q >= kc) continue;
+          if (e >= st.prev_n) {
+            xb[q] = st.x[e];
+            continue;
+          }
+          const unsigned int np = __ldg(nparts + e / 16);
+          const unsigned char* wd = words + (size_t)e * DFSK_PMAX * 8;
+          while (v[j].y != DF_LL_TAG || (np > 1 && v[j].w != DF_LL_TAG)) v[j] = ld_vol16(wd);
+          float sum = 0.0f + __uint_as_float(v[j].x);
+          if (np > 1) sum += __uint_as_float(v[j].z);
+          for (unsigned int p = 2; p < np; ++p) {
+            uint2 w = ld_vol8(wd + 8 * p);
+            while (w.y != DF_LL_TAG) w = ld_vol8(wd + 8 * p);
+            sum += __uint_as_float(w.x);
+          }
+          xb[q] = __float2bfloat16_rn(sum);
+        }
+      } else {
+        for (unsigned int q = lane; q < kc / 8; q += 32) xs[q] = ld_cg16(st.x + k0 + 8 * q);
+      }
+      __syncwarp();
+    }
+    const unsigned int slot = i % NS;
+    mbar_wait(full + slot, (i / NS) & 1);
+    const uint4* a = ring + slot * (DF_CB / 16) + lane;
+    const unsigned int steps = kc / 16;  // a multiple of CH (the host checks)
+    float acc[CH][4];
+#pragma unroll
+    for (int u = 0; u < CH; ++u) acc[u][0] = acc[u][1] = acc[u][2] = acc[u][3] = 0.f;
+    for (unsigned int j = 0; j < steps; j += CH) {
+      uint4 av[CH];
+#pragma unroll
+      for (int u = 0; u < CH; ++u) av[u] = a[(j + u) * 32];
+#pragma unroll
+      for (int u = 0; u < CH; ++u)
+        mma_bf16(acc[u], av[u].x, av[u].y, av[u].z, av[u].w, xs32[(j + u) * 8 + t4], xs32[(j + u) * 8 + 4 + t4]);
+    }
+    float r0 = 0.f, r2 = 0.f;
+#pragma unroll
+    for (int u = 0; u < CH; ++u) {
+      r0 += acc[u][0];
+      r2 += acc[u][2];
+    }
+    __syncwarp();
+    if (lane == 0) mbar_arrive(empty + slot);
+    const unsigned int ts = cur.lt % TS;
+    float* pp = part + (ts * DF_MAX_CHUNKS + cur.c) * 16;
+    if (t4 == 0) {
+      pp[g] = r0;
+      pp[g + 8] = r2;
+      __threadfence_block();
+    }
+    __syncwarp();
+    unsigned int prev = 0;
+    if (lane == 0) prev = atomicAdd(tcount + ts, 1u);
+    prev = __shfl_sync(0xffffffffu, prev, 0);
+    const unsigned int lo = cur.lo(), hi = cur.hi();
+    if (prev == hi - lo - 1) {  // this warp completed the block's share of the tile: publish its partial
+      __threadfence_block();
+      const unsigned int row = cur.t * 16 + lane;
+      if (lane < 16 && row < st.N) {
+        const float* tp = part + ts * DF_MAX_CHUNKS * 16 + lane;
+        float s = 0.0f;
+        for (unsigned int cc = lo; cc < hi; ++cc) s += tp[cc * 16];
+        const unsigned int p = cur.u0 / cur.nc == cur.t ? cur.p0 : 0;
+        unsigned char* wd = reinterpret_cast<unsigned char*>(st.ready) + ((size_t)row * DFSK_PMAX + p) * 8;
+        asm volatile("st.global.v2.u32 [%0], {%1, %2};\n" ::"l"(wd), "r"(__float_as_uint(s)), "r"(DF_LL_TAG) : "memory");
+      }
+      __syncwarp();
+      if (lane == 0) tcount[ts] = 0;
+    }
+  }
+}
+#define PROBE_DFSK_KERNEL(NAME, NS, W, TS, CH)                                                       \
+  extern "C" __global__ void __launch_bounds__(32 * (W + 1), 1)                                        \
+      NAME(const DfStage* stages, unsigned int n_stages, const uint4* runs) {                          \
+    probe_chain_dfsk<NS, W, TS, CH>(stages, n_stages, runs);                                           \
+  }
+PROBE_DFSK_KERNEL(probe_chain_dfsk8w8_c8, 8, 8, DF_TILE_SLOTS, 8)
+PROBE_DFSK_KERNEL(probe_chain_dfsk8w8_c2, 8, 8, DF_TILE_SLOTS, 2)

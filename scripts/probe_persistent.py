@@ -212,6 +212,40 @@ def x_ring(np, stages, runs, grid, ns, w, xelems=32768):
     return xoff, span
 
 
+DFSK_PMAX = 4  # probe_persistent.cu DFSK_PMAX
+
+
+def sk_runs(np, stages, grid):
+    """The `dfsk` variants' work split: ([stage][block] {u0, u1, p0, 0} uint32, [nparts per tile] per stage).
+    A stage's units (tile * nc + chunk) are cut into contiguous runs in block order, floor or ceil of
+    units / grid each, the extra units going to the blocks with the fewest bytes so far; p0 is a block's
+    part index in its first tile (how many blocks before it computed part of that tile)."""
+    runs = np.zeros((len(stages), grid, 4), dtype=np.uint32)
+    load = np.zeros(grid, dtype=np.int64)
+    nparts = []
+    for s_, (k, n) in enumerate(stages):
+        nc = -(-k // DF_KC)
+        units = -(-n // 16) * nc
+        q, r = divmod(units, grid)
+        sizes = np.full(grid, q, dtype=np.int64)
+        sizes[np.argsort(load, kind="stable")[:r]] += 1
+        ends = np.cumsum(sizes)
+        starts = ends - sizes
+        runs[s_, :, 0], runs[s_, :, 1] = starts, ends
+        load += sizes * 32 * k // nc
+        npt = np.zeros(-(-n // 16), dtype=np.uint32)
+        for b in range(grid):
+            if sizes[b] == 0:
+                continue
+            t0, t1 = starts[b] // nc, (ends[b] - 1) // nc
+            runs[s_, b, 2] = npt[t0] if starts[b] % nc else 0
+            assert starts[b] % nc == 0 or npt[t0] > 0
+            npt[t0:t1 + 1] += 1
+        assert npt.min() >= 1 and npt.max() <= DFSK_PMAX, (s_, int(npt.max()))
+        nparts.append(npt)
+    return runs, nparts
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--compile-only", metavar="ARCH", nargs="?", const="sm_90a")
@@ -352,6 +386,7 @@ def main():
                (8, 8, "_ll_c8_pf4"), (8, 8, "_ll_c8_pf8"), (8, 8, "_ll_c8_pf16"), (8, 8, "_ll_c8_pf32"),
                (8, 8, "_nowait_rel_c8_pf8"), (12, 4, "_ll_c8_pf8"), (6, 6, "k1_ll_c8"), (6, 3, "k1_ll_c8"),
                (6, 6, "k1_nowait_rel_c8"), (6, 3, "k1_nowait_rel_c8"), (4, 4, "k1_ll_c8")]
+        variants += [(f"dfsk8w8_c{ch}", 32 * 9, df_smem(8, 8)) for ch in (8, 2)]
         variants += [(f"df{ns}w{w}{m}{b}", 32 * (w + 1),
                       df_smem(ns, w, 17, 65536) if m.endswith("_sx") else
                       df_smem(ns, w, 13, 0, 1024) if m.startswith("k1") else df_smem(ns, w, 20 if ns == 12 else DF_TILE_SLOTS))
@@ -395,6 +430,20 @@ def main():
             assert all(min(kcv, k - c0) % (16 * ch) == 0 for k, _ in stages for c0 in range(0, k, kcv))
             if not vname.startswith("df"):
                 counters, largs = bar, (dtable, np.uint32(len(stages)), bar)
+            elif vname.startswith("dfsk"):  # split-K: the LL table with 64-bit words [N][PMAX] and nparts
+                if len(df[5].get("sk", ())) == 0:
+                    skr, npts = sk_runs(np, stages, sms)
+                    wofs = np.cumsum([0] + [n * DFSK_PMAX for _, n in stages])
+                    skw = cp.zeros(int(wofs[-1]), dtype=cp.uint64)
+                    npd = [cp.asarray(a) for a in npts]
+                    tsk = t8.copy()
+                    for i in range(len(stages)):
+                        tsk[i, 4] = skw.data.ptr + 8 * int(wofs[i])
+                        tsk[i, 5] = 0 if i == 0 else skw.data.ptr + 8 * int(wofs[i - 1])
+                        tsk[i, 7] = npd[i].data.ptr
+                    df[5]["sk"] = (cp.asarray(skr), npts, npd, wofs, skw, cp.asarray(tsk))
+                skr_d, npts, _, wofs, skw, tsk_d = df[5]["sk"]
+                counters, largs = skw, (tsk_d, np.uint32(len(stages)), np.uint64(skr_d.data.ptr))
             else:
                 counters, stab = (df[3], df[4]) if "_ll" in vname else (df[1], df[2])
                 if "_sx" in vname:  # the stage table's xoff (u32 at byte 52 of each 64-byte row)
@@ -419,7 +468,17 @@ def main():
                                                             cp.cuda.get_current_stream().ptr),
                         lambda: fn((sms, 1, 1), (threads, 1, 1), args, shared_mem=smem)]
 
-            fails += report(f"persistent {vname}", graph_time(cp, launches()))
+            sec = graph_time(cp, launches())
+            if vname.startswith("dfsk"):  # the stage outputs, from the words: the kernel's sums, rounded
+                for i, (k, n) in enumerate(stages):
+                    w2 = skw[int(wofs[i]):int(wofs[i + 1])].view(cp.uint32).reshape(n, DFSK_PMAX, 2)
+                    npe = cp.asarray(np.repeat(npts[i], 16)[:n])
+                    acc = cp.zeros(n, dtype=cp.float32)
+                    for p_ in range(DFSK_PMAX):
+                        acc = cp.where(npe > p_, acc + cp.ascontiguousarray(w2[:, p_, 0]).view(cp.float32), acc)
+                    bits = acc.view(cp.uint32)
+                    ys[i][:n] = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(cp.uint16)
+            fails += report(f"persistent {vname}", sec)
         print(f"{name:<14} {'bytes at measured BW':<22} {nbytes / bandwidth / 1e3:>9.1f} "
               f"{nbytes / bandwidth / 1e3 / L:>9.2f}  ({nbytes / 1e6:.1f} MB per chain, {len(stages)} GEMVs)")
         del ws, ys, xs, df
