@@ -649,6 +649,119 @@ __host__ __device__ constexpr unsigned int df_smem(int ns, int w, int ts = DF_TI
          PROBE_MAX_STAGES * sizeof(DfStage) + 16 * ns;
 }
 
+// Shared memory of the dataflow kernels (df_smem's layout): the ring, the tiles' partial sums, x (one
+// piece per warp, or XBYTES of shared x ring and its tags), the tile counters, the stage table, the
+// ring's barriers; `init` fills the table, zeroes the counters and tags and sets up the barriers.
+template <int NS, int W, int TS, int XBYTES, int KC> struct DfShared {
+  static constexpr unsigned int CB = 32 * KC, MAXC = DF_MAX_CHUNKS * DF_KC / KC;  // slot bytes, chunks per tile
+  uint4* ring;                                                                       // NS x CB
+  float* part;                                                                       // [tile slot][chunk][16]
+  uint4* xw;                                                                         // [warp][KC bf16] or the x ring
+  unsigned int* xtag;                                                                // XBYTES: [piece position]
+  unsigned int* tcount;                                                              // [tile slot]
+  DfStage* stages;
+  unsigned long long *full, *empty;
+  __device__ explicit DfShared(uint4* smem) {
+    ring = smem;
+    part = reinterpret_cast<float*>(ring + NS * (CB / 16));
+    xw = reinterpret_cast<uint4*>(part + TS * MAXC * 16);
+    xtag = reinterpret_cast<unsigned int*>(xw + XBYTES / 16);
+    tcount = XBYTES ? xtag + DF_XB_MAX * DF_MAX_CHUNKS : reinterpret_cast<unsigned int*>(xw + W * KC / 8);
+    stages = reinterpret_cast<DfStage*>(tcount + (TS + 3) / 4 * 4);  // 16-byte aligned
+    full = reinterpret_cast<unsigned long long*>(stages + PROBE_MAX_STAGES);
+    empty = full + NS;
+  }
+  __device__ void init(const DfStage* stages_g, unsigned int n_stages) {
+    for (unsigned int i = threadIdx.x; i < n_stages * (sizeof(DfStage) / 16); i += blockDim.x)
+      reinterpret_cast<uint4*>(stages)[i] = reinterpret_cast<const uint4*>(stages_g)[i];
+    for (unsigned int i = threadIdx.x; i < TS; i += blockDim.x) tcount[i] = 0;
+    if (XBYTES)
+      for (unsigned int i = threadIdx.x; i < DF_XB_MAX * DF_MAX_CHUNKS; i += blockDim.x) xtag[i] = 0;
+    ring_barriers_init(full, empty, NS);
+    __syncthreads();
+  }
+};
+
+// The producer lane of a dataflow kernel: the block's chunks in its cursor's order (Cur: `next`,
+// `src`, `kc`, `s`), each into ring slot i % NS with one TMA copy once its previous chunk there is
+// consumed; PF > 0 also prefetches the PF chunks past the ring into the L2 (a second cursor ahead).
+template <int NS, int CB, int PF, class Cur, class Run>
+__device__ void df_produce(const DfStage* stages, unsigned int n_stages, const Run* runs, uint4* ring,
+                           unsigned long long* full, unsigned long long* empty) {
+  Cur cur, pcur;  // pcur: the next chunk to prefetch into the L2 (PF), chunk pi
+  unsigned int pi = 0;
+  bool pmore = PF > 0 && pcur.next(stages, n_stages, runs);
+  for (unsigned int i = 0; cur.next(stages, n_stages, runs); ++i) {
+    for (; PF > 0 && pmore && pi < i + NS + PF; ++pi) {
+      if (pi >= i + NS) l2_prefetch_bulk(pcur.src(stages[pcur.s]), 32 * pcur.kc(stages[pcur.s]));
+      pmore = pcur.next(stages, n_stages, runs);
+    }
+    const DfStage& st = stages[cur.s];
+    const unsigned int slot = i % NS, bytes = 32 * cur.kc(st);
+    if (i >= NS) mbar_wait(empty + slot, ((i / NS) - 1) & 1);
+    mbar_expect_tx(full + slot, bytes);
+    tma_load(ring + slot * (CB / 16), cur.src(st), bytes, full + slot);
+  }
+}
+
+// One chunk's dot products: 16 weight rows (ring slot a, fragment order, this lane's words) x `steps`
+// 16-column steps against x (xs32, bf16 pairs) with CH independent chains of MMAs; r0, r2: rows g and
+// g + 8 in the lanes with t == 0, the even chains' sum plus the odd chains' (deterministic).
+template <int CH>
+__device__ __forceinline__ void df_chunk_dot(const uint4* a, const unsigned int* xs32, unsigned int steps, unsigned int t,
+                                             float& r0, float& r2) {
+  float acc0[4] = {0.f, 0.f, 0.f, 0.f}, acc1[4] = {0.f, 0.f, 0.f, 0.f};
+  if (CH == 2) {
+#pragma unroll 2
+    for (unsigned int j = 0; j < steps; j += 2) {
+      const uint4 av = a[j * 32];
+      mma_bf16(acc0, av.x, av.y, av.z, av.w, xs32[j * 8 + t], xs32[j * 8 + 4 + t]);
+      if (j + 1 < steps) {
+        const uint4 bv = a[(j + 1) * 32];
+        mma_bf16(acc1, bv.x, bv.y, bv.z, bv.w, xs32[(j + 1) * 8 + t], xs32[(j + 1) * 8 + 4 + t]);
+      }
+    }
+  } else {  // steps % CH == 0 (the host checks K % (16 CH) == 0 per chunk)
+    float acc[CH][4];
+#pragma unroll
+    for (int u = 0; u < CH; ++u) acc[u][0] = acc[u][1] = acc[u][2] = acc[u][3] = 0.f;
+    for (unsigned int j = 0; j < steps; j += CH) {
+      uint4 av[CH];
+#pragma unroll
+      for (int u = 0; u < CH; ++u) av[u] = a[(j + u) * 32];
+#pragma unroll
+      for (int u = 0; u < CH; ++u)
+        mma_bf16(acc[u], av[u].x, av[u].y, av[u].z, av[u].w, xs32[(j + u) * 8 + t], xs32[(j + u) * 8 + 4 + t]);
+    }
+#pragma unroll
+    for (int u = 0; u < CH; ++u) {  // in chain order
+      float* d = u % 2 == 0 ? acc0 : acc1;
+      d[0] += acc[u][0];
+      d[2] += acc[u][2];
+    }
+  }
+  r0 = acc0[0] + acc1[0];
+  r2 = acc0[2] + acc1[2];
+}
+
+// Stores a chunk's 16 partial row sums (pp) and counts the chunk on its tile slot's counter: true in
+// the warp whose chunk is the tile's `need`-th, which then sums the slot's chunks and publishes them.
+__device__ __forceinline__ bool df_chunk_done(float* pp, unsigned int* count, float r0, float r2, unsigned int need,
+                                              unsigned int lane) {
+  if ((lane & 3) == 0) {
+    pp[lane >> 2] = r0;
+    pp[(lane >> 2) + 8] = r2;
+    __threadfence_block();
+  }
+  __syncwarp();
+  unsigned int prev = 0;
+  if (lane == 0) prev = atomicAdd(count, 1u);
+  prev = __shfl_sync(0xffffffffu, prev, 0);
+  if (prev != need - 1) return false;
+  __threadfence_block();
+  return true;
+}
+
 // W divides NS: slot i % NS then only ever holds chunks of warp i % W, which waits on chunk i's
 // slot after consuming its chunk i - NS there, so the slot's barrier is in chunk i's phase (a
 // parity wait is fooled by a barrier two phases behind, as when more warps than slots wait at the
@@ -687,50 +800,29 @@ __device__ __forceinline__ bool ll_tagged(const uint4& w) {
 template <int NS, int W, int MODE, bool LANE0 = false, bool REL = false, int TS = DF_TILE_SLOTS, int XBYTES = 0,
           int CH = 2, int PF = 0, int KC = DF_KC>
 __device__ void probe_chain_df(const DfStage* stages_g, unsigned int n_stages, const uint2* runs) {
-  constexpr unsigned int CB = 32 * KC, MAXC = DF_MAX_CHUNKS * DF_KC / KC;  // slot bytes, chunks per tile
+  using Sh = DfShared<NS, W, TS, XBYTES, KC>;
+  constexpr unsigned int CB = Sh::CB, MAXC = Sh::MAXC;
   static_assert(NS % W == 0, "a slot shared by two warps can alias its barrier's phases");
   static_assert(TS > W + NS, "a tile slot is reused only after its tile is done");
   static_assert(KC == DF_KC || (MODE >= 2 && XBYTES == 0), "counters and shared x count DF_KC pieces");
   static_assert(df_smem(NS, W, TS, XBYTES, KC) <= 227 * 1024, "one block per SM must fit the H200's shared memory");
   extern __shared__ __align__(128) uint4 smem[];
-  uint4* ring = smem;                                                               // NS x CB
-  float* part = reinterpret_cast<float*>(ring + NS * (CB / 16));                    // [slot][chunk][16]
-  uint4* xw = reinterpret_cast<uint4*>(part + TS * MAXC * 16);  // [warp][KC bf16]
-  unsigned int* xtag = reinterpret_cast<unsigned int*>(xw + XBYTES / 16);  // XBYTES: [buffer][piece]
-  unsigned int* tcount = XBYTES ? xtag + DF_XB_MAX * DF_MAX_CHUNKS : reinterpret_cast<unsigned int*>(xw + W * KC / 8);
-  DfStage* stages = reinterpret_cast<DfStage*>(tcount + (TS + 3) / 4 * 4);  // 16-byte aligned
-  unsigned long long* full = reinterpret_cast<unsigned long long*>(stages + PROBE_MAX_STAGES);
-  unsigned long long* empty = full + NS;
+  Sh sh(smem);
+  uint4 *ring = sh.ring, *xw = sh.xw;
+  float* part = sh.part;
+  unsigned int *xtag = sh.xtag, *tcount = sh.tcount;
+  DfStage* stages = sh.stages;
+  unsigned long long *full = sh.full, *empty = sh.empty;
   const unsigned int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   if (n_stages > PROBE_MAX_STAGES) return;
-  for (unsigned int i = threadIdx.x; i < n_stages * (sizeof(DfStage) / 16); i += blockDim.x)
-    reinterpret_cast<uint4*>(stages)[i] = reinterpret_cast<const uint4*>(stages_g)[i];
-  for (unsigned int i = threadIdx.x; i < TS; i += blockDim.x) tcount[i] = 0;
-  if (XBYTES)
-    for (unsigned int i = threadIdx.x; i < DF_XB_MAX * DF_MAX_CHUNKS; i += blockDim.x) xtag[i] = 0;
-  ring_barriers_init(full, empty, NS);
-  __syncthreads();
+  sh.init(stages_g, n_stages);
 
   if (warp == W) {  // the producer
-    if (lane != 0) return;
-    DfCursor<KC> cur, pcur;  // pcur: the next chunk to prefetch into the L2 (PF), chunk pi
-    unsigned int pi = 0;
-    bool pmore = PF > 0 && pcur.next(stages, n_stages, runs);
-    for (unsigned int i = 0; cur.next(stages, n_stages, runs); ++i) {
-      for (; PF > 0 && pmore && pi < i + NS + PF; ++pi) {
-        if (pi >= i + NS) l2_prefetch_bulk(pcur.src(stages[pcur.s]), 32 * pcur.kc(stages[pcur.s]));
-        pmore = pcur.next(stages, n_stages, runs);
-      }
-      const DfStage& st = stages[cur.s];
-      const unsigned int slot = i % NS, bytes = 32 * cur.kc(st);
-      if (i >= NS) mbar_wait(empty + slot, ((i / NS) - 1) & 1);
-      mbar_expect_tx(full + slot, bytes);
-      tma_load(ring + slot * (CB / 16), cur.src(st), bytes, full + slot);
-    }
+    if (lane == 0) df_produce<NS, CB, PF, DfCursor<KC>>(stages, n_stages, runs, ring, full, empty);
     return;
   }
 
-  const unsigned int g = lane >> 2, t = lane & 3;
+  const unsigned int t = lane & 3;
   uint4* xs = xw + warp * (KC / 8);
   const unsigned int* xs32 = reinterpret_cast<const unsigned int*>(xs);
   // x piece [k0, k0 + kc) of stage st into dst: from the previous stage's LL words (MODE 3), else x.
@@ -808,57 +900,14 @@ __device__ void probe_chain_df(const DfStage* stages_g, unsigned int n_stages, c
     const unsigned int slot = i % NS;
     mbar_wait(full + slot, (i / NS) & 1);
     const uint4* a = ring + slot * (CB / 16) + lane;
-    float acc0[4] = {0.f, 0.f, 0.f, 0.f}, acc1[4] = {0.f, 0.f, 0.f, 0.f};  // two chains of MMAs
     // MODE 5 (timing only): as MODE 2 without the MMAs (the stream and the warps' handshakes alone).
-    const unsigned int steps = kc / 16 * (MODE != 5);
-    if (CH == 2) {
-#pragma unroll 2
-      for (unsigned int j = 0; j < steps; j += 2) {
-        const uint4 av = a[j * 32];
-        mma_bf16(acc0, av.x, av.y, av.z, av.w, xs32[j * 8 + t], xs32[j * 8 + 4 + t]);
-        if (j + 1 < steps) {
-          const uint4 bv = a[(j + 1) * 32];
-          mma_bf16(acc1, bv.x, bv.y, bv.z, bv.w, xs32[(j + 1) * 8 + t], xs32[(j + 1) * 8 + 4 + t]);
-        }
-      }
-    } else {  // steps % CH == 0 (the host checks K % (16 CH) == 0 per chunk)
-      float acc[CH][4];
-#pragma unroll
-      for (int u = 0; u < CH; ++u) acc[u][0] = acc[u][1] = acc[u][2] = acc[u][3] = 0.f;
-      for (unsigned int j = 0; j < steps; j += CH) {
-        uint4 av[CH];
-#pragma unroll
-        for (int u = 0; u < CH; ++u) av[u] = a[(j + u) * 32];
-#pragma unroll
-        for (int u = 0; u < CH; ++u)
-          mma_bf16(acc[u], av[u].x, av[u].y, av[u].z, av[u].w, xs32[(j + u) * 8 + t], xs32[(j + u) * 8 + 4 + t]);
-      }
-#pragma unroll
-      for (int u = 0; u < CH; ++u) {  // in chain order: deterministic
-        if (u % 2 == 0) {
-          acc0[0] += acc[u][0];
-          acc0[2] += acc[u][2];
-        } else {
-          acc1[0] += acc[u][0];
-          acc1[2] += acc[u][2];
-        }
-      }
-    }
+    float r0, r2;
+    df_chunk_dot<CH>(a, xs32, kc / 16 * (MODE != 5), t, r0, r2);
     __syncwarp();  // every lane's reads of the slot and of xs are done
     if (lane == 0) mbar_arrive(empty + slot);
     const unsigned int ts = cur.lt % TS;
-    float* pp = part + (ts * MAXC + cur.c) * 16;
-    if (t == 0) {
-      pp[g] = acc0[0] + acc1[0];
-      pp[g + 8] = acc0[2] + acc1[2];
-      __threadfence_block();
-    }
-    __syncwarp();
-    unsigned int prev = 0;
-    if (lane == 0) prev = atomicAdd(tcount + ts, 1u);
-    prev = __shfl_sync(0xffffffffu, prev, 0);
-    if (prev == cur.nc - 1) {  // this warp completed the tile: sum its chunks in order, publish
-      __threadfence_block();
+    if (df_chunk_done(part + (ts * MAXC + cur.c) * 16, tcount + ts, r0, r2, cur.nc, lane)) {
+      // this warp completed the tile: sum its chunks in order, publish
       const unsigned int row = cur.t * 16 + lane;
       if (lane < 16) {
         const float* tp = part + ts * MAXC * 16 + lane;
@@ -975,20 +1024,15 @@ __device__ void probe_chain_dfsk(const DfStage* stages_g, unsigned int n_stages,
   static_assert(TS > W + NS, "a tile slot is reused only after its tile is done");
   static_assert(df_smem(NS, W, TS) <= 227 * 1024, "one block per SM must fit the H200's shared memory");
   extern __shared__ __align__(128) uint4 smem[];
-  uint4* ring = smem;
-  float* part = reinterpret_cast<float*>(ring + NS * (DF_CB / 16));  // [tile slot][chunk][16]
-  uint4* xw = reinterpret_cast<uint4*>(part + TS * DF_MAX_CHUNKS * 16);
-  unsigned int* tcount = reinterpret_cast<unsigned int*>(xw + W * DF_KC / 8);
-  DfStage* stages = reinterpret_cast<DfStage*>(tcount + (TS + 3) / 4 * 4);
-  unsigned long long* full = reinterpret_cast<unsigned long long*>(stages + PROBE_MAX_STAGES);
-  unsigned long long* empty = full + NS;
+  DfShared<NS, W, TS, 0, DF_KC> sh(smem);
+  uint4 *ring = sh.ring, *xw = sh.xw;
+  float* part = sh.part;
+  unsigned int* tcount = sh.tcount;
+  DfStage* stages = sh.stages;
+  unsigned long long *full = sh.full, *empty = sh.empty;
   const unsigned int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   if (n_stages > PROBE_MAX_STAGES) return;
-  for (unsigned int i = threadIdx.x; i < n_stages * (sizeof(DfStage) / 16); i += blockDim.x)
-    reinterpret_cast<uint4*>(stages)[i] = reinterpret_cast<const uint4*>(stages_g)[i];
-  for (unsigned int i = threadIdx.x; i < TS; i += blockDim.x) tcount[i] = 0;
-  ring_barriers_init(full, empty, NS);
-  __syncthreads();
+  sh.init(stages_g, n_stages);
   // The block's unit sequence: stage s, unit u of [u0, u1), tile t, chunk c, tile ordinal lt.
   struct Cur {
     unsigned int s = 0, u = 0, u0 = 0, u1 = 0, p0 = 0, nc = 0, t = 0, c = 0, lt = ~0u;
@@ -1028,19 +1072,11 @@ __device__ void probe_chain_dfsk(const DfStage* stages_g, unsigned int n_stages,
   };
 
   if (warp == W) {  // the producer
-    if (lane != 0) return;
-    Cur cur;
-    for (unsigned int i = 0; cur.next(stages, n_stages, runs); ++i) {
-      const DfStage& st = stages[cur.s];
-      const unsigned int slot = i % NS, bytes = 32 * cur.kc(st);
-      if (i >= NS) mbar_wait(empty + slot, ((i / NS) - 1) & 1);
-      mbar_expect_tx(full + slot, bytes);
-      tma_load(ring + slot * (DF_CB / 16), cur.src(st), bytes, full + slot);
-    }
+    if (lane == 0) df_produce<NS, DF_CB, 0, Cur>(stages, n_stages, runs, ring, full, empty);
     return;
   }
 
-  const unsigned int g = lane >> 2, t4 = lane & 3;
+  const unsigned int t4 = lane & 3;
   uint4* xs = xw + warp * (DF_KC / 8);
   const unsigned int* xs32 = reinterpret_cast<const unsigned int*>(xs);
   unsigned int xs_s = ~0u, xs_c = ~0u;
@@ -1093,40 +1129,13 @@ __device__ void probe_chain_dfsk(const DfStage* stages_g, unsigned int n_stages,
     const unsigned int slot = i % NS;
     mbar_wait(full + slot, (i / NS) & 1);
     const uint4* a = ring + slot * (DF_CB / 16) + lane;
-    const unsigned int steps = kc / 16;  // a multiple of CH (the host checks)
-    float acc[CH][4];
-#pragma unroll
-    for (int u = 0; u < CH; ++u) acc[u][0] = acc[u][1] = acc[u][2] = acc[u][3] = 0.f;
-    for (unsigned int j = 0; j < steps; j += CH) {
-      uint4 av[CH];
-#pragma unroll
-      for (int u = 0; u < CH; ++u) av[u] = a[(j + u) * 32];
-#pragma unroll
-      for (int u = 0; u < CH; ++u)
-        mma_bf16(acc[u], av[u].x, av[u].y, av[u].z, av[u].w, xs32[(j + u) * 8 + t4], xs32[(j + u) * 8 + 4 + t4]);
-    }
-    float r0 = 0.f, r2 = 0.f;
-#pragma unroll
-    for (int u = 0; u < CH; ++u) {
-      r0 += acc[u][0];
-      r2 += acc[u][2];
-    }
+    float r0, r2;
+    df_chunk_dot<CH>(a, xs32, kc / 16, t4, r0, r2);
     __syncwarp();
     if (lane == 0) mbar_arrive(empty + slot);
-    const unsigned int ts = cur.lt % TS;
-    float* pp = part + (ts * DF_MAX_CHUNKS + cur.c) * 16;
-    if (t4 == 0) {
-      pp[g] = r0;
-      pp[g + 8] = r2;
-      __threadfence_block();
-    }
-    __syncwarp();
-    unsigned int prev = 0;
-    if (lane == 0) prev = atomicAdd(tcount + ts, 1u);
-    prev = __shfl_sync(0xffffffffu, prev, 0);
-    const unsigned int lo = cur.lo(), hi = cur.hi();
-    if (prev == hi - lo - 1) {  // this warp completed the block's share of the tile: publish its partial
-      __threadfence_block();
+    const unsigned int ts = cur.lt % TS, lo = cur.lo(), hi = cur.hi();
+    if (df_chunk_done(part + (ts * DF_MAX_CHUNKS + cur.c) * 16, tcount + ts, r0, r2, hi - lo, lane)) {
+      // this warp completed the block's share of the tile: publish its partial
       const unsigned int row = cur.t * 16 + lane;
       if (lane < 16 && row < st.N) {
         const float* tp = part + ts * DF_MAX_CHUNKS * 16 + lane;
