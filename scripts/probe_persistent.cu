@@ -1089,17 +1089,30 @@ __device__ void probe_chain_dfsk(const DfStage* stages_g, unsigned int n_stages,
       xs_s = cur.s;
       xs_c = cur.c;
       if (st.wait != nullptr) {  // element by element: the sum of its tile's partials, in part order
-        // Parts 0 and 1 of the lane's DF_KC / 32 elements loaded all at once (16 bytes each), then
-        // checked; an element still untagged is polled again alone, parts 2.. one by one.
+        // Parts 0 and 1 of the lane's DF_KC / 32 elements loaded all at once (16 bytes each) and
+        // loaded again all at once until every one is tagged (the first
+        // form polled each element alone, one L2 round trip after another); parts 2.. one by one.
         const unsigned int* nparts = reinterpret_cast<const unsigned int*>(stages[cur.s - 1].pad2);
         __nv_bfloat16* xb = reinterpret_cast<__nv_bfloat16*>(xs);
         const unsigned char* words = reinterpret_cast<const unsigned char*>(st.wait);
         constexpr int E = DF_KC / 32;
         uint4 v[E];
+        unsigned int pending = 0;  // bit j: element j still untagged
 #pragma unroll
         for (int j = 0; j < E; ++j) {
           const unsigned int q = lane + 32 * j, e = k0 + q;
-          if (q < kc && e < st.prev_n) v[j] = ld_vol16(words + (size_t)e * DFSK_PMAX * 8);
+          if (q < kc && e < st.prev_n) pending |= 1u << j;
+        }
+        for (unsigned int todo = pending; todo != 0;) {
+#pragma unroll
+          for (int j = 0; j < E; ++j)
+            if (todo >> j & 1) v[j] = ld_vol16(words + (size_t)(k0 + lane + 32 * j) * DFSK_PMAX * 8);
+#pragma unroll
+          for (int j = 0; j < E; ++j) {
+            if (!(todo >> j & 1)) continue;
+            const unsigned int np = __ldg(nparts + (k0 + lane + 32 * j) / 16);
+            if (v[j].y == DF_LL_TAG && (np < 2 || v[j].w == DF_LL_TAG)) todo &= ~(1u << j);
+          }
         }
 #pragma unroll
         for (int j = 0; j < E; ++j) {
@@ -1111,7 +1124,6 @@ __device__ void probe_chain_dfsk(const DfStage* stages_g, unsigned int n_stages,
           }
           const unsigned int np = __ldg(nparts + e / 16);
           const unsigned char* wd = words + (size_t)e * DFSK_PMAX * 8;
-          while (v[j].y != DF_LL_TAG || (np > 1 && v[j].w != DF_LL_TAG)) v[j] = ld_vol16(wd);
           float sum = 0.0f + __uint_as_float(v[j].x);
           if (np > 1) sum += __uint_as_float(v[j].z);
           for (unsigned int p = 2; p < np; ++p) {
