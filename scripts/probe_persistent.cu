@@ -577,12 +577,14 @@ PROBE_GEMV_TMA(6)
 //   output rows of that range; its counter counts the previous stage's finished tiles in the range.
 //   MODE 0: a chunk waits only for its own x piece (per-piece readiness); MODE 1: for every tile
 //   of the previous stage (the stage-wide count, i.e. a grid barrier, but per warp); MODE 2: for
-//   nothing (timing only: the check fails by design).
+//   nothing (timing only: the check fails by design); session 28's MODE 3 (the flag in the data),
+//   4 and 5 (timing only) are described at probe_chain_df; the `runs` argument (nullptr or a table)
+//   at DfCursor::next.
 // Weights: stage s's w packed as [tile][chunk][k step j][lane][8 bf16]: lane (g, t) = (lane / 4,
 // lane % 4) holds rows g, g + 8 and columns 2t, 2t + 1, 2t + 8, 2t + 9 of step j, in the order of
 // mma.m16n8k16's A fragment (scripts/probe_persistent.py pack_fragments). x is broadcast into all
 // eight B columns, so every column of D is the same dot and lanes with t = 0 hold rows g and g + 8.
-// Launch: grid = SM count, block 32 * (W + 1), dynamic shared memory df_smem(NS, W) bytes.
+// Launch: grid = SM count, block 32 * (W + 1), dynamic shared memory df_smem(NS, W, TS, XBYTES, KC) bytes.
 #define DF_KC 512
 #define DF_CB (16 * DF_KC * 2)
 #define DF_TILE_SLOTS 32  // tile slots of partial sums (default): > W + NS, so a slot is reused only after its tile is done
@@ -597,7 +599,7 @@ struct DfStage {
   const unsigned int* wait;  // the previous stage's `ready` (nullptr: x is the chain's input)
   unsigned int prev_n;       // the previous stage's N
   unsigned int xoff;         // XBYTES > 0: where this stage's x starts in the block's x ring (elements)
-  unsigned long long pad2;   // 64 bytes: copied to shared memory as 16-byte words
+  unsigned long long pad2;   // dfsk: the stage's nparts (u32 per tile); 64 bytes: copied to shared memory as 16-byte words
 };
 static_assert(sizeof(DfStage) == 64, "the stage table's layout (scripts/probe_persistent.py)");
 
