@@ -620,12 +620,12 @@ template <int KC = DF_KC> struct DfCursor {
       in_stage = false;
     }
     for (; s < n; ++s) {
-      const unsigned int T = (st[s].N + 15) / 16;
       if (runs != nullptr) {
         const uint2 r = runs[(size_t)s * gridDim.x + blockIdx.x];
         t = r.x;
         t1 = r.y;
       } else {
+        const unsigned int T = (st[s].N + 15) / 16;
         t = (unsigned int)((unsigned long long)blockIdx.x * T / gridDim.x);
         t1 = (unsigned int)((unsigned long long)(blockIdx.x + 1) * T / gridDim.x);
       }
@@ -1099,22 +1099,24 @@ __device__ void probe_chain_dfsk(const DfStage* stages_g, unsigned int n_stages,
         const unsigned char* words = reinterpret_cast<const unsigned char*>(st.wait);
         constexpr int E = DF_KC / 32;
         uint4 v[E];
+        unsigned int np[E];        // parts of element j's tile
         unsigned int pending = 0;  // bit j: element j still untagged
 #pragma unroll
         for (int j = 0; j < E; ++j) {
           const unsigned int q = lane + 32 * j, e = k0 + q;
-          if (q < kc && e < st.prev_n) pending |= 1u << j;
+          np[j] = 0;
+          if (q < kc && e < st.prev_n) {
+            np[j] = __ldg(nparts + e / 16);
+            pending |= 1u << j;
+          }
         }
         for (unsigned int todo = pending; todo != 0;) {
 #pragma unroll
           for (int j = 0; j < E; ++j)
             if (todo >> j & 1) v[j] = ld_vol16(words + (size_t)(k0 + lane + 32 * j) * DFSK_PMAX * 8);
 #pragma unroll
-          for (int j = 0; j < E; ++j) {
-            if (!(todo >> j & 1)) continue;
-            const unsigned int np = __ldg(nparts + (k0 + lane + 32 * j) / 16);
-            if (v[j].y == DF_LL_TAG && (np < 2 || v[j].w == DF_LL_TAG)) todo &= ~(1u << j);
-          }
+          for (int j = 0; j < E; ++j)
+            if ((todo >> j & 1) && v[j].y == DF_LL_TAG && (np[j] < 2 || v[j].w == DF_LL_TAG)) todo &= ~(1u << j);
         }
 #pragma unroll
         for (int j = 0; j < E; ++j) {
@@ -1124,11 +1126,10 @@ __device__ void probe_chain_dfsk(const DfStage* stages_g, unsigned int n_stages,
             xb[q] = st.x[e];
             continue;
           }
-          const unsigned int np = __ldg(nparts + e / 16);
           const unsigned char* wd = words + (size_t)e * DFSK_PMAX * 8;
           float sum = 0.0f + __uint_as_float(v[j].x);
-          if (np > 1) sum += __uint_as_float(v[j].z);
-          for (unsigned int p = 2; p < np; ++p) {
+          if (np[j] > 1) sum += __uint_as_float(v[j].z);
+          for (unsigned int p = 2; p < np[j]; ++p) {
             uint2 w = ld_vol8(wd + 8 * p);
             while (w.y != DF_LL_TAG) w = ld_vol8(wd + 8 * p);
             sum += __uint_as_float(w.x);

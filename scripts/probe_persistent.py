@@ -164,25 +164,41 @@ def pack_fragments(cp, w, n, k, kc_max=DF_KC):
     return cp.ascontiguousarray(cp.concatenate(parts, axis=1)).ravel()
 
 
-def balanced_runs(np, stages, grid):
-    """The `_bal` variants' [stage][block] tile runs {t, t1} (uint32 pairs): stage by stage, the T % grid
-    blocks given one tile more than the others are those with the fewest bytes so far (ties: lowest
-    index), so that every block streams about the same bytes over the chain (the default split,
-    floor(b T / grid), gives the extra tiles of every stage to the same blocks); each block's tiles stay
-    one contiguous run, in block order."""
+def even_split(np, load, count, grid):
+    """count items over grid blocks, floor or ceil of count / grid each, the count % grid extra ones to
+    the blocks with the fewest bytes in `load` so far (ties: lowest index): (starts, ends) of each
+    block's contiguous run, in block order."""
+    q, r = divmod(count, grid)
+    sizes = np.full(grid, q, dtype=np.int64)
+    sizes[np.argsort(load, kind="stable")[:r]] += 1
+    ends = np.cumsum(sizes)
+    return ends - sizes, ends
+
+
+def default_runs(np, stages, grid):
+    """probe_chain_df's own split without a runs table, as a table: stage s's T tiles, block b taking
+    [floor(b T / grid), floor((b + 1) T / grid)), so the extra tiles of every stage go to the same blocks."""
     runs = np.zeros((len(stages), grid, 2), dtype=np.uint32)
-    load = np.zeros(grid, dtype=np.int64)
-    for s, (k, n) in enumerate(stages):
-        q, r = divmod(-(-n // 16), grid)
-        sizes = np.full(grid, q, dtype=np.int64)
-        sizes[np.argsort(load, kind="stable")[:r]] += 1
-        ends = np.cumsum(sizes)
-        runs[s, :, 0], runs[s, :, 1] = ends - sizes, ends
-        load += sizes * 32 * k
+    b = np.arange(grid + 1, dtype=np.int64)
+    for s, (_, n) in enumerate(stages):
+        edges = b * -(-n // 16) // grid
+        runs[s, :, 0], runs[s, :, 1] = edges[:-1], edges[1:]
     return runs
 
 
-def x_ring(np, stages, runs, grid, ns, w, xelems=32768):
+def balanced_runs(np, stages, grid):
+    """The `_bal` variants' [stage][block] tile runs {t, t1} (uint32 pairs): each stage's tiles split by
+    `even_split` over the bytes each block has streamed so far, so that every block streams about the
+    same bytes over the chain."""
+    runs = np.zeros((len(stages), grid, 2), dtype=np.uint32)
+    load = np.zeros(grid, dtype=np.int64)
+    for s, (k, n) in enumerate(stages):
+        runs[s, :, 0], runs[s, :, 1] = even_split(np, load, -(-n // 16), grid)
+        load += (runs[s, :, 1] - runs[s, :, 0]).astype(np.int64) * 32 * k
+    return runs
+
+
+def x_ring(np, stages, runs, ns, w, xelems=32768):
     """A `_sx` variant's x ring: (xoff per stage, or None when it does not fit). Stage s's x takes
     ceil(K / DF_KC) whole pieces from xoff[s], placed one after another and wrapping to 0 where the
     next would cross the ring's end. A warp at chunk i can be ahead of another's chunk by less than
@@ -190,12 +206,10 @@ def x_ring(np, stages, runs, grid, ns, w, xelems=32768):
     loads x before its chunk's weights land), so two stages within the largest stage span of any
     2 NS + W - 1 consecutive chunks of a block must not overlap."""
     win, span = 2 * ns + w - 1, 0
-    for b in range(grid):
+    for b in range(runs.shape[1]):
         seq = []
         for s_, (k, n) in enumerate(stages):
-            t0, t1 = (int(runs[s_, b, 0]), int(runs[s_, b, 1])) if runs is not None else \
-                (b * (-(-n // 16)) // grid, (b + 1) * (-(-n // 16)) // grid)
-            seq += [s_] * ((t1 - t0) * -(-k // DF_KC))
+            seq += [s_] * (int(runs[s_, b, 1] - runs[s_, b, 0]) * -(-k // DF_KC))
         if seq:
             a = np.array(seq)
             span = max(span, int((a[np.minimum(np.arange(len(a)) + win - 1, len(a) - 1)] - a).max()))
@@ -225,12 +239,8 @@ def sk_runs(np, stages, grid):
     nparts = []
     for s_, (k, n) in enumerate(stages):
         nc = -(-k // DF_KC)
-        units = -(-n // 16) * nc
-        q, r = divmod(units, grid)
-        sizes = np.full(grid, q, dtype=np.int64)
-        sizes[np.argsort(load, kind="stable")[:r]] += 1
-        ends = np.cumsum(sizes)
-        starts = ends - sizes
+        starts, ends = even_split(np, load, -(-n // 16) * nc, grid)
+        sizes = ends - starts
         runs[s_, :, 0], runs[s_, :, 1] = starts, ends
         load += sizes * 32 * k // nc
         npt = np.zeros(-(-n // 16), dtype=np.uint32)
@@ -448,7 +458,8 @@ def main():
                 counters, stab = (df[3], df[4]) if "_ll" in vname else (df[1], df[2])
                 if "_sx" in vname:  # the stage table's xoff (u32 at byte 52 of each 64-byte row)
                     ns_, w_ = (int(v) for v in vname[2:].split("_")[0].split("w"))
-                    xoff, span = x_ring(np, stages, cp.asnumpy(runs) if vname.endswith("_bal") else None, sms, ns_, w_)
+                    xoff, span = x_ring(np, stages, cp.asnumpy(runs) if vname.endswith("_bal") else
+                                        default_runs(np, stages, sms), ns_, w_)
                     if xoff is None:
                         print(f"{name:<14} persistent {vname}: skipped (the x ring cannot hold stages {span} apart)")
                         continue
@@ -476,8 +487,7 @@ def main():
                     acc = cp.zeros(n, dtype=cp.float32)
                     for p_ in range(DFSK_PMAX):
                         acc = cp.where(npe > p_, acc + cp.ascontiguousarray(w2[:, p_, 0]).view(cp.float32), acc)
-                    bits = acc.view(cp.uint32)
-                    ys[i][:n] = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(cp.uint16)
+                    ys[i][:n] = cp.asarray(kc.BF16.store(cp.asnumpy(acc)))
             fails += report(f"persistent {vname}", sec)
         print(f"{name:<14} {'bytes at measured BW':<22} {nbytes / bandwidth / 1e3:>9.1f} "
               f"{nbytes / bandwidth / 1e3 / L:>9.2f}  ({nbytes / 1e6:.1f} MB per chain, {len(stages)} GEMVs)")
