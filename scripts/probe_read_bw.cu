@@ -63,26 +63,7 @@ __global__ void read(const uint4* __restrict__ buf, unsigned long long n16, unsi
 }
 
 // Bulk copies: block b takes chunks b, b + grid, ... of CHUNK bytes, 4 stages in dynamic shared memory.
-__device__ __forceinline__ void mbar_init(unsigned long long* bar, unsigned count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"((unsigned)__cvta_generic_to_shared(bar)), "r"(count));
-}
-__device__ __forceinline__ void mbar_expect_tx(unsigned long long* bar, unsigned bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"((unsigned)__cvta_generic_to_shared(bar)), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(unsigned long long* bar, unsigned phase) {
-  asm volatile(
-      "{\n .reg .pred p;\n W: mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n @!p bra W;\n}\n" ::"r"(
-          (unsigned)__cvta_generic_to_shared(bar)),
-      "r"(phase)
-      : "memory");
-}
-__device__ __forceinline__ void bulk_copy(void* dst, const void* src, unsigned bytes, unsigned long long* bar) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                   (unsigned)__cvta_generic_to_shared(dst)),
-               "l"(src), "r"(bytes), "r"((unsigned)__cvta_generic_to_shared(bar))
-               : "memory");
-}
-
+// (mbar_init, mbar_expect_tx, mbar_wait, tma_load: probe_common.cuh)
 template <int CHUNK>
 __global__ void __launch_bounds__(256) read_bulk(const uint4* __restrict__ buf, unsigned long long n16, unsigned* out) {
   extern __shared__ __align__(128) unsigned char smem[];
@@ -101,7 +82,7 @@ __global__ void __launch_bounds__(256) read_bulk(const uint4* __restrict__ buf, 
       unsigned long long cc = c + (unsigned long long)s * gridDim.x;
       if (cc < chunks) {
         mbar_expect_tx(&bars[s], CHUNK);
-        bulk_copy(smem + s * CHUNK, (const unsigned char*)buf + cc * CHUNK, CHUNK, &bars[s]);
+        tma_load(smem + s * CHUNK, (const unsigned char*)buf + cc * CHUNK, CHUNK, &bars[s]);
       }
     }
   }
@@ -116,7 +97,7 @@ __global__ void __launch_bounds__(256) read_bulk(const uint4* __restrict__ buf, 
     const unsigned long long nc = c + 4ull * gridDim.x;
     if (threadIdx.x == 0 && nc < chunks) {
       mbar_expect_tx(&bars[s], CHUNK);
-      bulk_copy(smem + s * CHUNK, (const unsigned char*)buf + nc * CHUNK, CHUNK, &bars[s]);
+      tma_load(smem + s * CHUNK, (const unsigned char*)buf + nc * CHUNK, CHUNK, &bars[s]);
     }
   }
   for (int o = 16; o > 0; o >>= 1) acc ^= __shfl_xor_sync(~0u, acc, o);

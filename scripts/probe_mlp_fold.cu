@@ -1,0 +1,243 @@
+// probe_mlp_fold.cu: a decoder layer's MLP (RMSNorm, gate/up, SwiGLU, down, residual) in ONE
+// launch at batch 1, split over the intermediate dimension (session 29; driven by
+// scripts/probe_mlp_fold.py, which times it against kiln's gated_linear -> fused_linear launches).
+//
+// kiln's MLP is two launches because down needs every intermediate value. Split over the
+// intermediate rows instead, block b owns rows [lo, hi): it computes g, u and h = silu(g) * u for
+// them and at once their share of down, partial[j] = sum_r down[j, r] h[r] for every output j.
+// The partials meet in a planned accumulator, and the next launch, which waits for this one
+// anyway, reads the sum: the gate/up -> down boundary is gone, and with it down's own ramp and
+// tail. The sum is made deterministic by adding FIXED-POINT integers (f32 partial * 2^32 rounded
+// to an int64): integer addition is associative, so the red.global.add.u64 of the blocks give the
+// same bits in any order (eager == graph == device loop). Range |sum| < 2^31, resolution 2^-32.
+//
+// Block: a producer warp (the last) streams the block's bytes with TMA bulk copies into a ring of
+// NS 16 KB slots, before griddepcontrol.wait (weights only); the stream is the block's gate rows,
+// its up rows, then its rows of down^T (down transposed: [I, H], so a block's rows are contiguous),
+// each chunk whole rows. 8 consumer warps: warp w < NS takes the gate / up chunks of slot w (a warp sum
+// per row against the normed x in shared memory), a barrier, h, then every warp takes every down
+// chunk for its own H / 8 columns (registers, rows in order).
+//   MODE 0: the int64 fixed-point reduction (the design);  MODE 1: red.global.add.f32 (timing
+//   only, not deterministic);  MODE 2: each block stores its partials (timing only: no sum, the
+//   check fails);  MODE 3: the stream alone, consumers only free the slots (timing only).
+// NS <= 8 (the gate / up warps are the slots). Launch: grid = SM count (any), block 288, dynamic shared NS * 16384 + 2 H + 3 * 1024 + 32 + 16 NS.
+// Inputs of layer l: resid_in (bf16 H, x_l before the last MLP's sum), acc_in (layer l - 1's sum,
+// null for the first layer); x_l = bf16(bf16(acc_in) + resid_in), written to resid_out by block 0
+// (the residual of layer l + 1); acc_zero (the accumulator layer l - 1 read) zeroed by block 1.
+#include "probe_common.cuh"
+
+#define MF_W 8
+#define MF_CONS (32 * MF_W)
+#define MF_CHUNK 16384
+#define MF_MAXN 256
+#define MF_FIX_SCALE 4294967296.0f
+#define MF_FIX_INV 2.3283064365386963e-10f
+
+__device__ __forceinline__ float mf_bf(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
+__device__ __forceinline__ float mf_warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ void mf_unpack(const uint4& v, float (&f)[8]) {
+  const unsigned int w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 p = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w[i]));
+    f[2 * i] = p.x;
+    f[2 * i + 1] = p.y;
+  }
+}
+__device__ __forceinline__ uint4 mf_pack(const float (&f)[8]) {
+  unsigned int w[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const __nv_bfloat162 p = __floats2bfloat162_rn(f[2 * i], f[2 * i + 1]);
+    w[i] = *reinterpret_cast<const unsigned int*>(&p);
+  }
+  return make_uint4(w[0], w[1], w[2], w[3]);
+}
+// mbar_wait with a bound: a protocol bug traps (a launch error) instead of hanging the probe.
+__device__ __forceinline__ void mf_wait(unsigned long long* b, unsigned int parity) {
+  unsigned int done = 0;
+  for (unsigned long long tries = 0; !done; ++tries) {
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(smem_u32(b)), "r"(parity)
+        : "memory");
+    if (tries > (1ull << 24)) __trap();
+  }
+}
+__device__ __forceinline__ void mf_consumers_sync() { asm volatile("bar.sync 1, %0;\n" ::"n"(MF_CONS) : "memory"); }
+
+template <int NS, int MODE>
+__device__ void mlp_fold(const __nv_bfloat16* resid_in, const void* acc_in, const __nv_bfloat16* nw,
+                         const __nv_bfloat16* gate, const __nv_bfloat16* up, const __nv_bfloat16* down_t,
+                         __nv_bfloat16* resid_out, void* acc_out, void* acc_zero, float* part_out, unsigned int H,
+                         unsigned int I, float eps) {
+  extern __shared__ __align__(128) uint4 smem[];
+  uint4* ring = smem;
+  uint4* xn = smem + NS * (MF_CHUNK / 16);  // H bf16: bf16(x * nw)
+  float* gs = reinterpret_cast<float*>(xn + H / 8);
+  float* us = gs + MF_MAXN;
+  float* hs = us + MF_MAXN;
+  float* wsum = hs + MF_MAXN;  // 8 floats
+  unsigned long long* full = reinterpret_cast<unsigned long long*>(wsum + 8);
+  unsigned long long* empty = full + NS;
+  const unsigned int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, b = blockIdx.x, G = gridDim.x;
+  const unsigned int lo = (unsigned int)((unsigned long long)I * b / G);
+  const unsigned int hi = (unsigned int)((unsigned long long)I * (b + 1) / G);
+  const unsigned int n = hi - lo, h8 = H / 8;
+  const unsigned int R = max(1u, MF_CHUNK / (2u * H)), nA = (n + R - 1) / R;
+  if (threadIdx.x < NS) {
+    mbar_init(full + threadIdx.x, 1);
+    mbar_init(empty + threadIdx.x, MF_W);
+  }
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  __syncthreads();
+  if (warp == MF_W) {  // the producer: weights only, nothing a prior grid writes
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    if (lane != 0) return;
+    for (unsigned int i = 0; i < 3 * nA; ++i) {
+      const unsigned int seg = i / nA, r = lo + (i % nA) * R, nr = min(R, hi - r), slot = i % NS;
+      const __nv_bfloat16* src = (seg == 0 ? gate : seg == 1 ? up : down_t) + (size_t)r * H;
+      if (i >= NS) mf_wait(empty + slot, ((i / NS) - 1) & 1);
+      mbar_expect_tx(full + slot, nr * H * 2);
+      tma_load(ring + slot * (MF_CHUNK / 16), src, nr * H * 2, full + slot);
+    }
+    return;
+  }
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  // x = bf16(bf16(sum) + resid); xn = bf16(x * nw); the sum of squares of x.
+  float ss = 0.0f;
+  for (unsigned int v = threadIdx.x; v < h8; v += MF_CONS) {
+    float x[8], w[8];
+    mf_unpack(ld_cg16(resid_in + 8 * v), x);
+    mf_unpack(*reinterpret_cast<const uint4*>(nw + 8 * v), w);
+    if (acc_in != nullptr) {
+#pragma unroll
+      for (int e = 0; e < 8; e += 2) {
+        float a0, a1;
+        if constexpr (MODE == 1) {
+          const float* af = reinterpret_cast<const float*>(acc_in) + 8 * v + e;
+          a0 = ld_cgf(af);
+          a1 = ld_cgf(af + 1);
+        } else {
+          long long p0, p1;
+          asm volatile("ld.global.cg.v2.s64 {%0, %1}, [%2];\n"
+                       : "=l"(p0), "=l"(p1)
+                       : "l"(reinterpret_cast<const long long*>(acc_in) + 8 * v + e));
+          a0 = __ll2float_rn(p0) * MF_FIX_INV;
+          a1 = __ll2float_rn(p1) * MF_FIX_INV;
+        }
+        x[e] = mf_bf(mf_bf(a0) + x[e]);
+        x[e + 1] = mf_bf(mf_bf(a1) + x[e + 1]);
+      }
+    }
+    if (b == 0) *reinterpret_cast<uint4*>(resid_out + 8 * v) = mf_pack(x);
+    float h[8];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      ss = __fmaf_rn(x[e], x[e], ss);
+      h[e] = x[e] * w[e];
+    }
+    xn[v] = mf_pack(h);
+  }
+  if (b == 1 % G && acc_zero != nullptr) {
+    for (unsigned int j = threadIdx.x; j < H; j += MF_CONS) reinterpret_cast<unsigned long long*>(acc_zero)[j] = 0ull;
+  }
+  ss = mf_warp_sum(ss);
+  if (lane == 0) wsum[warp] = ss;
+  mf_consumers_sync();
+  float tot = 0.0f;
+#pragma unroll
+  for (int i = 0; i < MF_W; ++i) tot += wsum[i];
+  const float inv = rsqrtf(tot / (float)H + eps);
+  // gate / up: warp w < NS takes the chunks of slot w (a warp per chunk, a warp sum per row). A
+  // warp that took chunks of several slots could wait for a use of a slot two phases ahead of the
+  // slot's barrier, which a parity wait takes for the phase before (and returns at once): the
+  // first version of this probe hung that way (call A).
+  for (unsigned int i = warp; warp < NS && i < 2 * nA; i += NS) {
+    const unsigned int slot = i % NS, r0 = (i % nA) * R, nr = min(R, n - r0);
+    mf_wait(full + slot, (i / NS) & 1);
+    if constexpr (MODE != 3) {
+      const uint4* ch = ring + slot * (MF_CHUNK / 16);
+      float* dst = (i < nA ? gs : us) + r0;
+      for (unsigned int rr = 0; rr < nr; ++rr) {
+        float s = 0.0f;
+        for (unsigned int v = lane; v < h8; v += 32) s = dot8(ch[rr * h8 + v], xn[v], s);
+        s = mf_warp_sum(s);
+        if (lane == 0) dst[rr] = s * inv;
+      }
+    }
+    __syncwarp();
+    if (lane == 0) mbar_arrive_n(empty + slot, MF_W);
+  }
+  mf_consumers_sync();
+  for (unsigned int r = threadIdx.x; r < n; r += MF_CONS) {
+    const float g = mf_bf(gs[r]), u = mf_bf(us[r]);
+    hs[r] = mf_bf(__fmul_rn(g / (1.0f + expf(-g)), u));
+  }
+  mf_consumers_sync();
+  // down: every warp every chunk, its H / 8 columns: vectors warp * cw + lane + 32 k.
+  const unsigned int cw = h8 / MF_W;  // H % 64 == 0
+  constexpr int V = 2;                // cw <= 64: H <= 4096
+  float acc[V][8];
+#pragma unroll
+  for (int k = 0; k < V; ++k)
+#pragma unroll
+    for (int e = 0; e < 8; ++e) acc[k][e] = 0.0f;
+  for (unsigned int i = 2 * nA; i < 3 * nA; ++i) {
+    const unsigned int slot = i % NS, r0 = (i - 2 * nA) * R, nr = min(R, n - r0);
+    mf_wait(full + slot, (i / NS) & 1);
+    if constexpr (MODE != 3) {
+      const uint4* ch = ring + slot * (MF_CHUNK / 16) + warp * cw;
+      for (unsigned int rr = 0; rr < nr; ++rr) {
+        const float hv = hs[r0 + rr];
+#pragma unroll
+        for (int k = 0; k < V; ++k) {
+          if (lane + 32 * k < cw) {
+            float w[8];
+            mf_unpack(ch[rr * h8 + lane + 32 * k], w);
+#pragma unroll
+            for (int e = 0; e < 8; ++e) acc[k][e] = __fmaf_rn(hv, w[e], acc[k][e]);
+          }
+        }
+      }
+    }
+    __syncwarp();
+    if (lane == 0) mbar_arrive(empty + slot);
+  }
+#pragma unroll
+  for (int k = 0; k < (MODE == 3 ? 0 : V); ++k) {
+    if (lane + 32 * k >= cw) continue;
+    const unsigned int j0 = 8 * (warp * cw + lane + 32 * k);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      if constexpr (MODE == 0) {
+        atomicAdd(reinterpret_cast<unsigned long long*>(acc_out) + j0 + e,
+                  (unsigned long long)__float2ll_rn(acc[k][e] * MF_FIX_SCALE));
+      } else if constexpr (MODE == 1) {
+        atomicAdd(reinterpret_cast<float*>(acc_out) + j0 + e, acc[k][e]);
+      } else {
+        part_out[(size_t)b * H + j0 + e] = acc[k][e];
+      }
+    }
+  }
+}
+
+#define MLP_FOLD(NS, MODE)                                                                                      \
+  extern "C" __global__ void __launch_bounds__(32 * (MF_W + 1), 2) probe_mlp_fold_ns##NS##_m##MODE(            \
+      const __nv_bfloat16* resid_in, const void* acc_in, const __nv_bfloat16* nw, const __nv_bfloat16* gate,     \
+      const __nv_bfloat16* up, const __nv_bfloat16* down_t, __nv_bfloat16* resid_out, void* acc_out,             \
+      void* acc_zero, float* part_out, unsigned int H, unsigned int I, float eps) {                              \
+    mlp_fold<NS, MODE>(resid_in, acc_in, nw, gate, up, down_t, resid_out, acc_out, acc_zero, part_out, H, I, eps); \
+  }
+MLP_FOLD(6, 0)
+MLP_FOLD(6, 1)
+MLP_FOLD(6, 2)
+MLP_FOLD(6, 3)
+MLP_FOLD(4, 0)
+MLP_FOLD(8, 0)
