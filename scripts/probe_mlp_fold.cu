@@ -19,7 +19,9 @@
 // chunk for its own H / 8 columns (registers, rows in order).
 //   MODE 0: the int64 fixed-point reduction (the design);  MODE 1: red.global.add.f32 (timing
 //   only, not deterministic);  MODE 2: each block stores its partials (timing only: no sum, the
-//   check fails);  MODE 3: the stream alone, consumers only free the slots (timing only).
+//   check fails);  MODE 3: the stream alone, consumers only free the slots (timing only);  MODE 4:
+//   clusters of CL blocks sum their partials through distributed shared memory first, then
+//   int64 reductions as MODE 0 (CL times fewer).
 // NS <= 8 (the gate / up warps are the slots). Launch: grid = SM count (any), block 288, dynamic shared NS * 16384 + 2 H + 3 * 1024 + 32 + 16 NS.
 // Inputs of layer l: resid_in (bf16 H, x_l before the last MLP's sum), acc_in (layer l - 1's sum,
 // null for the first layer); x_l = bf16(bf16(acc_in) + resid_in), written to resid_out by block 0
@@ -69,9 +71,28 @@ __device__ __forceinline__ void mf_wait(unsigned long long* b, unsigned int pari
     if (tries > (1ull << 24)) __trap();
   }
 }
+// The cluster barrier (all threads, every block of the cluster; orders shared-memory writes before
+// it with reads after it) and a pointer's address in cluster block `rank`'s shared memory.
+__device__ __forceinline__ void mf_cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ const float* mf_cluster_map(const float* p, unsigned int rank) {
+  const float* a;
+  asm volatile("mapa.u64 %0, %1, %2;\n" : "=l"(a) : "l"(p), "r"(rank));
+  return a;
+}
 __device__ __forceinline__ void mf_consumers_sync() { asm volatile("bar.sync 1, %0;\n" ::"n"(MF_CONS) : "memory"); }
 
-template <int NS, int MODE>
+// ST: block b's thread 0 (and the producer's lane 0) record clock64() at 8 points in mf_stamps[8 b ..]
+// (the last launch's, each replay overwriting): 0 start, 1 after the wait, 2 x normed, 3 gate / up
+// consumed, 4 h, 5 down consumed, 6 end; 7 the producer's last copy issued.
+__device__ unsigned long long mf_stamps[8 * 1024];
+#define MF_STAMP(k)                                                                    \
+  do {                                                                                 \
+    if (ST && threadIdx.x == 0 && blockIdx.x < 1024) mf_stamps[8 * blockIdx.x + (k)] = clock64(); \
+  } while (0)
+
+template <int NS, int MODE, int CL, bool ST>
 __device__ void mlp_fold(const __nv_bfloat16* resid_in, const void* acc_in, const __nv_bfloat16* nw,
                          const __nv_bfloat16* gate, const __nv_bfloat16* up, const __nv_bfloat16* down_t,
                          __nv_bfloat16* resid_out, void* acc_out, void* acc_zero, float* part_out, unsigned int H,
@@ -90,6 +111,7 @@ __device__ void mlp_fold(const __nv_bfloat16* resid_in, const void* acc_in, cons
   const unsigned int hi = (unsigned int)((unsigned long long)I * (b + 1) / G);
   const unsigned int n = hi - lo, h8 = H / 8;
   const unsigned int R = max(1u, MF_CHUNK / (2u * H)), nA = (n + R - 1) / R;
+  MF_STAMP(0);
   if (threadIdx.x < NS) {
     mbar_init(full + threadIdx.x, 1);
     mbar_init(empty + threadIdx.x, MF_W);
@@ -98,18 +120,24 @@ __device__ void mlp_fold(const __nv_bfloat16* resid_in, const void* acc_in, cons
   __syncthreads();
   if (warp == MF_W) {  // the producer: weights only, nothing a prior grid writes
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-    if (lane != 0) return;
-    for (unsigned int i = 0; i < 3 * nA; ++i) {
+    for (unsigned int i = 0; lane == 0 && i < 3 * nA; ++i) {
       const unsigned int seg = i / nA, r = lo + (i % nA) * R, nr = min(R, hi - r), slot = i % NS;
       const __nv_bfloat16* src = (seg == 0 ? gate : seg == 1 ? up : down_t) + (size_t)r * H;
       if (i >= NS) mf_wait(empty + slot, ((i / NS) - 1) & 1);
       mbar_expect_tx(full + slot, nr * H * 2);
       tma_load(ring + slot * (MF_CHUNK / 16), src, nr * H * 2, full + slot);
     }
+    if (ST && lane == 0 && b < 1024) mf_stamps[8 * b + 7] = clock64();
+    __syncwarp();
+    if constexpr (MODE == 4) {  // the cluster's two barriers (mlp_fold_cluster_sum)
+      mf_cluster_sync();
+      mf_cluster_sync();
+    }
     return;
   }
   asm volatile("griddepcontrol.wait;" ::: "memory");
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  MF_STAMP(1);
   // x = bf16(bf16(sum) + resid); xn = bf16(x * nw); the sum of squares of x.
   float ss = 0.0f;
   for (unsigned int v = threadIdx.x; v < h8; v += MF_CONS) {
@@ -155,6 +183,7 @@ __device__ void mlp_fold(const __nv_bfloat16* resid_in, const void* acc_in, cons
 #pragma unroll
   for (int i = 0; i < MF_W; ++i) tot += wsum[i];
   const float inv = rsqrtf(tot / (float)H + eps);
+  MF_STAMP(2);
   // gate / up: warp w < NS takes the chunks of slot w (a warp per chunk, a warp sum per row). A
   // warp that took chunks of several slots could wait for a use of a slot two phases ahead of the
   // slot's barrier, which a parity wait takes for the phase before (and returns at once): the
@@ -176,11 +205,13 @@ __device__ void mlp_fold(const __nv_bfloat16* resid_in, const void* acc_in, cons
     if (lane == 0) mbar_arrive_n(empty + slot, MF_W);
   }
   mf_consumers_sync();
+  MF_STAMP(3);
   for (unsigned int r = threadIdx.x; r < n; r += MF_CONS) {
     const float g = mf_bf(gs[r]), u = mf_bf(us[r]);
     hs[r] = mf_bf(__fmul_rn(g / (1.0f + expf(-g)), u));
   }
   mf_consumers_sync();
+  MF_STAMP(4);
   // down: every warp every chunk, its H / 8 columns: vectors warp * cw + lane + 32 k.
   const unsigned int cw = h8 / MF_W;  // H % 64 == 0
   constexpr int V = 2;                // cw <= 64: H <= 4096
@@ -210,8 +241,34 @@ __device__ void mlp_fold(const __nv_bfloat16* resid_in, const void* acc_in, cons
     __syncwarp();
     if (lane == 0) mbar_arrive(empty + slot);
   }
+  MF_STAMP(5);
+  if constexpr (MODE == 4) {
+    // The cluster's CL partials summed in rank order through distributed shared memory (the ring,
+    // free now, holds each block's H floats), block rank q reducing columns [q H / CL, (q+1) H / CL):
+    // CL times fewer int64 reductions.
+    float* ps = reinterpret_cast<float*>(ring);
+    mf_consumers_sync();  // every warp is done with the ring's last chunks
 #pragma unroll
-  for (int k = 0; k < (MODE == 3 ? 0 : V); ++k) {
+    for (int k = 0; k < V; ++k) {
+      if (lane + 32 * k >= cw) continue;
+      const unsigned int j0 = 8 * (warp * cw + lane + 32 * k);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) ps[j0 + e] = acc[k][e];
+    }
+    mf_cluster_sync();
+    unsigned int q;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(q));
+    const unsigned int c0 = q * H / CL, c1 = (q + 1) * H / CL;
+    for (unsigned int j = c0 + threadIdx.x; j < c1; j += MF_CONS) {
+      float t = 0.0f;
+#pragma unroll
+      for (int r = 0; r < CL; ++r) t += *mf_cluster_map(ps + j, (unsigned int)r);
+      atomicAdd(reinterpret_cast<unsigned long long*>(acc_out) + j, (unsigned long long)__float2ll_rn(t * MF_FIX_SCALE));
+    }
+    mf_cluster_sync();
+  }
+#pragma unroll
+  for (int k = 0; k < (MODE == 3 || MODE == 4 ? 0 : V); ++k) {
     if (lane + 32 * k >= cw) continue;
     const unsigned int j0 = 8 * (warp * cw + lane + 32 * k);
 #pragma unroll
@@ -226,18 +283,33 @@ __device__ void mlp_fold(const __nv_bfloat16* resid_in, const void* acc_in, cons
       }
     }
   }
+  MF_STAMP(6);
 }
 
-#define MLP_FOLD(NS, MODE)                                                                                      \
-  extern "C" __global__ void __launch_bounds__(32 * (MF_W + 1), 2) probe_mlp_fold_ns##NS##_m##MODE(            \
+// ATTRS: launch bounds, and the cluster shape of the MODE 4 variants.
+#define MLP_FOLD(NS, MODE, CL, ATTRS) MLP_FOLD_ST(NS, MODE, CL, ATTRS, false, )
+// ST = true: the `_st` symbol, which records mf_stamps.
+#define MLP_FOLD_ST(NS, MODE, CL, ATTRS, ST, SUFFIX)                                                             \
+  extern "C" __global__ void ATTRS probe_mlp_fold_ns##NS##_m##MODE##_c##CL##SUFFIX(                           \
       const __nv_bfloat16* resid_in, const void* acc_in, const __nv_bfloat16* nw, const __nv_bfloat16* gate,     \
       const __nv_bfloat16* up, const __nv_bfloat16* down_t, __nv_bfloat16* resid_out, void* acc_out,             \
       void* acc_zero, float* part_out, unsigned int H, unsigned int I, float eps) {                              \
-    mlp_fold<NS, MODE>(resid_in, acc_in, nw, gate, up, down_t, resid_out, acc_out, acc_zero, part_out, H, I, eps); \
+    mlp_fold<NS, MODE, CL, ST>(resid_in, acc_in, nw, gate, up, down_t, resid_out, acc_out, acc_zero, part_out, H, I,  \
+                           eps);                                                                                \
   }
-MLP_FOLD(6, 0)
-MLP_FOLD(6, 1)
-MLP_FOLD(6, 2)
-MLP_FOLD(6, 3)
-MLP_FOLD(4, 0)
-MLP_FOLD(8, 0)
+#define MF_BOUNDS __launch_bounds__(32 * (MF_W + 1), 2)
+MLP_FOLD(6, 0, 1, MF_BOUNDS)
+MLP_FOLD(6, 1, 1, MF_BOUNDS)
+MLP_FOLD(6, 2, 1, MF_BOUNDS)
+MLP_FOLD(6, 3, 1, MF_BOUNDS)
+MLP_FOLD(4, 0, 1, MF_BOUNDS)
+MLP_FOLD(8, 0, 1, MF_BOUNDS)
+MLP_FOLD(8, 2, 1, MF_BOUNDS)
+MLP_FOLD(8, 4, 2, MF_BOUNDS __cluster_dims__(2, 1, 1))
+MLP_FOLD(8, 4, 4, MF_BOUNDS __cluster_dims__(4, 1, 1))
+MLP_FOLD(8, 4, 6, MF_BOUNDS __cluster_dims__(6, 1, 1))
+MLP_FOLD(6, 4, 2, MF_BOUNDS __cluster_dims__(2, 1, 1))
+MLP_FOLD(6, 4, 4, MF_BOUNDS __cluster_dims__(4, 1, 1))
+MLP_FOLD_ST(8, 2, 1, MF_BOUNDS, true, _st)
+MLP_FOLD_ST(8, 3, 1, MF_BOUNDS, true, _st)
+MLP_FOLD_ST(8, 4, 2, MF_BOUNDS __cluster_dims__(2, 1, 1), true, _st)
