@@ -22,7 +22,8 @@
 //   check fails);  MODE 3: the stream alone, consumers only free the slots (timing only);  MODE 4:
 //   clusters of CL blocks sum their partials through distributed shared memory first, then
 //   int64 reductions as MODE 0 (CL times fewer).
-// NS <= 8 (the gate / up warps are the slots). Launch: grid = SM count (any), block 288, dynamic shared NS * 16384 + 2 H + 3 * 1024 + 32 + 16 NS.
+// NS <= 8 (the gate / up warps are the slots). Launch: grid = SM count (any), block 288, dynamic
+// shared NS * CB + 2 H + 3 * 1024 + 32 + 16 NS + 8 (CB = 16384 but in the `_v2` variants).
 // Inputs of layer l: resid_in (bf16 H, x_l before the last MLP's sum), acc_in (layer l - 1's sum,
 // null for the first layer); x_l = bf16(bf16(acc_in) + resid_in), written to resid_out by block 0
 // (the residual of layer l + 1); acc_zero (the accumulator layer l - 1 read) zeroed by block 1.
@@ -83,39 +84,53 @@ __device__ __forceinline__ const float* mf_cluster_map(const float* p, unsigned 
 }
 __device__ __forceinline__ void mf_consumers_sync() { asm volatile("bar.sync 1, %0;\n" ::"n"(MF_CONS) : "memory"); }
 
-// ST: block b's thread 0 (and the producer's lane 0) record clock64() at 8 points in mf_stamps[8 b ..]
+// ST: block b's thread 0 (and the producer's lane 0) record clock64() at 16 points in mf_stamps[16 b ..]
 // (the last launch's, each replay overwriting): 0 start, 1 after the wait, 2 x normed, 3 gate / up
-// consumed, 4 h, 5 down consumed, 6 end; 7 the producer's last copy issued.
-__device__ unsigned long long mf_stamps[8 * 1024];
+// consumed, 4 h, 5 down consumed, 6 end; 7 the producer's last copy issued; 8 thread 0's own h done
+// (before the barrier), 9 thread 0's own gate / up chunks done (before the barrier). And a trace per
+// chunk i < 256 in mf_trace[512 b ..]: [i] when thread 0's wait for chunk i returned (its own gate / up
+// chunks and every down chunk), [256 + i] when the producer issued chunk i's copy.
+__device__ unsigned long long mf_stamps[16 * 1024];
+__device__ unsigned long long mf_trace[512 * 264];
 #define MF_STAMP(k)                                                                    \
   do {                                                                                 \
-    if (ST && threadIdx.x == 0 && blockIdx.x < 1024) mf_stamps[8 * blockIdx.x + (k)] = clock64(); \
+    if (ST && threadIdx.x == 0 && blockIdx.x < 1024) mf_stamps[16 * blockIdx.x + (k)] = clock64(); \
+  } while (0)
+#define MF_TRACE(i, side)                                                                                   \
+  do {                                                                                                      \
+    if (ST && (threadIdx.x & 31) == 0 && blockIdx.x < 264 && (i) < 256) mf_trace[512 * blockIdx.x + 256 * (side) + (i)] = clock64(); \
   } while (0)
 
-template <int NS, int MODE, int CL, bool ST>
+// CB: bytes per ring slot (whole rows of weights). PRE: chunks the producer copies before the
+// consumers have x (the rest of the ring waits for them: the copies queued before the wait delay the
+// prologue's reads of x). FAST: the gate / up dots of 4 rows at a time (4 independent FMA chains and
+// warp sums), not one row after another.
+template <int NS, int MODE, int CL, bool ST, int CB = MF_CHUNK, int PRE = NS, bool FAST = false>
 __device__ void mlp_fold(const __nv_bfloat16* resid_in, const void* acc_in, const __nv_bfloat16* nw,
                          const __nv_bfloat16* gate, const __nv_bfloat16* up, const __nv_bfloat16* down_t,
                          __nv_bfloat16* resid_out, void* acc_out, void* acc_zero, float* part_out, unsigned int H,
                          unsigned int I, float eps) {
   extern __shared__ __align__(128) uint4 smem[];
   uint4* ring = smem;
-  uint4* xn = smem + NS * (MF_CHUNK / 16);  // H bf16: bf16(x * nw)
+  uint4* xn = smem + NS * (CB / 16);  // H bf16: bf16(x * nw)
   float* gs = reinterpret_cast<float*>(xn + H / 8);
   float* us = gs + MF_MAXN;
   float* hs = us + MF_MAXN;
   float* wsum = hs + MF_MAXN;  // 8 floats
   unsigned long long* full = reinterpret_cast<unsigned long long*>(wsum + 8);
   unsigned long long* empty = full + NS;
+  unsigned long long* xready = empty + NS;  // one arrival: the consumers have x (PRE < NS)
   const unsigned int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, b = blockIdx.x, G = gridDim.x;
   const unsigned int lo = (unsigned int)((unsigned long long)I * b / G);
   const unsigned int hi = (unsigned int)((unsigned long long)I * (b + 1) / G);
   const unsigned int n = hi - lo, h8 = H / 8;
-  const unsigned int R = max(1u, MF_CHUNK / (2u * H)), nA = (n + R - 1) / R;
+  const unsigned int R = max(1u, CB / (2u * H)), nA = (n + R - 1) / R;
   MF_STAMP(0);
   if (threadIdx.x < NS) {
     mbar_init(full + threadIdx.x, 1);
     mbar_init(empty + threadIdx.x, MF_W);
   }
+  if (threadIdx.x == 0) mbar_init(xready, 1);
   asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   __syncthreads();
   if (warp == MF_W) {  // the producer: weights only, nothing a prior grid writes
@@ -123,11 +138,13 @@ __device__ void mlp_fold(const __nv_bfloat16* resid_in, const void* acc_in, cons
     for (unsigned int i = 0; lane == 0 && i < 3 * nA; ++i) {
       const unsigned int seg = i / nA, r = lo + (i % nA) * R, nr = min(R, hi - r), slot = i % NS;
       const __nv_bfloat16* src = (seg == 0 ? gate : seg == 1 ? up : down_t) + (size_t)r * H;
+      if (PRE < NS && i == PRE) mf_wait(xready, 0);
       if (i >= NS) mf_wait(empty + slot, ((i / NS) - 1) & 1);
       mbar_expect_tx(full + slot, nr * H * 2);
-      tma_load(ring + slot * (MF_CHUNK / 16), src, nr * H * 2, full + slot);
+      tma_load(ring + slot * (CB / 16), src, nr * H * 2, full + slot);
+      MF_TRACE(i, 1);
     }
-    if (ST && lane == 0 && b < 1024) mf_stamps[8 * b + 7] = clock64();
+    if (ST && lane == 0 && b < 1024) mf_stamps[16 * b + 7] = clock64();
     __syncwarp();
     if constexpr (MODE == 4) {  // the cluster's two barriers (mlp_fold_cluster_sum)
       mf_cluster_sync();
@@ -183,6 +200,7 @@ __device__ void mlp_fold(const __nv_bfloat16* resid_in, const void* acc_in, cons
 #pragma unroll
   for (int i = 0; i < MF_W; ++i) tot += wsum[i];
   const float inv = rsqrtf(tot / (float)H + eps);
+  if (PRE < NS && threadIdx.x == 0) mbar_arrive(xready);
   MF_STAMP(2);
   // gate / up: warp w < NS takes the chunks of slot w (a warp per chunk, a warp sum per row). A
   // warp that took chunks of several slots could wait for a use of a slot two phases ahead of the
@@ -191,8 +209,27 @@ __device__ void mlp_fold(const __nv_bfloat16* resid_in, const void* acc_in, cons
   for (unsigned int i = warp; warp < NS && i < 2 * nA; i += NS) {
     const unsigned int slot = i % NS, r0 = (i % nA) * R, nr = min(R, n - r0);
     mf_wait(full + slot, (i / NS) & 1);
-    if constexpr (MODE != 3) {
-      const uint4* ch = ring + slot * (MF_CHUNK / 16);
+    if (warp == 0) MF_TRACE(i, 0);
+    if constexpr (MODE != 3 && FAST) {
+      const uint4* ch = ring + slot * (CB / 16);
+      float* dst = (i < nA ? gs : us) + r0;
+      for (unsigned int rr = 0; rr < nr; rr += 4) {
+        float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        const unsigned int m = min(4u, nr - rr);
+        for (unsigned int v = lane; v < h8; v += 32) {
+          const uint4 xv = xn[v];
+#pragma unroll
+          for (int k = 0; k < 4; ++k)
+            if ((unsigned int)k < m) s[k] = dot8(ch[(rr + k) * h8 + v], xv, s[k]);
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+          for (int k = 0; k < 4; ++k) s[k] += __shfl_xor_sync(0xffffffffu, s[k], o);
+        if (lane < m) dst[rr + lane] = (lane == 0 ? s[0] : lane == 1 ? s[1] : lane == 2 ? s[2] : s[3]) * inv;
+      }
+    } else if constexpr (MODE != 3) {
+      const uint4* ch = ring + slot * (CB / 16);
       float* dst = (i < nA ? gs : us) + r0;
       for (unsigned int rr = 0; rr < nr; ++rr) {
         float s = 0.0f;
@@ -204,12 +241,14 @@ __device__ void mlp_fold(const __nv_bfloat16* resid_in, const void* acc_in, cons
     __syncwarp();
     if (lane == 0) mbar_arrive_n(empty + slot, MF_W);
   }
+  MF_STAMP(9);
   mf_consumers_sync();
   MF_STAMP(3);
   for (unsigned int r = threadIdx.x; r < n; r += MF_CONS) {
     const float g = mf_bf(gs[r]), u = mf_bf(us[r]);
     hs[r] = mf_bf(__fmul_rn(g / (1.0f + expf(-g)), u));
   }
+  MF_STAMP(8);
   mf_consumers_sync();
   MF_STAMP(4);
   // down: every warp every chunk, its H / 8 columns: vectors warp * cw + lane + 32 k.
@@ -223,8 +262,9 @@ __device__ void mlp_fold(const __nv_bfloat16* resid_in, const void* acc_in, cons
   for (unsigned int i = 2 * nA; i < 3 * nA; ++i) {
     const unsigned int slot = i % NS, r0 = (i - 2 * nA) * R, nr = min(R, n - r0);
     mf_wait(full + slot, (i / NS) & 1);
+    if (warp == 0) MF_TRACE(i, 0);
     if constexpr (MODE != 3) {
-      const uint4* ch = ring + slot * (MF_CHUNK / 16) + warp * cw;
+      const uint4* ch = ring + slot * (CB / 16) + warp * cw;
       for (unsigned int rr = 0; rr < nr; ++rr) {
         const float hv = hs[r0 + rr];
 #pragma unroll
@@ -288,6 +328,15 @@ __device__ void mlp_fold(const __nv_bfloat16* resid_in, const void* acc_in, cons
 
 // ATTRS: launch bounds, and the cluster shape of the MODE 4 variants.
 #define MLP_FOLD(NS, MODE, CL, ATTRS) MLP_FOLD_ST(NS, MODE, CL, ATTRS, false, )
+// The `_v2` symbols: slots of CB KB, PRE chunks before the consumers have x, FAST gate / up dots.
+#define MLP_FOLD_V2(NS, MODE, CL, ATTRS, ST, SUFFIX, CBK, PRE)                                                  \
+  extern "C" __global__ void ATTRS probe_mlp_fold_ns##NS##_m##MODE##_c##CL##_v2k##CBK##p##PRE##SUFFIX(         \
+      const __nv_bfloat16* resid_in, const void* acc_in, const __nv_bfloat16* nw, const __nv_bfloat16* gate,     \
+      const __nv_bfloat16* up, const __nv_bfloat16* down_t, __nv_bfloat16* resid_out, void* acc_out,             \
+      void* acc_zero, float* part_out, unsigned int H, unsigned int I, float eps) {                              \
+    mlp_fold<NS, MODE, CL, ST, CBK * 1024, PRE, true>(resid_in, acc_in, nw, gate, up, down_t, resid_out, acc_out, \
+                                                     acc_zero, part_out, H, I, eps);                            \
+  }
 // ST = true: the `_st` symbol, which records mf_stamps.
 #define MLP_FOLD_ST(NS, MODE, CL, ATTRS, ST, SUFFIX)                                                             \
   extern "C" __global__ void ATTRS probe_mlp_fold_ns##NS##_m##MODE##_c##CL##SUFFIX(                           \
@@ -313,3 +362,9 @@ MLP_FOLD(6, 4, 4, MF_BOUNDS __cluster_dims__(4, 1, 1))
 MLP_FOLD_ST(8, 2, 1, MF_BOUNDS, true, _st)
 MLP_FOLD_ST(8, 3, 1, MF_BOUNDS, true, _st)
 MLP_FOLD_ST(8, 4, 2, MF_BOUNDS __cluster_dims__(2, 1, 1), true, _st)
+MLP_FOLD_V2(8, 4, 2, MF_BOUNDS __cluster_dims__(2, 1, 1), true, _st, 16, 2)
+MLP_FOLD_V2(8, 4, 2, MF_BOUNDS __cluster_dims__(2, 1, 1), true, _st, 16, 8)
+MLP_FOLD_V2(6, 4, 2, MF_BOUNDS __cluster_dims__(2, 1, 1), true, _st, 32, 1)
+MLP_FOLD_V2(6, 4, 2, MF_BOUNDS __cluster_dims__(2, 1, 1), true, _st, 32, 6)
+MLP_FOLD_V2(6, 2, 1, MF_BOUNDS, true, _st, 32, 1)
+MLP_FOLD_V2(6, 3, 1, MF_BOUNDS, true, _st, 32, 1)

@@ -19,7 +19,8 @@ one CUDA graph (median of 9 replays):
   over clusters of C blocks in distributed shared memory (`@G` in --variants: a grid of G blocks, not
   one per SM); `f32`: f32 reductions
   (timing only, not deterministic); `no-sum`: partials stored, never summed (timing only, its
-  check fails); `stream`: the weight stream alone (timing only).
+  check fails); `stream`: the weight stream alone (timing only); `v2kCpP`: slots of C KB, P chunks copied
+  before the consumers have x, the gate / up dots 4 rows at a time; `st`: clock64 stamps and a per-chunk trace.
 Each line: us per layer, the MLP's weight bytes over that time against the read bandwidth
 measured in the same run (kiln's bench_read); the check: every layer's output against an f32
 computation from that layer's own input (max error / max|ref| < 1e-2).
@@ -64,6 +65,7 @@ def main():
     ap.add_argument("--shapes", default=",".join(SHAPES))
     ap.add_argument("--variants", default="ns6_m0_c1,ns8_m0_c1,ns4_m0_c1,ns6_m2_c1,ns6_m3_c1,ns6_m1_c1,ns8_m2_c1,ns8_m4_c2,ns8_m4_c4,ns8_m4_c6")
     ap.add_argument("--layers", type=int, default=0, help="override the layer count")
+    ap.add_argument("--trace", action="store_true", help="`_st` variants: also print block 0's per-chunk trace")
     args = ap.parse_args()
     if args.compile_only:
         return pp.compile_only(args.compile_only, SRC)
@@ -161,7 +163,8 @@ def main():
             ns, mode, cl = v.split("_")[:3]
             stamped = v.endswith("_st")
             fn = probe.get_function(f"probe_mlp_fold_{v}")
-            smem = int(ns[2:]) * 16384 + 2 * H + 3 * 1024 + 32 + 16 * int(ns[2:])
+            cb = int(v.split("_v2k")[1].split("p")[0]) * 1024 if "_v2k" in v else 16384
+            smem = int(ns[2:]) * cb + 2 * H + 3 * 1024 + 32 + 16 * int(ns[2:]) + 8
             pdl.max_dynamic_smem(fn, smem)
             for a in acc + res:
                 a.fill(0)
@@ -175,17 +178,29 @@ def main():
                     u32(H), u32(I), f32(EPS)), smem=smem))
             sec = pp.graph_time(cp, chain)
             label = (f"fold {ns} {names[mode]}" + (f" cl{cl[1:]}" if cl != "c1" else "") +
-                     (f" g{grid}" if grid != sms else "") + (" st" if stamped else ""))
+                     (f" g{grid}" if grid != sms else "") + (" " + v.split("_")[3] if "_v2k" in v else "") +
+                     (" st" if stamped else ""))
             if stamped:
-                ptr = probe.get_global("mf_stamps")
-                st = cp.ndarray((1024, 8), dtype=cp.int64, memptr=ptr)[:grid].get().astype(np.float64)
-                d = st - st[:, :1]
+                st = cp.ndarray((1024, 16), dtype=cp.int64, memptr=probe.get_global("mf_stamps"))[:grid].get()
+                d = (st - st[:, :1]).astype(np.float64)
                 clk = cp.cuda.Device().attributes["ClockRate"] * 1e3  # Hz
                 us = lambda c: np.median(c) / clk * 1e6
                 print(f"{name:<14} {label:<18} stamps (median over blocks, us from the block's start at "
-                      f"{clk / 1e6:.0f} MHz nominal): wait {us(d[:, 1]):.2f}, x normed {us(d[:, 2]):.2f}, gate/up "
-                      f"{us(d[:, 3]):.2f}, h {us(d[:, 4]):.2f}, down {us(d[:, 5]):.2f}, end {us(d[:, 6]):.2f} "
+                      f"{clk / 1e6:.0f} MHz nominal): wait {us(d[:, 1]):.2f}, x normed {us(d[:, 2]):.2f}, thread 0's "
+                      f"gate/up {us(d[:, 9]):.2f}, gate/up {us(d[:, 3]):.2f}, thread 0's h {us(d[:, 8]):.2f}, h "
+                      f"{us(d[:, 4]):.2f}, down {us(d[:, 5]):.2f}, end {us(d[:, 6]):.2f} "
                       f"(max {np.max(d[:, 6]) / clk * 1e6:.2f}), last copy issued {us(d[:, 7]):.2f}", flush=True)
+                tr = cp.ndarray((264, 512), dtype=cp.int64, memptr=probe.get_global("mf_trace"))[:min(grid, 264)].get()
+                n_rows = -(-I // grid)
+                chunks = 3 * -(-n_rows // max(1, cb // (2 * H)))
+                t = (tr - st[:min(grid, 264), :1]).astype(np.float64) / clk * 1e6
+                if args.trace:
+                    print(f"{name:<14} {label:<18} per chunk (block 0; median over blocks): copy issued / thread 0's "
+                          f"wait returned, us from the block's start")
+                for i in range(min(chunks, 256) if args.trace else 0):
+                    got = "" if i >= 2 * chunks // 3 or i % int(ns[2:]) == 0 else "  (not thread 0's)"
+                    print(f"    chunk {i:>3}: {t[0, 256 + i]:7.2f} / {t[0, i]:7.2f}   "
+                          f"{np.median(t[:, 256 + i]):7.2f} / {np.median(t[:, i]):7.2f}{got}")
             if mode in ("m0", "m1", "m4"):
                 if mode != "m1":
                     tot = [(a.astype(cp.float64) * 2.0 ** -32).astype(cp.float32) for a in acc]
