@@ -16,11 +16,12 @@ one CUDA graph (median of 9 replays):
 - `fold nsN <sum>`: scripts/probe_mlp_fold.cu, one launch per layer (grid = SM count, a TMA
   producer warp and 8 consumer warps, a ring of N 16 KB slots); `i64`: the down partials summed as
   fixed-point int64 reductions (deterministic: checked bitwise over replays), `i64 clC` after a sum
-  over clusters of C blocks in distributed shared memory (`@G` in --variants: a grid of G blocks, not
-  one per SM); `f32`: f32 reductions
-  (timing only, not deterministic); `no-sum`: partials stored, never summed (timing only, its
-  check fails); `stream`: the weight stream alone (timing only); `v2kCpP`: slots of C KB, P chunks copied
-  before the consumers have x, the gate / up dots 4 rows at a time; `st`: clock64 stamps and a per-chunk trace.
+  over clusters of C blocks in distributed shared memory; `f32`: f32 reductions (timing only, not
+  deterministic); `no-sum`: partials stored, never summed (timing only); `stream`: the weight stream
+  alone (timing only); `v2kCpP`: slots of C KB, P chunks copied before the consumers have x, the
+  gate / up dots 4 rows at a time; `st`: clock64 stamps per phase (and a per-chunk trace with
+  --trace). --variants names the kernels' symbols without `probe_mlp_fold_` (e.g. ns8_m4_c2,
+  ns6_m4_c2_v2k32p1_st), `@G` after one: a grid of G blocks, not one per SM.
 Each line: us per layer, the MLP's weight bytes over that time against the read bandwidth
 measured in the same run (kiln's bench_read); the check: every layer's output against an f32
 computation from that layer's own input (max error / max|ref| < 1e-2).
