@@ -400,9 +400,10 @@ class Checker:
         """A [N, K] 16-bit weight (N % 16 == 0, K % 32 == 0) in KILN_GEMV_TILES's layout
         (kernels/common.cuh weight_row + weight_col): element (r, k) of tile r // 16, half (r % 16) // 8, row
         g = r % 8, chunk k // 32, lane quad t = (k % 32) // 8, element e = k % 8 goes to
-        tile * 16K + chunk * 512 + half * 256 + (4 g + t) * 8 + e."""
+        tile * 16K + chunk * 512 + half * 256 + (4 g + t) * 8 + e. A NumPy or CuPy array (a C-order
+        copy of the same module)."""
         n, k = w.shape
-        return np.ascontiguousarray(w.reshape(n // 16, 2, 8, k // 32, 4, 8).transpose(0, 3, 1, 2, 4, 5)).reshape(n, k)
+        return w.reshape(n // 16, 2, 8, k // 32, 4, 8).transpose(0, 3, 1, 2, 4, 5).copy().reshape(n, k)
 
     def tiles(self, dt):
         """KILN_GEMV_TILES=1: each GEMV kernel on tile-packed weights gives the bytes the default build

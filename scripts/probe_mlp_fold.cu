@@ -27,6 +27,7 @@
 // Inputs of layer l: resid_in (bf16 H, x_l before the last MLP's sum), acc_in (layer l - 1's sum,
 // null for the first layer); x_l = bf16(bf16(acc_in) + resid_in), written to resid_out by block 0
 // (the residual of layer l + 1); acc_zero (the accumulator layer l - 1 read) zeroed by block 1.
+#include "common.cuh"  // kiln::warp_sum, kiln::cluster_sync, kiln::cluster_map
 #include "probe_common.cuh"
 
 #define MF_W 8
@@ -37,11 +38,6 @@
 #define MF_FIX_INV 2.3283064365386963e-10f
 
 __device__ __forceinline__ float mf_bf(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
-__device__ __forceinline__ float mf_warp_sum(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
 __device__ __forceinline__ void mf_unpack(const uint4& v, float (&f)[8]) {
   const unsigned int w[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
@@ -71,16 +67,6 @@ __device__ __forceinline__ void mf_wait(unsigned long long* b, unsigned int pari
         : "memory");
     if (tries > (1ull << 24)) __trap();
   }
-}
-// The cluster barrier (all threads, every block of the cluster; orders shared-memory writes before
-// it with reads after it) and a pointer's address in cluster block `rank`'s shared memory.
-__device__ __forceinline__ void mf_cluster_sync() {
-  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-}
-__device__ __forceinline__ const float* mf_cluster_map(const float* p, unsigned int rank) {
-  const float* a;
-  asm volatile("mapa.u64 %0, %1, %2;\n" : "=l"(a) : "l"(p), "r"(rank));
-  return a;
 }
 __device__ __forceinline__ void mf_consumers_sync() { asm volatile("bar.sync 1, %0;\n" ::"n"(MF_CONS) : "memory"); }
 
@@ -146,9 +132,9 @@ __device__ void mlp_fold(const __nv_bfloat16* resid_in, const void* acc_in, cons
     }
     if (ST && lane == 0 && b < 1024) mf_stamps[16 * b + 7] = clock64();
     __syncwarp();
-    if constexpr (MODE == 4) {  // the cluster's two barriers (mlp_fold_cluster_sum)
-      mf_cluster_sync();
-      mf_cluster_sync();
+    if constexpr (MODE == 4) {  // the cluster's two barriers of the consumers' MODE 4 sum
+      kiln::cluster_sync();
+      kiln::cluster_sync();
     }
     return;
   }
@@ -193,7 +179,7 @@ __device__ void mlp_fold(const __nv_bfloat16* resid_in, const void* acc_in, cons
   if (b == 1 % G && acc_zero != nullptr) {
     for (unsigned int j = threadIdx.x; j < H; j += MF_CONS) reinterpret_cast<unsigned long long*>(acc_zero)[j] = 0ull;
   }
-  ss = mf_warp_sum(ss);
+  ss = kiln::warp_sum(ss);
   if (lane == 0) wsum[warp] = ss;
   mf_consumers_sync();
   float tot = 0.0f;
@@ -234,7 +220,7 @@ __device__ void mlp_fold(const __nv_bfloat16* resid_in, const void* acc_in, cons
       for (unsigned int rr = 0; rr < nr; ++rr) {
         float s = 0.0f;
         for (unsigned int v = lane; v < h8; v += 32) s = dot8(ch[rr * h8 + v], xn[v], s);
-        s = mf_warp_sum(s);
+        s = kiln::warp_sum(s);
         if (lane == 0) dst[rr] = s * inv;
       }
     }
@@ -295,17 +281,17 @@ __device__ void mlp_fold(const __nv_bfloat16* resid_in, const void* acc_in, cons
 #pragma unroll
       for (int e = 0; e < 8; ++e) ps[j0 + e] = acc[k][e];
     }
-    mf_cluster_sync();
+    kiln::cluster_sync();
     unsigned int q;
     asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(q));
     const unsigned int c0 = q * H / CL, c1 = (q + 1) * H / CL;
     for (unsigned int j = c0 + threadIdx.x; j < c1; j += MF_CONS) {
       float t = 0.0f;
 #pragma unroll
-      for (int r = 0; r < CL; ++r) t += *mf_cluster_map(ps + j, (unsigned int)r);
+      for (int r = 0; r < CL; ++r) t += *kiln::cluster_map(ps + j, (unsigned int)r);
       atomicAdd(reinterpret_cast<unsigned long long*>(acc_out) + j, (unsigned long long)__float2ll_rn(t * MF_FIX_SCALE));
     }
-    mf_cluster_sync();
+    kiln::cluster_sync();
   }
 #pragma unroll
   for (int k = 0; k < (MODE == 3 || MODE == 4 ? 0 : V); ++k) {
@@ -326,26 +312,23 @@ __device__ void mlp_fold(const __nv_bfloat16* resid_in, const void* acc_in, cons
   MF_STAMP(6);
 }
 
-// ATTRS: launch bounds, and the cluster shape of the MODE 4 variants.
-#define MLP_FOLD(NS, MODE, CL, ATTRS) MLP_FOLD_ST(NS, MODE, CL, ATTRS, false, )
-// The `_v2` symbols: slots of CB KB, PRE chunks before the consumers have x, FAST gate / up dots.
-#define MLP_FOLD_V2(NS, MODE, CL, ATTRS, ST, SUFFIX, CBK, PRE)                                                  \
-  extern "C" __global__ void ATTRS probe_mlp_fold_ns##NS##_m##MODE##_c##CL##_v2k##CBK##p##PRE##SUFFIX(         \
-      const __nv_bfloat16* resid_in, const void* acc_in, const __nv_bfloat16* nw, const __nv_bfloat16* gate,     \
-      const __nv_bfloat16* up, const __nv_bfloat16* down_t, __nv_bfloat16* resid_out, void* acc_out,             \
-      void* acc_zero, float* part_out, unsigned int H, unsigned int I, float eps) {                              \
-    mlp_fold<NS, MODE, CL, ST, CBK * 1024, PRE, true>(resid_in, acc_in, nw, gate, up, down_t, resid_out, acc_out, \
-                                                     acc_zero, part_out, H, I, eps);                            \
+// One kernel symbol NAME: mlp_fold<TARGS...> with ATTRS (launch bounds, a cluster shape).
+#define MLP_FOLD_SYM(NAME, ATTRS, ...)                                                                         \
+  extern "C" __global__ void ATTRS NAME(const __nv_bfloat16* resid_in, const void* acc_in, const __nv_bfloat16* nw, \
+                                        const __nv_bfloat16* gate, const __nv_bfloat16* up,                     \
+                                        const __nv_bfloat16* down_t, __nv_bfloat16* resid_out, void* acc_out,   \
+                                        void* acc_zero, float* part_out, unsigned int H, unsigned int I,        \
+                                        float eps) {                                                            \
+    mlp_fold<__VA_ARGS__>(resid_in, acc_in, nw, gate, up, down_t, resid_out, acc_out, acc_zero, part_out, H, I, eps); \
   }
-// ST = true: the `_st` symbol, which records mf_stamps.
-#define MLP_FOLD_ST(NS, MODE, CL, ATTRS, ST, SUFFIX)                                                             \
-  extern "C" __global__ void ATTRS probe_mlp_fold_ns##NS##_m##MODE##_c##CL##SUFFIX(                           \
-      const __nv_bfloat16* resid_in, const void* acc_in, const __nv_bfloat16* nw, const __nv_bfloat16* gate,     \
-      const __nv_bfloat16* up, const __nv_bfloat16* down_t, __nv_bfloat16* resid_out, void* acc_out,             \
-      void* acc_zero, float* part_out, unsigned int H, unsigned int I, float eps) {                              \
-    mlp_fold<NS, MODE, CL, ST>(resid_in, acc_in, nw, gate, up, down_t, resid_out, acc_out, acc_zero, part_out, H, I,  \
-                           eps);                                                                                \
-  }
+#define MLP_FOLD(NS, MODE, CL, ATTRS) MLP_FOLD_SYM(probe_mlp_fold_ns##NS##_m##MODE##_c##CL, ATTRS, NS, MODE, CL, false)
+// `_st`: records mf_stamps and mf_trace.
+#define MLP_FOLD_ST(NS, MODE, CL, ATTRS) \
+  MLP_FOLD_SYM(probe_mlp_fold_ns##NS##_m##MODE##_c##CL##_st, ATTRS, NS, MODE, CL, true)
+// `_v2kCBKpPRE_st`: slots of CBK KB, PRE chunks before the consumers have x, FAST gate / up dots, stamps.
+#define MLP_FOLD_V2(NS, MODE, CL, ATTRS, CBK, PRE)                                                  \
+  MLP_FOLD_SYM(probe_mlp_fold_ns##NS##_m##MODE##_c##CL##_v2k##CBK##p##PRE##_st, ATTRS, NS, MODE, CL, true, \
+               CBK * 1024, PRE, true)
 #define MF_BOUNDS __launch_bounds__(32 * (MF_W + 1), 2)
 MLP_FOLD(6, 0, 1, MF_BOUNDS)
 MLP_FOLD(6, 1, 1, MF_BOUNDS)
@@ -359,12 +342,12 @@ MLP_FOLD(8, 4, 4, MF_BOUNDS __cluster_dims__(4, 1, 1))
 MLP_FOLD(8, 4, 6, MF_BOUNDS __cluster_dims__(6, 1, 1))
 MLP_FOLD(6, 4, 2, MF_BOUNDS __cluster_dims__(2, 1, 1))
 MLP_FOLD(6, 4, 4, MF_BOUNDS __cluster_dims__(4, 1, 1))
-MLP_FOLD_ST(8, 2, 1, MF_BOUNDS, true, _st)
-MLP_FOLD_ST(8, 3, 1, MF_BOUNDS, true, _st)
-MLP_FOLD_ST(8, 4, 2, MF_BOUNDS __cluster_dims__(2, 1, 1), true, _st)
-MLP_FOLD_V2(8, 4, 2, MF_BOUNDS __cluster_dims__(2, 1, 1), true, _st, 16, 2)
-MLP_FOLD_V2(8, 4, 2, MF_BOUNDS __cluster_dims__(2, 1, 1), true, _st, 16, 8)
-MLP_FOLD_V2(6, 4, 2, MF_BOUNDS __cluster_dims__(2, 1, 1), true, _st, 32, 1)
-MLP_FOLD_V2(6, 4, 2, MF_BOUNDS __cluster_dims__(2, 1, 1), true, _st, 32, 6)
-MLP_FOLD_V2(6, 2, 1, MF_BOUNDS, true, _st, 32, 1)
-MLP_FOLD_V2(6, 3, 1, MF_BOUNDS, true, _st, 32, 1)
+MLP_FOLD_ST(8, 2, 1, MF_BOUNDS)
+MLP_FOLD_ST(8, 3, 1, MF_BOUNDS)
+MLP_FOLD_ST(8, 4, 2, MF_BOUNDS __cluster_dims__(2, 1, 1))
+MLP_FOLD_V2(8, 4, 2, MF_BOUNDS __cluster_dims__(2, 1, 1), 16, 2)
+MLP_FOLD_V2(8, 4, 2, MF_BOUNDS __cluster_dims__(2, 1, 1), 16, 8)
+MLP_FOLD_V2(6, 4, 2, MF_BOUNDS __cluster_dims__(2, 1, 1), 32, 1)
+MLP_FOLD_V2(6, 4, 2, MF_BOUNDS __cluster_dims__(2, 1, 1), 32, 6)
+MLP_FOLD_V2(6, 2, 1, MF_BOUNDS, 32, 1)
+MLP_FOLD_V2(6, 3, 1, MF_BOUNDS, 32, 1)

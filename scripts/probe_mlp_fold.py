@@ -69,7 +69,7 @@ def main():
     ap.add_argument("--trace", action="store_true", help="`_st` variants: also print block 0's per-chunk trace")
     args = ap.parse_args()
     if args.compile_only:
-        return pp.compile_only(args.compile_only, SRC)
+        return pp.compile_only(args.compile_only, SRC, kiln_headers=True)
 
     import cupy as cp
     import numpy as np
@@ -93,8 +93,7 @@ def main():
         H, I, L = SHAPES[name]
         L = args.layers or L
         nbytes = 3 * H * I * 2 * L
-        pack = lambda w, n, k: cp.ascontiguousarray(
-            w.reshape(n // 16, 2, 8, k // 32, 4, 8).transpose(0, 3, 1, 2, 4, 5)).reshape(-1)
+        pack = lambda w, n, k: kc.Checker.pack_tiles(w.reshape(n, k)).reshape(-1)  # on the GPU
         lay = []
         for _ in range(L):
             gate, up = pp.bf16_random(cp, I * H, 1.0 / math.sqrt(H)), pp.bf16_random(cp, I * H, 1.0 / math.sqrt(H))
