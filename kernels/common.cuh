@@ -371,9 +371,57 @@ namespace kiln {
 // earlier steps, attention_split.cu KILN_ATTN_KV_EARLY).
 //
 // Then lets this grid's dependents launch (allow_dependents below): they wait in turn.
+//
+// KILN_TRACE=1 (a developer's define, KILN_NVRTC_DEFINES=KILN_TRACE=1; never in output runs): thread
+// 0 of every block records one trace entry in the module globals kiln_trace_n / kiln_trace, read by
+// the CUDA executor when KILN_TRACE_OUT names a file (src/runtime/cuda/exec.rs `trace_end`, summed
+// by scripts/trace_summary.py): the grid's %gridid, %globaltimer (ns) when the block reached the
+// wait and when the wait returned, and %smid, the grid's block count and the block's index. The slot
+// is taken (an atomic) before the wait, so a block resident before the prior grid completes adds
+// nothing after the wait but a store; entries past KILN_TRACE_CAP are dropped (counted).
+#ifndef KILN_TRACE
+#define KILN_TRACE 0
+#endif
+#if KILN_TRACE
+#ifndef KILN_TRACE_CAP
+#define KILN_TRACE_CAP (1u << 20)
+#endif
+}  // namespace kiln
+// Global scope, so the module's symbols are these names (no namespace mangling).
+__device__ unsigned int kiln_trace_n;
+__device__ unsigned long long kiln_trace[4u * (KILN_TRACE_CAP)];
+namespace kiln {
+__device__ __forceinline__ unsigned long long trace_clock() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+#endif
 __device__ __forceinline__ void wait_prior_grids() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#if KILN_TRACE
+  const bool tracer = threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0;
+  unsigned int slot = 0xffffffffu;
+  if (tracer) {
+    const unsigned int s = atomicAdd(&kiln_trace_n, 1u);
+    if (s < (KILN_TRACE_CAP)) {
+      slot = s;
+      unsigned long long grid;
+      unsigned int sm;
+      asm volatile("mov.u64 %0, %%gridid;" : "=l"(grid));
+      asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+      const unsigned long long blocks = (unsigned long long)gridDim.x * gridDim.y * gridDim.z;
+      const unsigned long long block = blockIdx.x + (unsigned long long)gridDim.x * (blockIdx.y + (unsigned long long)gridDim.y * blockIdx.z);
+      kiln_trace[4ull * s] = grid;
+      kiln_trace[4ull * s + 3] = ((unsigned long long)sm << 48) | ((blocks & 0xffffffull) << 24) | (block & 0xffffffull);
+      kiln_trace[4ull * s + 1] = trace_clock();
+    }
+  }
+#endif
   asm volatile("griddepcontrol.wait;" ::: "memory");
+#if KILN_TRACE
+  if (slot != 0xffffffffu) kiln_trace[4ull * slot + 2] = trace_clock();
+#endif
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }

@@ -75,6 +75,15 @@ pub trait Executor {
     fn stats(&self) -> Option<String> {
         None
     }
+    /// A developer's timing trace (`KILN_TRACE_OUT`, CUDA with `KILN_TRACE=1` kernels): start a
+    /// window (called after prefill) and write what it recorded (called after decode). The
+    /// defaults do nothing.
+    fn trace_begin(&mut self) -> Result<()> {
+        Ok(())
+    }
+    fn trace_end(&mut self) -> Result<()> {
+        Ok(())
+    }
 
     // Device loops (`loop.b{B}` programs) stream tokens through the plan's ring while they run.
     // The defaults suit an executor that runs every program to completion (the CPU).

@@ -287,6 +287,7 @@ pub fn generate(
         }
     }
     let prefill_seconds = t0.elapsed().as_secs_f64();
+    exec.trace_begin()?;
 
     let t1 = std::time::Instant::now();
     let burst_loop = if plan.options.burst > 0 { plan.program(Phase::DecodeLoop, 1) } else { None };
@@ -335,8 +336,10 @@ pub fn generate(
         stop = acceptor.accept(next, pos);
     }
     let stop = stop.expect("the loop ends with a stop reason");
+    let decode_seconds = t1.elapsed().as_secs_f64();
+    exec.trace_end()?;
     let out = acceptor.out;
-    Ok(Generated { tokens: out, stop, prefill_steps, decode_steps, prefill_seconds, decode_seconds: t1.elapsed().as_secs_f64() })
+    Ok(Generated { tokens: out, stop, prefill_steps, decode_steps, prefill_seconds, decode_seconds })
 }
 
 #[cfg(test)]

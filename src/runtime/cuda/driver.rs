@@ -452,6 +452,19 @@ impl Module {
             .with_context(|| format!("the compiled kernels have no function `{symbol}` (kernel ABI: see src/runtime/cuda/abi.rs)"))?;
         Ok(f)
     }
+    /// The device address and size of the module global `symbol`, or `None` where the module
+    /// has no such global (e.g. `kiln_trace`, which only a `KILN_TRACE=1` build defines).
+    pub fn global(&self, counters: &Counters, symbol: &str) -> Result<Option<(sys::CUdeviceptr, usize)>> {
+        let name = std::ffi::CString::new(symbol)?;
+        let (mut ptr, mut bytes): (sys::CUdeviceptr, usize) = (0, 0);
+        // SAFETY: a live module, a NUL-terminated name, out-pointers to locals.
+        let r = unsafe { sys::cuModuleGetGlobal_v2(&mut ptr, &mut bytes, self.0, name.as_ptr()) };
+        if r == sys::CUresult::CUDA_ERROR_NOT_FOUND {
+            return Ok(None);
+        }
+        call(counters, "cuModuleGetGlobal", r)?;
+        Ok(Some((ptr, bytes)))
+    }
 }
 
 impl Drop for Module {

@@ -928,6 +928,43 @@ impl Executor for CudaExecutor {
         &self.plan
     }
 
+    /// `KILN_TRACE_OUT` set: zeroes the kernels' trace counter (kernels/common.cuh
+    /// `wait_prior_grids`), after waiting for the GPU. Refuses kernels built without the trace.
+    fn trace_begin(&mut self) -> Result<()> {
+        if std::env::var_os("KILN_TRACE_OUT").is_none() {
+            return Ok(());
+        }
+        self.wait_loop()?;
+        self.stream.sync(&self.counters)?;
+        let (n, _) = self._module.global(&self.counters, "kiln_trace_n")?.context(
+            "KILN_TRACE_OUT is set but the kernels were compiled without the trace: set KILN_NVRTC_DEFINES=KILN_TRACE=1 as well",
+        )?;
+        call(&self.counters, "cuMemsetD32", unsafe { sys::cuMemsetD32_v2(n, 0, 1) })
+    }
+
+    /// `KILN_TRACE_OUT` set: writes the trace entries recorded since `trace_begin` to that file,
+    /// 4 little-endian u64 per block (grid id, ns at the wait, ns after it, smid << 48 | grid
+    /// blocks << 24 | block), in the order the blocks took their slots (scripts/trace_summary.py).
+    fn trace_end(&mut self) -> Result<()> {
+        let Some(path) = std::env::var_os("KILN_TRACE_OUT") else { return Ok(()) };
+        self.wait_loop()?;
+        self.stream.sync(&self.counters)?;
+        let m = &self._module;
+        let (n_ptr, _) = m.global(&self.counters, "kiln_trace_n")?.context("the kernels have no trace counter")?;
+        let (buf, bytes) = m.global(&self.counters, "kiln_trace")?.context("the kernels have no trace buffer")?;
+        let mut n = [0u8; 4];
+        call(&self.counters, "cuMemcpyDtoH", unsafe { sys::cuMemcpyDtoH_v2(n.as_mut_ptr() as *mut c_void, n_ptr, 4) })?;
+        let n = u32::from_le_bytes(n) as usize;
+        let kept = n.min(bytes / 32);
+        let mut out = vec![0u8; kept * 32];
+        if kept > 0 {
+            call(&self.counters, "cuMemcpyDtoH", unsafe { sys::cuMemcpyDtoH_v2(out.as_mut_ptr() as *mut c_void, buf, out.len()) })?;
+        }
+        std::fs::write(&path, &out).with_context(|| format!("writing the trace to {}", path.to_string_lossy()))?;
+        eprintln!("kiln: trace of {kept} blocks ({} dropped past the buffer) written to {}", n - kept, path.to_string_lossy());
+        Ok(())
+    }
+
     fn run(&mut self, program: usize, step: &StepBlock) -> Result<()> {
         self.check_program(program)?;
         if self.is_loop(program) {

@@ -1,0 +1,170 @@
+#!/usr/bin/env python3
+"""Where a decode step's time goes, in the graph, from a kiln block trace.
+
+A trace is written by the CUDA executor when KILN_TRACE_OUT names a file and the kernels are
+compiled with KILN_NVRTC_DEFINES=KILN_TRACE=1 (kernels/common.cuh `wait_prior_grids`): one entry
+per thread block, 4 little-endian u64: the grid's %gridid, %globaltimer (ns) when the block
+reached griddepcontrol.wait and when the wait returned, and smid << 48 | grid blocks << 24 |
+block. `kiln run` traces its decode (after prefill).
+
+For every launch (one %gridid) this script takes its release (the first block past the wait: the
+prior grid has completed), and charges launch i with release(i + 1) - release(i): its cost on the
+critical path in the graph, boundary included. Launches are named from the plan's dump (the
+device-loop body `loop.b1`, else `decode.b1`), matched by position in the repeating step and
+checked against the grid sizes. Printed per role (the launch name without `blk.N.`): launches
+per step, median and mean us per launch, us per step, the share of the step; and per launch how
+many blocks were not yet resident at its release (they start their weight loads only then) and
+how long before the release its first block was resident.
+
+    python3 scripts/trace_summary.py TRACE.bin PLAN.plan.txt [--skip-steps 2] [--json OUT]
+"""
+import argparse
+import json
+import re
+import statistics
+import sys
+from collections import defaultdict
+
+import numpy as np
+
+
+def plan_body(dump_path):
+    """[(name, role, blocks)] of the decode body in the plan dump."""
+    text = open(dump_path).read().splitlines()
+    for program in ("loop.b1", "decode.b1"):
+        body, inside = [], False
+        for line in text:
+            if line.startswith("program "):
+                inside = line.split()[1] == program
+                continue
+            if not inside:
+                continue
+            m = re.match(r"\s+L\d+ (\S+) = (\w+)\(.*?grid=\[(\d+), (\d+), (\d+)\]", line)
+            if m:
+                name = m.group(1)
+                role = re.sub(r"^blk\.\d+\.", "", name)
+                blocks = int(m.group(3)) * int(m.group(4)) * int(m.group(5))
+                body.append((name, role, m.group(2), blocks))
+        if body:
+            return program, body
+    sys.exit(f"{dump_path}: no loop.b1 or decode.b1 program")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("trace")
+    ap.add_argument("plan_dump")
+    ap.add_argument("--skip-steps", type=int, default=2, help="steps dropped at the start (warm-up)")
+    ap.add_argument("--gap-us", type=float, default=150.0,
+                    help="a graph node's blocks more than this apart belong to different launches of it")
+    ap.add_argument("--json", help="write the per-role table as JSON here")
+    ap.add_argument("--csv", help="write one line per launch here (release order, times in ns from the first)")
+    a = ap.parse_args()
+
+    raw = np.fromfile(a.trace, dtype="<u8").reshape(-1, 4)
+    if len(raw) == 0:
+        sys.exit("empty trace")
+    grid, t0, t1, meta = raw[:, 0], raw[:, 1].astype(np.int64), raw[:, 2].astype(np.int64), raw[:, 3]
+    nblocks = ((meta >> 24) & 0xFFFFFF).astype(np.int64)
+    program, body = plan_body(a.plan_dump)
+
+    # %gridid names a graph node, not one launch of it: a device loop's body nodes keep theirs over
+    # the iterations. So a node's blocks are split into launches where their wait returns are more
+    # than --gap-us apart (a launch's blocks start within its own run, a step later is far away).
+    launches = []
+    order = np.lexsort((t1, grid))
+    g_sorted, t_sorted = grid[order], t1[order]
+    cuts = np.flatnonzero((np.diff(g_sorted) != 0) | (np.diff(t_sorted) > a.gap_us * 1000)) + 1
+    for idx in np.split(order, cuts):
+        rel = int(t1[idx].min())
+        launches.append({
+            "grid": int(grid[idx[0]]),
+            "blocks": int(nblocks[idx[0]]),
+            "seen": len(idx),
+            "release": rel,
+            "first_resident": int(t0[idx].min()),
+            "late": int((t0[idx] > rel).sum()),
+            "last_start": int(t1[idx].max()),
+        })
+    launches.sort(key=lambda l: l["release"])
+    ticks = np.unique(t1)
+    res = int(np.diff(ticks).min()) if len(ticks) > 1 else 0
+    print(f"timer: smallest step between distinct wait-return stamps {res} ns")
+    if a.csv:
+        z = launches[0]["release"]
+        with open(a.csv, "w") as f:
+            f.write("grid,blocks,seen,release_ns,first_resident_ns,last_start_ns,late\n")
+            for l in launches:
+                f.write(f"{l['grid']},{l['blocks']},{l['seen']},{l['release'] - z},{l['first_resident'] - z},"
+                        f"{l['last_start'] - z},{l['late']}\n")
+    incomplete = sum(1 for l in launches if l["seen"] != l["blocks"])
+    print(f"{len(raw)} blocks, {len(launches)} launches ({incomplete} with blocks missing: the buffer was full, or --gap-us split a launch); "
+          f"plan {program}: {len(body)} launches per step")
+
+    # Align: the first launch whose block count starts a run matching the body.
+    period = len(body)
+    sizes = [l["blocks"] for l in launches]
+    want = [b[3] for b in body]
+    start = next((s for s in range(min(period, len(sizes))) if all(
+        sizes[s + k] == want[k % period] for k in range(min(3 * period, len(sizes) - s)))), None)
+    if start is None:
+        sys.exit("the trace's grid sizes do not repeat the plan's body; wrong plan dump?")
+    steps = (len(launches) - start) // period
+    print(f"aligned at launch {start}: {steps} whole steps; skipping {a.skip_steps}")
+
+    per_role = defaultdict(list)
+    late = defaultdict(list)
+    lead = defaultdict(list)
+    step_us = []
+    mismatches = 0
+    for s in range(a.skip_steps, steps - 1):
+        base = start + s * period
+        seq = launches[base:base + period + 1]
+        if any(seq[k]["blocks"] != want[k] for k in range(period)):
+            mismatches += 1
+            continue
+        total = (seq[period]["release"] - seq[0]["release"]) / 1000.0
+        # A step whose next release is far away crosses a burst boundary (host work): skip it.
+        step_us.append(total)
+        for k in range(period):
+            role = body[k][1]
+            per_role[role].append((seq[k + 1]["release"] - seq[k]["release"]) / 1000.0)
+            late[role].append(seq[k]["late"] / max(seq[k]["blocks"], 1))
+            lead[role].append((seq[k]["release"] - seq[k]["first_resident"]) / 1000.0)
+    if not step_us:
+        sys.exit("no whole steps after the skip")
+    med_step = statistics.median(step_us)
+    # Steps that cross a burst boundary (the host between two graph launches) are outliers.
+    good = [x for x in step_us if x < 1.5 * med_step]
+    print(f"steps used {len(step_us)} ({mismatches} misaligned skipped); step us median {med_step:.1f} "
+          f"(min {min(step_us):.1f}, max {max(step_us):.1f}; {len(step_us) - len(good)} over 1.5x the median)")
+
+    counts = defaultdict(int)
+    for b in body:
+        counts[b[1]] += 1
+    rows = []
+    for role in dict.fromkeys(b[1] for b in body):
+        v = per_role[role]
+        med = statistics.median(v)
+        mean = statistics.fmean([x for x in v if x < 1.5 * med_step])
+        rows.append({
+            "role": role, "kernel": next(b[2] for b in body if b[1] == role), "per_step": counts[role],
+            "blocks": next(b[3] for b in body if b[1] == role),
+            "median_us": med, "mean_us": mean, "us_per_step": med * counts[role],
+            "late_blocks": statistics.median(late[role]), "resident_lead_us": statistics.median(lead[role]),
+        })
+    tot = sum(r["us_per_step"] for r in rows)
+    print(f"{'role':<16} {'kernel':<18} {'n':>3} {'blocks':>6} {'med us':>7} {'mean us':>7} {'us/step':>8} {'share':>6} "
+          f"{'late':>5} {'lead us':>7}")
+    for r in rows:
+        print(f"{r['role']:<16} {r['kernel']:<18} {r['per_step']:>3} {r['blocks']:>6} {r['median_us']:>7.2f} "
+              f"{r['mean_us']:>7.2f} {r['us_per_step']:>8.1f} {r['us_per_step'] / tot:>6.1%} {r['late_blocks']:>5.0%} "
+              f"{r['resident_lead_us']:>7.2f}")
+    print(f"sum of medians per step {tot:.1f} us; median step {med_step:.1f} us")
+    if a.json:
+        json.dump({"program": program, "step_us_median": med_step, "steps": len(step_us), "roles": rows},
+                  open(a.json, "w"), indent=1)
+
+
+if __name__ == "__main__":
+    main()
