@@ -41,7 +41,10 @@ fn wave_fill(blocks: u32, slots: u32) -> f64 {
 /// launch then has fewer blocks ([`gemv_walk_blocks`]).
 pub fn gemv_grid(features: u32) -> (u32, u32, u32) {
     let blocks = features.div_ceil(LINEAR_GEMV_FEATURES);
-    let threads = if blocks < LINEAR_GEMV_WIDE_BELOW_BLOCKS { LINEAR_GEMV_WIDE_THREADS } else { LINEAR_GEMV_THREADS };
+    // A/B timing knob at plan time: `KILN_GEMV_NARROW=256` keeps narrow grids at 256 threads (so
+    // that a block of the next launch fits beside theirs: scripts/coresidency.py).
+    let wide = blocks < LINEAR_GEMV_WIDE_BELOW_BLOCKS && super::knob("KILN_GEMV_NARROW") != "256";
+    let threads = if wide { LINEAR_GEMV_WIDE_THREADS } else { LINEAR_GEMV_THREADS };
     (blocks, threads, gemv_occupancy(blocks, threads))
 }
 
