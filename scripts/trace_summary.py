@@ -16,7 +16,8 @@ per step, median and mean us per launch, us per step, the share of the step; and
 many blocks were not yet resident at its release (they start their weight loads only then) and
 how long before the release its first block was resident.
 
-    python3 scripts/trace_summary.py TRACE.bin PLAN.plan.txt [--skip-steps 2] [--json OUT]
+    python3 scripts/trace_summary.py TRACE.bin PLAN.plan.txt [--skip-steps 2] [--json OUT] [--csv LAUNCHES.csv]
+    python3 scripts/trace_summary.py LAUNCHES.csv[.gz] PLAN.plan.txt     (the table again from a --csv file)
 """
 import argparse
 import json
@@ -61,12 +62,33 @@ def main():
     ap.add_argument("--csv", help="write one line per launch here (release order, times in ns from the first)")
     a = ap.parse_args()
 
+    program, body = plan_body(a.plan_dump)
+    if a.trace.endswith((".csv", ".csv.gz")):
+        launches = load_csv(a.trace)
+        print(f"{len(launches)} launches from {a.trace}; plan {program}: {len(body)} launches per step")
+    else:
+        launches = load_trace(a)
+    summarize(a, program, body, launches)
+
+
+def load_csv(path):
+    """The launches a --csv file of an earlier run holds (its times relative to its first release)."""
+    out = []
+    import gzip
+    text = gzip.open(path, "rt").read() if path.endswith(".gz") else open(path).read()
+    for line in text.splitlines()[1:]:
+        g, b, seen, rel, first, last, late = (int(x) for x in line.split(","))
+        out.append({"grid": g, "blocks": b, "seen": seen, "release": rel, "first_resident": first, "last_start": last,
+                    "late": late})
+    return out
+
+
+def load_trace(a):
     raw = np.fromfile(a.trace, dtype="<u8").reshape(-1, 4)
     if len(raw) == 0:
         sys.exit("empty trace")
     grid, t0, t1, meta = raw[:, 0], raw[:, 1].astype(np.int64), raw[:, 2].astype(np.int64), raw[:, 3]
     nblocks = ((meta >> 24) & 0xFFFFFF).astype(np.int64)
-    program, body = plan_body(a.plan_dump)
 
     # %gridid names a graph node, not one launch of it: a device loop's body nodes keep theirs over
     # the iterations. So a node's blocks are split into launches where their wait returns are more
@@ -98,8 +120,11 @@ def main():
                 f.write(f"{l['grid']},{l['blocks']},{l['seen']},{l['release'] - z},{l['first_resident'] - z},"
                         f"{l['last_start'] - z},{l['late']}\n")
     incomplete = sum(1 for l in launches if l["seen"] != l["blocks"])
-    print(f"{len(raw)} blocks, {len(launches)} launches ({incomplete} with blocks missing: the buffer was full, or --gap-us split a launch); "
-          f"plan {program}: {len(body)} launches per step")
+    print(f"{len(raw)} blocks, {len(launches)} launches ({incomplete} with blocks missing: the buffer was full, or --gap-us split a launch)")
+    return launches
+
+
+def summarize(a, program, body, launches):
 
     # Align: the first launch whose block count starts a run matching the body.
     period = len(body)
