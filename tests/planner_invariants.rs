@@ -453,13 +453,13 @@ fn decode_qkv_rope_on_every_layer_with_the_gemv_variant() {
             let qkv: Vec<&kiln::plan::Launch> = launches.iter().filter(|l| matches!(l.kernel, Kernel::QkvRope { .. })).collect();
             assert_eq!(qkv.len(), cfg.n_layers, "{shape} b{bucket}");
             assert!(!launches.iter().any(|l| matches!(l.kernel, Kernel::RopeKvWrite { .. })), "{shape} b{bucket}");
-            let (blocks, threads, occupancy) = gemv_grid(features);
+            let (blocks, threads, occupancy) = gemv_grid(features, cfg.hidden_size as u32);
             for l in qkv {
                 assert_eq!((l.grid[0], l.block[0], l.occupancy), (blocks, threads, occupancy), "{shape} b{bucket} {}", l.name);
             }
         }
         if shape == "llama3.1-8b" {
-            assert_eq!(gemv_grid(features), (384, 256, GEMV_DENSE_BLOCKS_PER_SM));
+            assert_eq!(gemv_grid(features, cfg.hidden_size as u32), (384, 256, GEMV_DENSE_BLOCKS_PER_SM));
             let symbols = kiln::runtime::cuda::abi::symbols(&plan);
             assert!(symbols.iter().any(|s| s == "kiln_qkv_rope_bf16_o3"), "{symbols:?}");
         }

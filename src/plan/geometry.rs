@@ -39,11 +39,17 @@ fn wave_fill(blocks: u32, slots: u32) -> f64 {
 /// of [`LINEAR_GEMV_FEATURES`], 512 threads when they cannot fill the GPU, else 256, and the
 /// variant those take ([`gemv_occupancy`]). Returns (blocks, threads, occupancy); a walking
 /// launch then has fewer blocks ([`gemv_walk_blocks`]).
-pub fn gemv_grid(features: u32) -> (u32, u32, u32) {
+pub fn gemv_grid(features: u32, in_features: u32) -> (u32, u32, u32) {
     let blocks = features.div_ceil(LINEAR_GEMV_FEATURES);
-    // A/B timing knob at plan time: `KILN_GEMV_NARROW=256` keeps narrow grids at 256 threads (so
-    // that a block of the next launch fits beside theirs: scripts/coresidency.py).
-    let wide = blocks < LINEAR_GEMV_WIDE_BELOW_BLOCKS && super::knob("KILN_GEMV_NARROW") != "256";
+    // A/B timing knob at plan time (scripts/coresidency.py, bench/NOTES-decode.md session 30):
+    // `KILN_GEMV_NARROW=256` keeps every narrow grid at 256 threads, so that a block of the next
+    // launch fits beside theirs; `KILN_GEMV_NARROW=<KiB>` (e.g. 64) only those whose 16-row tile
+    // (16 x in_features x 2 bytes) is at most that many KiB.
+    let narrow = match super::knob("KILN_GEMV_NARROW") {
+        "256" => true,
+        n => n.parse::<u64>().is_ok_and(|kib| 32 * in_features as u64 <= kib * 1024),
+    };
+    let wide = blocks < LINEAR_GEMV_WIDE_BELOW_BLOCKS && !narrow;
     let threads = if wide { LINEAR_GEMV_WIDE_THREADS } else { LINEAR_GEMV_THREADS };
     (blocks, threads, gemv_occupancy(blocks, threads))
 }
@@ -315,11 +321,11 @@ pub fn launch_geometry(kernel: &Kernel, bufs: &[BufArg]) -> Geometry {
         Kernel::HeadRmsNorm { rows, heads, .. } => g(rows, heads, 128),
         // The GEMVs of `linear.cu` and `linear_fused.cu` (which shares its main loop) and, past
         // the rows threshold, their tiled paths.
-        Kernel::Linear { rows, out_features, .. }
-        | Kernel::FusedLinear { rows, out_features, .. }
-        | Kernel::GatedLinear { rows, out_features, .. } => {
+        Kernel::Linear { rows, in_features, out_features, .. }
+        | Kernel::FusedLinear { rows, in_features, out_features, .. }
+        | Kernel::GatedLinear { rows, in_features, out_features, .. } => {
             if rows <= LINEAR_GEMV_MAX_ROWS {
-                let (blocks, threads, occupancy) = gemv_grid(out_features);
+                let (blocks, threads, occupancy) = gemv_grid(out_features, in_features);
                 if gemv_wide_knob(kernel, blocks) {
                     return Geometry { occupancy: 0, ..g(blocks, 1, LINEAR_GEMV_WIDE_THREADS) };
                 }
@@ -352,12 +358,12 @@ pub fn launch_geometry(kernel: &Kernel, bufs: &[BufArg]) -> Geometry {
         // (more than 8 rows take its SIMT path, 8 rows at a time).
         // `qkv_rope` (linear_fused.cu): the GEMV grid over its outputs and its variant, as the
         // packed QKV GEMV it replaces.
-        Kernel::QkvRope { heads, kv_heads, head_dim, .. } => {
-            let (blocks, threads, occupancy) = gemv_grid((heads + 2 * kv_heads) * head_dim);
+        Kernel::QkvRope { in_features, heads, kv_heads, head_dim, .. } => {
+            let (blocks, threads, occupancy) = gemv_grid((heads + 2 * kv_heads) * head_dim, in_features);
             Geometry { occupancy, ..g(blocks, 1, threads) }
         }
-        Kernel::QkvLinear { out_features: [q, k, v], .. } => {
-            let (blocks, threads, occupancy) = gemv_grid(q + k + v);
+        Kernel::QkvLinear { in_features, out_features: [q, k, v], .. } => {
+            let (blocks, threads, occupancy) = gemv_grid(q + k + v, in_features);
             Geometry { occupancy, ..g(blocks, 1, threads) }
         }
         // One block; one thread per row.
