@@ -23,6 +23,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import nvrtc_util  # noqa: E402
+from trace_summary import plan_body  # noqa: E402
 
 SMS, REGS, THREADS, SMEM, RESERVED = 132, 65536, 2048, 233472, 1024
 
@@ -67,22 +68,9 @@ def regs_per_block(regs, threads):
 
 
 def body(dump):
-    lines = open(dump).read().splitlines()
-    for program in ("loop.b1", "decode.b1"):
-        out, inside = [], False
-        for line in lines:
-            if line.startswith("program "):
-                inside = line.split()[1] == program
-                continue
-            m = inside and re.match(r"\s+L\d+ (\S+) = (\w+)\((.*?)\) grid=\[(\d+), (\d+), (\d+)\] "
-                                    r"block=\[(\d+), 1, 1\](?: per_sm=(\d))?", line)
-            if m:
-                out.append(dict(name=re.sub(r"^blk\.\d+\.", "", m.group(1)), kind=m.group(2), attrs=m.group(3),
-                                grid=int(m.group(4)) * int(m.group(5)) * int(m.group(6)), threads=int(m.group(7)),
-                                per_sm=int(m.group(8) or 0)))
-        if out:
-            return program, out
-    sys.exit(f"{dump}: no decode body")
+    program, launches = plan_body(dump)
+    return program, [dict(name=role, kind=kind, attrs=attrs, grid=blocks, threads=threads, per_sm=per_sm)
+                     for _, role, kind, blocks, attrs, threads, per_sm in launches]
 
 
 def main():

@@ -26,11 +26,12 @@ import statistics
 import sys
 from collections import defaultdict
 
-import numpy as np
 
 
 def plan_body(dump_path):
-    """[(name, role, blocks)] of the decode body in the plan dump."""
+    """The decode body in a plan dump (`loop.b1`, else `decode.b1`): (program, [(name, role, kind, blocks,
+    attrs, threads, per_sm)]), role = the name without `blk.N.`, per_sm 0 where the dump gives none.
+    Also scripts/coresidency.py's reader."""
     text = open(dump_path).read().splitlines()
     for program in ("loop.b1", "decode.b1"):
         body, inside = [], False
@@ -38,14 +39,13 @@ def plan_body(dump_path):
             if line.startswith("program "):
                 inside = line.split()[1] == program
                 continue
-            if not inside:
-                continue
-            m = re.match(r"\s+L\d+ (\S+) = (\w+)\(.*?grid=\[(\d+), (\d+), (\d+)\]", line)
+            m = inside and re.match(r"\s+L\d+ (\S+) = (\w+)\((.*?)\) grid=\[(\d+), (\d+), (\d+)\] "
+                                    r"block=\[(\d+), \d+, \d+\](?: per_sm=(\d+))?", line)
             if m:
                 name = m.group(1)
-                role = re.sub(r"^blk\.\d+\.", "", name)
-                blocks = int(m.group(3)) * int(m.group(4)) * int(m.group(5))
-                body.append((name, role, m.group(2), blocks))
+                blocks = int(m.group(4)) * int(m.group(5)) * int(m.group(6))
+                body.append((name, re.sub(r"^blk\.\d+\.", "", name), m.group(2), blocks, m.group(3), int(m.group(7)),
+                             int(m.group(8) or 0)))
         if body:
             return program, body
     sys.exit(f"{dump_path}: no loop.b1 or decode.b1 program")
@@ -84,6 +84,8 @@ def load_csv(path):
 
 
 def load_trace(a):
+    import numpy as np
+
     raw = np.fromfile(a.trace, dtype="<u8").reshape(-1, 4)
     if len(raw) == 0:
         sys.exit("empty trace")
