@@ -71,13 +71,6 @@ namespace kiln {
 #else
 #define KILN_FUSED_BOUNDS __launch_bounds__(32 * KILN_FUSED_GEMV_MAX_WARPS)
 #endif
-// The register-capped fused_linear (`_rc`, the default variant's code at most this many registers):
-// a 512-thread block at 88 registers (45K of the SM's 64K) leaves room for one 256-thread block at
-// 80 (a dense `_o3` qkv_rope) beside it, so that the next launch's blocks are resident, and issue
-// their PDL weight prefetch, before this one ends (src/plan/geometry.rs `gemv_coloc`).
-#ifndef KILN_GEMV_CAPPED_REGS
-#define KILN_GEMV_CAPPED_REGS 88
-#endif
 // Bytes of shared memory for the normed x of the tensor-core GEMV (FusedNormX's STAGED path: rows x
 // in elements; 16 KiB holds one row of up to 8192 features, or 2 of 4096); 0 turns staging off.
 #ifndef KILN_FUSED_NORM_STAGE
@@ -1223,7 +1216,7 @@ __device__ void qkv_rope(const T* x, const T* nw, const T* w, const T* bias, con
 }  // namespace kiln
 
 // Each kernel in its default and `_o3` variants (see linear.cu: KILN_GEMV_DENSE_BOUNDS); fused_linear
-// also as `_o3u` (dense, a norm not staged) and `_rc` (the default's paths, KILN_GEMV_CAPPED_REGS).
+// also as `_o3u` (dense, a norm not staged).
 #define KILN_FUSED_LINEAR_VARIANT(dt, T, outdt, O, SUFFIX, BOUNDS, WIDE, UNSTAGED)                                \
   extern "C" __global__ void BOUNDS kiln_fused_linear_##dt##_##outdt##SUFFIX(                                   \
       const T* x, const T* norm_w, const T* weight, const T* bias, const O* residual, O* out, unsigned int rows,   \
@@ -1236,8 +1229,7 @@ __device__ void qkv_rope(const T* x, const T* nw, const T* w, const T* bias, con
 #define KILN_FUSED_LINEAR_OUT(dt, T, outdt, O)                                                                     \
   KILN_FUSED_LINEAR_VARIANT(dt, T, outdt, O, , KILN_FUSED_BOUNDS, true, false)                                    \
   KILN_FUSED_LINEAR_VARIANT(dt, T, outdt, O, _o3, KILN_GEMV_DENSE_BOUNDS, false, false)                           \
-  KILN_FUSED_LINEAR_VARIANT(dt, T, outdt, O, _o3u, KILN_GEMV_DENSE_BOUNDS, false, true)                          \
-  KILN_FUSED_LINEAR_VARIANT(dt, T, outdt, O, _rc, __maxnreg__(KILN_GEMV_CAPPED_REGS), true, false)
+  KILN_FUSED_LINEAR_VARIANT(dt, T, outdt, O, _o3u, KILN_GEMV_DENSE_BOUNDS, false, true)
 KILN_FUSED_LINEAR_OUT(f32, float, f32, float)
 KILN_FUSED_LINEAR_OUT(f16, __half, f16, __half)
 KILN_FUSED_LINEAR_OUT(f16, __half, f32, float)

@@ -50,7 +50,7 @@ def kernel_info(arch="sm_90a"):
 
 def symbol(kind, attrs, per_sm):
     """The entry point a bf16 decode launch of `kind` runs (src/runtime/cuda/abi.rs, simplified)."""
-    o3 = {3: "_o3", 1: "_rc"}.get(per_sm, "")  # per_sm 1: the register-capped fused_linear
+    o3 = "_o3" if per_sm == 3 else ""
     if kind == "attention_cluster":
         return "kiln_attention_cluster_g" + re.search(r"chunk_heads=(\d+)", attrs).group(1) + "_bf16"
     return {

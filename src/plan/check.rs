@@ -38,7 +38,7 @@
 //!     plan the matrices other launches read (the library GEMMs, the gather) are row-major. The
 //!     runtime compiles one layout per plan (`Plan::gemv_tiles`), so a mix would read wrong elements.
 
-use super::geometry::{dense_variant_covers, GEMV_CAPPED_VARIANT, GEMV_DENSE_BLOCKS_PER_SM, LINEAR_GEMV_MAX_ROWS, LINEAR_GEMV_THREADS};
+use super::geometry::{dense_variant_covers, GEMV_DENSE_BLOCKS_PER_SM, LINEAR_GEMV_THREADS};
 use super::{Access, BufArg, Kernel, Layout, Plan, PlannedTensor, ProgramPlan, RegionKind, ALIGN};
 use crate::ir::{DType, ValueClass};
 use anyhow::{bail, ensure, Result};
@@ -165,9 +165,7 @@ fn check_program(plan: &Plan, p: &ProgramPlan) -> Result<()> {
                 || (l.occupancy == GEMV_DENSE_BLOCKS_PER_SM
                     && linear
                     && l.block == [LINEAR_GEMV_THREADS, 1, 1]
-                    && dense_variant_covers(&l.kernel))
-                || (l.occupancy == GEMV_CAPPED_VARIANT
-                    && matches!(l.kernel, Kernel::FusedLinear { rows, .. } if rows <= LINEAR_GEMV_MAX_ROWS)),
+                    && dense_variant_covers(&l.kernel)),
             "launch {i} `{}` ({}, block {:?}) asks for {} blocks per SM, a variant no kernel has",
             l.name,
             l.kernel.name(),

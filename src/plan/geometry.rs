@@ -26,20 +26,6 @@ pub const GEMV_DENSE_BLOCKS_PER_SM: u32 = 3;
 /// 256-thread blocks per SM).
 pub const GEMV_BLOCKS_PER_SM: u32 = 2;
 
-/// `Launch::occupancy` of the register-capped `fused_linear` (`_rc` symbols, `__maxnreg__(88)`:
-/// `KILN_GEMV_CAPPED_REGS` in linear_fused.cu): one 512-thread block (or two of 256) per SM that
-/// leaves room for a block of the dense variant beside it ([`gemv_coloc`]).
-pub const GEMV_CAPPED_VARIANT: u32 = 1;
-
-/// A/B timing knob at plan time, `KILN_GEMV_COLOC=1`: decode `fused_linear` launches (o, down) of
-/// the default variant take the register-capped one ([`GEMV_CAPPED_VARIANT`]) and 256-thread
-/// `qkv_rope` launches the dense one, so that the next launch's blocks fit beside theirs on an SM
-/// and their PDL weight prefetch overlaps the launch before (down -> qkv_rope, attention -> o;
-/// scripts/coresidency.py, bench/NOTES-decode.md session 31).
-pub fn gemv_coloc() -> bool {
-    super::knob("KILN_GEMV_COLOC") == "1"
-}
-
 /// A 256-thread GEMV grid of at least this many waves of the default variant takes the dense
 /// one whatever the fill ([`gemv_occupancy`]).
 pub const GEMV_DENSE_MIN_WAVES: u32 = 3;
@@ -345,8 +331,6 @@ pub fn launch_geometry(kernel: &Kernel, bufs: &[BufArg]) -> Geometry {
                 }
                 let occupancy = if dense_variant_covers(kernel) { occupancy } else { 0 };
                 let blocks = gemv_walk_blocks(kernel, bufs, blocks, threads, occupancy);
-                let capped = occupancy == 0 && matches!(kernel, Kernel::FusedLinear { .. }) && gemv_coloc();
-                let occupancy = if capped { GEMV_CAPPED_VARIANT } else { occupancy };
                 Geometry { occupancy, ..g(blocks, 1, threads) }
             } else {
                 g(out_features.div_ceil(LINEAR_TILE), rows.div_ceil(LINEAR_TILE), 256)
@@ -376,8 +360,6 @@ pub fn launch_geometry(kernel: &Kernel, bufs: &[BufArg]) -> Geometry {
         // packed QKV GEMV it replaces.
         Kernel::QkvRope { in_features, heads, kv_heads, head_dim, .. } => {
             let (blocks, threads, occupancy) = gemv_grid((heads + 2 * kv_heads) * head_dim, in_features);
-            let dense = threads == LINEAR_GEMV_THREADS && gemv_coloc();
-            let occupancy = if dense { GEMV_DENSE_BLOCKS_PER_SM } else { occupancy };
             Geometry { occupancy, ..g(blocks, 1, threads) }
         }
         Kernel::QkvLinear { in_features, out_features: [q, k, v], .. } => {

@@ -392,8 +392,7 @@ pub struct Launch {
     pub block: [u32; 3],
     pub shared_bytes: u32,
     /// Blocks per SM the kernel variant is compiled for: 0 the kernel's default; 3 the dense GEMV
-    /// (`geometry::gemv_occupancy`, symbol suffix `_o3`, 256-thread blocks only); 1 the
-    /// register-capped `fused_linear` (`geometry::GEMV_CAPPED_VARIANT`, suffix `_rc`).
+    /// (`geometry::gemv_occupancy`, symbol suffix `_o3`, 256-thread blocks only).
     pub occupancy: u32,
 }
 

@@ -264,13 +264,11 @@ pub fn pointers(kernel: &Kernel, bufs: &[BufArg], region_base: &[u64; crate::pla
 
 /// The symbol a launch calls: [`symbol`], with `_o3` / `_o3u` for the dense GEMV variant
 /// (`Launch::occupancy` = `GEMV_DENSE_BLOCKS_PER_SM`: `__launch_bounds__(256, 3)` in linear.cu /
-/// linear_fused.cu) and `_rc` for the register-capped `fused_linear` (`GEMV_CAPPED_VARIANT`).
+/// linear_fused.cu).
 pub fn launch_symbol(l: &crate::plan::Launch) -> String {
     let s = symbol(&l.kernel, &l.bufs);
     if l.occupancy == crate::plan::geometry::GEMV_DENSE_BLOCKS_PER_SM {
         format!("{s}{}", crate::plan::geometry::dense_variant_suffix(&l.kernel))
-    } else if l.occupancy == crate::plan::geometry::GEMV_CAPPED_VARIANT {
-        format!("{s}_rc")
     } else {
         s
     }
