@@ -18,8 +18,9 @@
 //   per KILN_LINEAR_GEMV_FEATURES (16) output features (with KILN_GEMV_WALK bit 2, an experiment,
 //   fewer blocks walking several: gemv_mma_walk below); grid (ceil(out_features / 16), 1), block
 //   256 threads (8 warps), or 512 (16 warps) when that grid has fewer blocks than the GPU has
-//   SMs (132: a 2048-wide output gives 128 blocks), so that each block keeps twice the bytes in
-//   flight. Everything below holds for either warp count. Each kernel also exists as `_o3`
+//   SMs (132: a 2048-wide output gives 128 blocks) and its 16-row tile is over 64 KiB, so that
+//   each block keeps twice the bytes in flight (src/plan/geometry.rs GEMV_WIDE_MIN_TILE_BYTES).
+//   Everything below holds for either warp count. Each kernel also exists as `_o3`
 //   (at most 80 registers, three 256-thread blocks per SM; see KILN_GEMV_DENSE_BOUNDS below),
 //   which the planner picks for 256-thread grids whose waves that fills better.
 //   * f16 / bf16 with in_features % 8 == 0 and 16-byte aligned x and weight: tensor cores. The

@@ -36,23 +36,34 @@ fn wave_fill(blocks: u32, slots: u32) -> f64 {
 }
 
 /// The decode GEMV grid over `features` outputs (linear, fused, gated, QKV, `qkv_rope`): blocks
-/// of [`LINEAR_GEMV_FEATURES`], 512 threads when they cannot fill the GPU, else 256, and the
-/// variant those take ([`gemv_occupancy`]). Returns (blocks, threads, occupancy); a walking
-/// launch then has fewer blocks ([`gemv_walk_blocks`]).
+/// of [`LINEAR_GEMV_FEATURES`], 512 threads when they cannot fill the GPU and their 16-row tile
+/// is larger than [`GEMV_WIDE_MIN_TILE_BYTES`], else 256, and the variant those take
+/// ([`gemv_occupancy`]). Returns (blocks, threads, occupancy); a walking launch then has fewer
+/// blocks ([`gemv_walk_blocks`]).
 pub fn gemv_grid(features: u32, in_features: u32) -> (u32, u32, u32) {
     let blocks = features.div_ceil(LINEAR_GEMV_FEATURES);
-    // A/B timing knob at plan time (scripts/coresidency.py, bench/NOTES-decode.md session 30):
-    // `KILN_GEMV_NARROW=256` keeps every narrow grid at 256 threads, so that a block of the next
-    // launch fits beside theirs; `KILN_GEMV_NARROW=<KiB>` (e.g. 64) only those whose 16-row tile
-    // (16 x in_features x 2 bytes) is at most that many KiB.
-    let narrow = match super::knob("KILN_GEMV_NARROW") {
-        "256" => true,
-        n => n.parse::<u64>().is_ok_and(|kib| 32 * in_features as u64 <= kib * 1024),
-    };
-    let wide = blocks < LINEAR_GEMV_WIDE_BELOW_BLOCKS && !narrow;
+    let tile = LINEAR_GEMV_FEATURES as u64 * in_features as u64 * 2;
+    // A/B timing knob at plan time: `KILN_GEMV_NARROW=<KiB>` instead of the 64 KiB threshold
+    // (`0`: every narrow grid wide, the rule before session 31).
+    let min_tile = super::knob("KILN_GEMV_NARROW").parse::<u64>().map_or(GEMV_WIDE_MIN_TILE_BYTES, |kib| kib * 1024);
+    let wide = blocks < LINEAR_GEMV_WIDE_BELOW_BLOCKS && tile > min_tile;
     let threads = if wide { LINEAR_GEMV_WIDE_THREADS } else { LINEAR_GEMV_THREADS };
     (blocks, threads, gemv_occupancy(blocks, threads))
 }
+
+/// A narrow GEMV grid (fewer blocks than SMs) takes 512-thread blocks only when its 16-row
+/// tile (16 x in_features x 2 bytes) is larger than this. A 256-thread block already keeps up to
+/// 32 KiB of a tile in flight (8 warps x 4 KiB ring), so a small tile gains little from 16 warps,
+/// while a 512-thread block at ~105 registers leaves no room on its SM for a block of the next
+/// launch, whose PDL weight prefetch then waits for it to end (session 30's block trace: most
+/// blocks of each decode launch were not resident before their release). Measured on the H200
+/// (2026-12-03, bench/results/2026-12-03-h200-decode-ab-s31.md, two rounds, batch 1, context
+/// 128): 64 KiB (256 threads for the Qwen2.5-0.5B's QKV and o, tiles of 28 KiB, and the
+/// Llama-3.2-1B's o, 64 KiB; 512 for the down projections, 152 and 256 KiB) took the 0.5B from
+/// 1691.2 to 1803.6-1808.5 tok/s (+6.8%) and the 1B from 1244.8 to 1251.5-1252.4; the 8B has no
+/// narrow grid. 256 threads for every narrow grid (session 30) slowed the 1B's down by 3 us per
+/// layer (-4.3%).
+pub const GEMV_WIDE_MIN_TILE_BYTES: u64 = 64 * 1024;
 
 /// Which GEMV variant a 256-thread grid of `blocks` takes: the dense one (3 per SM) when its
 /// waves are fuller by more than 5%, or when the default's grid runs [`GEMV_DENSE_MIN_WAVES`]
@@ -471,17 +482,27 @@ mod tests {
         assert_eq!(occ(1, 12672), GEMV_DENSE_BLOCKS_PER_SM); // 792 blocks: 3 waves of 264 (GEMV_DENSE_MIN_WAVES)
         assert_eq!(occ(1, 14336), GEMV_DENSE_BLOCKS_PER_SM); // 896 blocks: 3.39 of 264 (0.85) vs 2.26 of 396 (0.75)
         assert_eq!(occ(8, 151936), GEMV_DENSE_BLOCKS_PER_SM); // 9496 blocks (logits)
-        assert_eq!(occ(1, 2048), 0); // 128 blocks of 512 threads: one per SM either way
+        assert_eq!(occ(1, 2048), 0); // 128 blocks (256 threads: a 28 KiB tile): 0.48 of a wave of 264, 0.32 of 396
         assert_eq!(occ(9, 4864), 0); // tiled, not a GEMV
     }
 
     #[test]
     fn narrow_gemvs_get_sixteen_warps() {
         let block = |out_features| launch_geometry(&Kernel::Linear { rows: 1, in_features: 8192, out_features, bias: false }, &[]).block[0];
-        assert_eq!(block(2048), LINEAR_GEMV_WIDE_THREADS); // 128 blocks < 132 SMs
+        assert_eq!(block(2048), LINEAR_GEMV_WIDE_THREADS); // 128 blocks < 132 SMs, 256 KiB tiles
         assert_eq!(block(131 * 16), LINEAR_GEMV_WIDE_THREADS);
         assert_eq!(block(132 * 16), LINEAR_GEMV_THREADS);
         assert_eq!(block(128256), LINEAR_GEMV_THREADS);
+    }
+
+    #[test]
+    fn narrow_gemvs_of_small_tiles_stay_at_eight_warps() {
+        // The 16-row tile decides: 16 x 2048 x 2 = 64 KiB stays at 256 threads, 2056 wide takes 512.
+        let block = |in_features| launch_geometry(&Kernel::Linear { rows: 1, in_features, out_features: 2048, bias: false }, &[]).block[0];
+        assert_eq!(block(896), LINEAR_GEMV_THREADS);
+        assert_eq!(block(2048), LINEAR_GEMV_THREADS);
+        assert_eq!(block(2056), LINEAR_GEMV_WIDE_THREADS);
+        assert_eq!(block(4864), LINEAR_GEMV_WIDE_THREADS);
     }
 
     #[test]
