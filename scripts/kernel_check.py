@@ -105,6 +105,12 @@ def attention_splits(rows, heads, max_context, target_blocks=132):
     return cdiv(max_context, split_len), split_len
 
 
+def gemv_threads(blocks, in_features):
+    """geometry.rs gemv_grid: 512 threads for a grid of fewer blocks than SMs whose 16-row tile is over
+    GEMV_WIDE_MIN_TILE_BYTES (64 KiB), else 256."""
+    return 512 if blocks < 132 and 16 * in_features * 2 > 64 * 1024 else 256
+
+
 def geometry(kernel, **p):
     if kernel in ("gather", "rms_norm", "kv_write"):
         return (p["rows"], 1, 1), (256, 1, 1)
@@ -117,11 +123,11 @@ def geometry(kernel, **p):
         return (p["rows"], cdiv(heads, p.get("hpb", 2 if p["rows"] <= 8 else 8)), 1), (128, 1, 1)
     if kernel == "qkv_linear":
         blocks = cdiv(p["out_features"], 16)
-        return (blocks, 1, 1), (512 if blocks < 132 else 256, 1, 1)
+        return (blocks, 1, 1), (gemv_threads(blocks, p["in_features"]), 1, 1)
     if kernel == "linear":
         if p["rows"] <= 8:
             blocks = cdiv(p["out_features"], 16)
-            return (blocks, 1, 1), (512 if blocks < 132 else 256, 1, 1)
+            return (blocks, 1, 1), (gemv_threads(blocks, p["in_features"]), 1, 1)
         return (cdiv(p["out_features"], 64), cdiv(p["rows"], 64), 1), (256, 1, 1)
     if kernel in ("fused_linear", "gated_linear"):
         return geometry("linear", **p)
@@ -318,7 +324,7 @@ class Checker:
                     out = self.dev(outdt.poison((R, N)))
                     self.launch(f"kiln_linear_{dt.name}_{outdt.name}", "linear",
                                 (xd, wd, bias_arg, out, np.uint32(R), np.uint32(K), np.uint32(N),
-                                 np.uint32(int(has_bias))), rows=R, out_features=N)
+                                 np.uint32(int(has_bias))), rows=R, out_features=N, in_features=K)
                     outs.append(out.get())
                 ref = dt.load(x) @ dt.load(w).T
                 if has_bias:
@@ -627,7 +633,7 @@ class Checker:
                                  self.dev(b) if has_bias else np.uint64(0), self.dev(res) if has_res else np.uint64(0),
                                  out, np.uint32(R), np.uint32(K), np.uint32(N), np.uint32(int(has_norm)),
                                  np.float32(eps), np.uint32(int(has_bias)), np.uint32(int(has_res))),
-                                rows=R, out_features=N)
+                                rows=R, out_features=N, in_features=K)
                     results.append(out.get())
                 acc = (h @ dt.load(w).T) * sc
                 if has_bias:
@@ -654,7 +660,7 @@ class Checker:
                 self.launch(f"kiln_gated_linear_{dt.name}", "gated_linear",
                             (self.dev(x), self.dev(nw) if has_norm else np.uint64(0), self.dev(gw), self.dev(uw), out,
                              np.uint32(R), np.uint32(K), np.uint32(N), np.uint32(int(has_norm)), np.float32(eps)),
-                            rows=R, out_features=N)
+                            rows=R, out_features=N, in_features=K)
                 results.append(out.get())
             g = dt.round((h @ dt.load(gw).T) * sc)
             u = dt.round((h @ dt.load(uw).T) * sc)
@@ -682,7 +688,7 @@ class Checker:
         nw = self.random_bf16(K)
         out = cp.zeros(N, dtype=cp.uint16)
         f = self.fn("kiln_gated_linear_bf16")
-        grid, block = geometry("gated_linear", rows=1, out_features=N)
+        grid, block = geometry("gated_linear", rows=1, out_features=N, in_features=K)
         launches = [(lambda p=ws[i % sets]: f(grid, block, (x, nw, p[0], p[1], out, np.uint32(1), np.uint32(K),
                                                              np.uint32(N), np.uint32(1), np.float32(1e-6))))
                     for i in range(60)]
@@ -809,7 +815,7 @@ class Checker:
                         (self.dev(x), self.dev(nw) if has_norm else np.uint64(0), *[self.dev(w) for w in ws],
                          *[self.dev(b) if has_bias else np.uint64(0) for b in bs], *outs, np.uint32(R), np.uint32(K),
                          *[np.uint32(n) for n in ns], np.uint32(int(has_norm)), np.float32(eps),
-                         np.uint32(int(has_bias))), rows=R, out_features=sum(ns))
+                         np.uint32(int(has_bias))), rows=R, out_features=sum(ns), in_features=K)
             path = "simt" if R > 8 or dt is F32 or K % 8 else "mma"
             for i, part in enumerate("qkv"):
                 acc = (h @ dt.load(ws[i]).T) * sc + (dt.load(bs[i]) if has_bias else 0.0)
@@ -1412,7 +1418,7 @@ class Checker:
             wall = self.random_bf16(sets * q * out_f * in_f)
             n = out_f * in_f
             weights = [[wall[(q * i + j) * n:(q * i + j + 1) * n] for j in range(q)] for i in range(sets)]
-            grid, block = geometry("linear", rows=1, out_features=out_f)
+            grid, block = geometry("linear", rows=1, out_features=out_f, in_features=in_f)
             est = nbytes / 4.0e12
             iters = max(sets, min(400, cdiv(int(2e-3 / est), sets) * sets))
             runs = [("", self.module, (1, 2, 4, 8), (False, True))]

@@ -42,18 +42,20 @@ SHAPES = {  # name: (hidden, intermediate, layers)
     "llama3.2-1b": (2048, 8192, 16),
     "llama3.1-8b": (4096, 14336, 16),  # 32 in the model; 16 keep the weights' setup short
 }
-SMS, SLOTS, DENSE, WIDE_THREADS = 132, 2, 3, 512  # src/plan/geometry.rs
+SMS, SLOTS, DENSE = 132, 2, 3  # src/plan/geometry.rs
 EPS = 1e-5
 
 
-def gemv_launch(features):
+def gemv_launch(features, in_features):
     """(grid, threads, symbol suffix) of a batch-1 gated / fused GEMV as src/plan/geometry.rs
-    plans it: 16 features per block, 512 threads under 132 blocks, the dense `_o3` variant when its
-    waves are fuller by 5% or the grid has 3 waves of the default, and the default gated kernel
-    walking over one wave (KILN_GEMV_WALK=1)."""
+    plans it: 16 features per block, under 132 blocks kernel_check's gemv_threads (512 threads for
+    16-row tiles over 64 KiB), the dense `_o3` variant when its waves are fuller by 5% or the grid
+    has 3 waves of the default, and the default gated kernel walking over one wave (KILN_GEMV_WALK=1)."""
+    import kernel_check as kc
+
     blocks = -(-features // 16)
     if blocks < SMS:
-        return blocks, WIDE_THREADS, ""
+        return blocks, kc.gemv_threads(blocks, in_features), ""
     fill = lambda slots: blocks / (-(-blocks // slots) * slots)
     if fill(SMS * DENSE) > fill(SMS * SLOTS) + 0.05 or blocks >= 3 * SMS * SLOTS:
         return blocks, 256, "_o3"
@@ -138,10 +140,10 @@ def main():
             return ok
 
         # kiln's two launches per layer.
-        gg, gt, gsuf = gemv_launch(I)
+        gg, gt, gsuf = gemv_launch(I, H)
         if gsuf == "" and gt == 256 and gg > SMS * SLOTS:
             gg = SMS * SLOTS  # the default gated kernel walks its tiles over one wave
-        dg, dt, dsuf = gemv_launch(H)
+        dg, dt, dsuf = gemv_launch(H, I)
         f_g = kiln_mod.get_function("kiln_gated_linear_bf16" + gsuf)
         f_d = kiln_mod.get_function("kiln_fused_linear_bf16_bf16" + dsuf)
         chain = []

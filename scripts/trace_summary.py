@@ -20,12 +20,12 @@ how long before the release its first block was resident.
     python3 scripts/trace_summary.py LAUNCHES.csv[.gz] PLAN.plan.txt     (the table again from a --csv file)
 """
 import argparse
+import gzip
 import json
 import re
 import statistics
 import sys
 from collections import defaultdict
-
 
 
 def plan_body(dump_path):
@@ -74,7 +74,6 @@ def main():
 def load_csv(path):
     """The launches a --csv file of an earlier run holds (its times relative to its first release)."""
     out = []
-    import gzip
     text = gzip.open(path, "rt").read() if path.endswith(".gz") else open(path).read()
     for line in text.splitlines()[1:]:
         g, b, seen, rel, first, last, late = (int(x) for x in line.split(","))

@@ -223,8 +223,9 @@ pub const LINEAR_GEMV_FEATURES: u32 = 16;
 /// `linear.cu`: threads of a GEMV block (`KILN_LINEAR_GEMV_WARPS` x 32).
 pub const LINEAR_GEMV_THREADS: u32 = 256;
 /// `linear.cu`: threads of a GEMV block when the grid has fewer blocks than
-/// [`LINEAR_GEMV_WIDE_BELOW_BLOCKS`] (`KILN_LINEAR_GEMV_MAX_WARPS` x 32): a narrow layer cannot
-/// fill the GPU with blocks, so each block keeps twice the bytes in flight.
+/// [`LINEAR_GEMV_WIDE_BELOW_BLOCKS`] and its tile is over [`GEMV_WIDE_MIN_TILE_BYTES`]
+/// (`KILN_LINEAR_GEMV_MAX_WARPS` x 32): a narrow layer cannot fill the GPU with blocks, so each
+/// block keeps twice the bytes in flight.
 pub const LINEAR_GEMV_WIDE_THREADS: u32 = 512;
 /// Multiprocessors of the GPUs kiln plans for (H100 / H200 SXM: 132).
 pub const LINEAR_GEMV_WIDE_BELOW_BLOCKS: u32 = 132;
