@@ -863,6 +863,155 @@ __device__ void fused_linear(const T* x, const T* nw, const T* w, const T* wu, c
   fused_gemv_simt<T, O, GATED>(x, nw, w, wu, bias, residual, out, rows, in, outf, has_norm, has_bias, has_res, inv_s);
 }
 
+// ---- The shared-memory ring variant of fused_linear without a norm (`_sr`) ----------------------
+// The default tensor-core GEMV keeps its bytes in flight in registers (gemv_mma_loop's ring of
+// KILN_FUSED_DEPTH uint4 slots per matrix side: ~105 registers at 512 threads), so a block of the
+// next launch finds no room beside it on its SM and its PDL weight prefetch waits for the block to
+// end (bench/NOTES-decode.md, sessions 30-31). Here each warp's ring lives in dynamic shared memory
+// instead, filled with cp.async (16 bytes per lane per operand, through L2 only: weights, and x,
+// which an earlier grid writes, read at the point of coherence after the wait): KILN_GEMV_RING_DEPTH
+// chunks per warp in flight without holding a register, so the kernel fits 64 registers
+// (__launch_bounds__(512, 2)) and a 256-thread block of the next launch fits beside a 512-thread
+// one. Same chunks, same MMAs in the same order, same block sum and epilogue as fused_gemv_mma_tile
+// with gemv_mma_loop (KILN_LINEAR_GEMV_UNROLL = 1): the same bits.
+// Layout: warp w's slot s at ring + (w * D + s) * KILN_GEMV_RING_SLOT, holding 512 bytes each of the
+// weight rows a (tile rows 0-7), b (8-15) and x, lane l's 16 bytes at l * 16 of each: a lane reads
+// back only what it copied itself, so cp.async.wait_group is all the synchronization a slot needs.
+// Then WARPS x 4 x 32 floats of partial tiles. The planner gives such launches
+// (src/plan/geometry.rs gemv_ring_shared_bytes) exactly this much dynamic shared memory.
+// cp.async groups: the first D chunks' weights (one group, before kiln::wait_prior_grids()), their
+// x (one group, after it); then one group per consumed chunk, holding the refill of its slot (empty
+// when nothing is left), so that before chunk j >= 1 is read, wait_group(D - 1) leaves exactly the
+// groups of the chunks after it pending.
+#ifndef KILN_GEMV_RING_DEPTH
+#define KILN_GEMV_RING_DEPTH 4
+#endif
+#define KILN_GEMV_RING_SLOT 1536
+#ifndef KILN_GEMV_RING_BOUNDS
+#define KILN_GEMV_RING_BOUNDS __launch_bounds__(32 * KILN_FUSED_GEMV_MAX_WARPS, 2)
+#endif
+static_assert(KILN_LINEAR_GEMV_UNROLL == 1, "the shared-memory ring walks single chunks");
+
+// A weight's 16 bytes (with the L2 prefetch hint of KILN_LD_STREAM's default) and x's.
+__device__ __forceinline__ void ring_cp16w(unsigned int dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
+}
+__device__ __forceinline__ void ring_cp16(unsigned int dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
+}
+__device__ __forceinline__ void ring_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void ring_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+__device__ __forceinline__ uint4 ring_ld16(unsigned int a) {
+  uint4 v;
+  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(a) : "memory");
+  return v;
+}
+__device__ __forceinline__ unsigned int dynamic_smem_bytes() {
+  unsigned int v;
+  asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(v));
+  return v;
+}
+// Bytes of dynamic shared memory a block of WARPS warps needs (geometry.rs mirrors it).
+template <int WARPS> __host__ __device__ constexpr unsigned int gemv_ring_bytes() {
+  return WARPS * (KILN_GEMV_RING_DEPTH * KILN_GEMV_RING_SLOT + 4 * 32 * 4);
+}
+
+template <typename T, typename O, int WARPS>
+__device__ void fused_gemv_ring(const T* x, const T* w, const T* bias, const O* residual, O* __restrict__ out,
+                                unsigned int rows, unsigned int in, unsigned int outf, bool has_bias, bool has_res,
+                                unsigned char* ring) {
+  constexpr int D = KILN_GEMV_RING_DEPTH;
+  constexpr unsigned int RS = WARPS;             // chunks per round of the block's warps
+  constexpr unsigned int STEP = RS * 32;         // elements between a warp's consecutive chunks
+  const unsigned int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const unsigned int g = lane >> 2;
+  const unsigned int rx = g < rows ? g : 0;
+  const unsigned int n0 = blockIdx.x * KILN_FUSED_GEMV_FEATURES;
+  unsigned int ra, rb;
+  gemv_tile_rows(n0, g, outf, ra, rb);
+  const unsigned int first = gemv_mma_first<WARPS, 1>();
+  const T* pa = w + KILN_W_ROW(T, ra, in) + KILN_W_COL(T, first);
+  const T* pb = w + KILN_W_ROW(T, rb, in) + KILN_W_COL(T, first);
+  const T* px = x + (size_t)rx * in + first;
+  const unsigned int full = in / 32;
+  const unsigned int nj = full / RS + (warp < full % RS ? 1u : 0u);
+  const unsigned int base =
+      static_cast<unsigned int>(__cvta_generic_to_shared(ring)) + warp * D * KILN_GEMV_RING_SLOT + lane * 16;
+#pragma unroll
+  for (int s = 0; s < D; ++s) {
+    if ((unsigned int)s < nj) {
+      ring_cp16w(base + s * KILN_GEMV_RING_SLOT, pa + KILN_W_STEP(T, s * STEP));
+      ring_cp16w(base + s * KILN_GEMV_RING_SLOT + 512, pb + KILN_W_STEP(T, s * STEP));
+    }
+  }
+  ring_commit();
+  allow_dependents();
+  wait_prior_grids();
+#pragma unroll
+  for (int s = 0; s < D; ++s)
+    if ((unsigned int)s < nj) ring_cp16(base + s * KILN_GEMV_RING_SLOT + 1024, px + s * STEP);
+  ring_commit();
+  ring_wait<0>();
+  float c[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
+  unsigned int slot = 0;
+  for (unsigned int j = 0; j < nj; ++j) {
+    if (j != 0) ring_wait<D - 1>();
+    const unsigned int a = base + slot * KILN_GEMV_RING_SLOT;
+    const uint4 wa = ring_ld16(a), wb = ring_ld16(a + 512), xv = ring_ld16(a + 1024);
+    gemv_mma_strand<T>(c[0], wa, wb, xv);
+    const unsigned int jn = j + D;
+    if (jn < nj) {
+      ring_cp16w(a, pa + KILN_W_STEP(T, jn * STEP));
+      ring_cp16w(a + 512, pb + KILN_W_STEP(T, jn * STEP));
+      ring_cp16(a + 1024, px + jn * STEP);
+    }
+    ring_commit();
+    slot = slot + 1 == (unsigned int)D ? 0u : slot + 1;
+  }
+  ring_wait<0>();
+  GemvPlainX<T> xop{px};
+  gemv_mma_tail<T, 1, 1, RS>(c, nj, first, in, xop, [&](int) { return pa; }, [&](int) { return pb; });
+  float s[1];
+  gemv_mma_sum<1, WARPS>(c, reinterpret_cast<float*>(ring + WARPS * D * KILN_GEMV_RING_SLOT), s);
+  fused_gemv_store<T, O, false, 1>(n0, s, bias, residual, out, rows, outf, has_bias, has_res);
+}
+
+// fused_linear's `_sr` variant: the tensor-core GEMV without a norm (rows <= 8, in % 8 == 0, 16-byte
+// aligned x and weight, 8 or 16 warps, the dynamic shared memory above), the one input the planner
+// gives it; any other input without a norm takes the SIMT path, one with a norm traps.
+template <typename T, typename O>
+__device__ void fused_linear_ring(const T* x, const T* nw, const T* w, const T* bias, const O* residual, O* out,
+                                  unsigned int rows, unsigned int in, unsigned int outf, unsigned int has_norm_u,
+                                  unsigned int has_bias_u, unsigned int has_res_u) {
+  extern __shared__ __align__(16) unsigned char ring_smem[];
+  KILN_ABLATED(2);
+  const bool has_bias = has_bias_u != 0 && bias != nullptr;
+  const bool has_res = has_res_u != 0 && residual != nullptr;
+  if (has_norm_u != 0 && nw != nullptr) __trap();
+  if constexpr (IsHalf16<T>::value) {
+    const bool fits = rows != 0 && rows <= KILN_FUSED_GEMV_MAX_ROWS && in != 0 && in % 8 == 0 && aligned16(x) &&
+                      aligned16(w);
+    if (fits && blockDim.x == 32 * KILN_FUSED_GEMV_MAX_WARPS &&
+        dynamic_smem_bytes() >= gemv_ring_bytes<KILN_FUSED_GEMV_MAX_WARPS>()) {
+      fused_gemv_ring<T, O, KILN_FUSED_GEMV_MAX_WARPS>(x, w, bias, residual, out, rows, in, outf, has_bias, has_res,
+                                                       ring_smem);
+      return;
+    }
+    if (fits && blockDim.x == 256 && dynamic_smem_bytes() >= gemv_ring_bytes<8>()) {
+      fused_gemv_ring<T, O, 8>(x, w, bias, residual, out, rows, in, outf, has_bias, has_res, ring_smem);
+      return;
+    }
+  }
+  allow_dependents();
+  wait_prior_grids();
+  if (rows == 0 || in == 0) return;
+  if (rows > KILN_FUSED_GEMV_MAX_ROWS) __trap();  // the tiled path is not in this variant
+  fused_gemv_simt<T, O, false>(x, nullptr, w, nullptr, bias, residual, out, rows, in, outf, false, has_bias, has_res,
+                               nullptr);
+}
+
 // ---- QKV: three linears over one normed x (Op::QkvLinear) ---------------------------------------
 // The outputs of q, k and v in order form one feature range [0, nq + nk + nv); block b takes
 // features [16 b, 16 b + 16) of it, whichever matrices they fall in (each lane finds its own two
@@ -1226,10 +1375,20 @@ __device__ void qkv_rope(const T* x, const T* nw, const T* w, const T* bias, con
                                                     in_features, out_features, has_norm, eps, has_bias,           \
                                                     has_residual);                                                \
   }
+// `_sr`: without a norm, the ring in shared memory (fused_linear_ring).
+#define KILN_FUSED_LINEAR_RING(dt, T, outdt, O)                                                                    \
+  extern "C" __global__ void KILN_GEMV_RING_BOUNDS kiln_fused_linear_##dt##_##outdt##_sr(                        \
+      const T* x, const T* norm_w, const T* weight, const T* bias, const O* residual, O* out, unsigned int rows,   \
+      unsigned int in_features, unsigned int out_features, unsigned int has_norm, float eps,                      \
+      unsigned int has_bias, unsigned int has_residual) {                                                         \
+    kiln::fused_linear_ring<T, O>(x, norm_w, weight, bias, residual, out, rows, in_features, out_features,        \
+                                  has_norm, has_bias, has_residual);                                              \
+  }
 #define KILN_FUSED_LINEAR_OUT(dt, T, outdt, O)                                                                     \
   KILN_FUSED_LINEAR_VARIANT(dt, T, outdt, O, , KILN_FUSED_BOUNDS, true, false)                                    \
   KILN_FUSED_LINEAR_VARIANT(dt, T, outdt, O, _o3, KILN_GEMV_DENSE_BOUNDS, false, false)                           \
-  KILN_FUSED_LINEAR_VARIANT(dt, T, outdt, O, _o3u, KILN_GEMV_DENSE_BOUNDS, false, true)
+  KILN_FUSED_LINEAR_VARIANT(dt, T, outdt, O, _o3u, KILN_GEMV_DENSE_BOUNDS, false, true)                           \
+  KILN_FUSED_LINEAR_RING(dt, T, outdt, O)
 KILN_FUSED_LINEAR_OUT(f32, float, f32, float)
 KILN_FUSED_LINEAR_OUT(f16, __half, f16, __half)
 KILN_FUSED_LINEAR_OUT(f16, __half, f32, float)
