@@ -868,8 +868,9 @@ __device__ void fused_linear(const T* x, const T* nw, const T* w, const T* wu, c
 // KILN_FUSED_DEPTH uint4 slots per matrix side: ~105 registers at 512 threads), so a block of the
 // next launch finds no room beside it on its SM and its PDL weight prefetch waits for the block to
 // end (bench/NOTES-decode.md, sessions 30-31). Here each warp's ring lives in dynamic shared memory
-// instead, filled with cp.async (16 bytes per lane per operand, through L2 only: weights, and x,
-// which an earlier grid writes, read at the point of coherence after the wait): KILN_GEMV_RING_DEPTH
+// instead, filled with TMA bulk copies where the weights are tile-packed (1 KB per chunk, see
+// fused_gemv_ring), else with cp.async (16 bytes per lane per operand, through L2 only: weights, and
+// x, which an earlier grid writes, read at the point of coherence after the wait): KILN_GEMV_RING_DEPTH
 // chunks per warp in flight without holding a register, so the kernel fits 64 registers
 // (__launch_bounds__(512, 2)) and a 256-thread block of the next launch fits beside a 512-thread
 // one. Same chunks, same MMAs in the same order, same block sum and epilogue as fused_gemv_mma_tile
@@ -924,19 +925,89 @@ __device__ void fused_gemv_ring(const T* x, const T* w, const T* bias, const O* 
                                 unsigned char* ring) {
   constexpr int D = KILN_GEMV_RING_DEPTH;
   constexpr unsigned int RS = WARPS;             // chunks per round of the block's warps
-  constexpr unsigned int STEP = RS * 32;         // elements between a warp's consecutive chunks
   const unsigned int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const unsigned int g = lane >> 2;
   const unsigned int rx = g < rows ? g : 0;
   const unsigned int n0 = blockIdx.x * KILN_FUSED_GEMV_FEATURES;
+  const unsigned int full = in / 32;
+  const unsigned int nj = full / RS + (warp < full % RS ? 1u : 0u);
+  float c[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
+#if KILN_GEMV_TILES
+  // Tile-packed weights (common.cuh): the block's 16 rows are one contiguous run of 1 KB chunks, each
+  // exactly a slot's weight half (lane l's strand of row g at l * 16, of row g + 8 at 512 + l * 16), and
+  // tiles are whole (N % 16 == 0, in % 32 == 0: no partial chunk). Lane 0 of each warp moves its chunks
+  // with TMA bulk copies (the weight's 1 KB before kiln::wait_prior_grids(), x's rows x 64 bytes after
+  // it, row r at 1024 + r * 64), each slot completing on its own mbarrier; the warp reads a slot after
+  // the barrier's phase flips and hands it back with __syncwarp before lane 0 refills it.
+  static_assert(KILN_GEMV_RING_DEPTH <= 8, "ring_bars holds 8 slots per warp");
+  __shared__ __align__(8) unsigned long long ring_bars[KILN_FUSED_GEMV_MAX_WARPS * 8];
+  unsigned long long* bars = ring_bars + warp * 8;
+  const unsigned int slots = static_cast<unsigned int>(__cvta_generic_to_shared(ring)) + warp * D * KILN_GEMV_RING_SLOT;
+  const T* tile = w + KILN_W_ROW(T, n0, in);
+  const unsigned int tx = 1024 + rows * 64;  // bytes per slot fill
+  auto bar = [&](int s) { return static_cast<unsigned int>(__cvta_generic_to_shared(bars + s)); };
+  auto fill_w = [&](int s, unsigned int j) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar(s)), "r"(tx) : "memory");
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], 1024, [%2];\n" ::"r"(
+                     slots + s * KILN_GEMV_RING_SLOT),
+                 "l"(tile + (size_t)(j * RS + warp) * 512), "r"(bar(s))
+                 : "memory");
+  };
+  auto fill_x = [&](int s, unsigned int j) {
+    for (unsigned int r = 0; r < rows; ++r)
+      asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], 64, [%2];\n" ::"r"(
+                       slots + s * KILN_GEMV_RING_SLOT + 1024 + r * 64),
+                   "l"(x + (size_t)r * in + (j * RS + warp) * 32), "r"(bar(s))
+                   : "memory");
+  };
+  if (lane == 0) {
+#pragma unroll
+    for (int s = 0; s < D; ++s) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(bar(s)) : "memory");
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+#pragma unroll
+    for (int s = 0; s < D; ++s)
+      if ((unsigned int)s < nj) fill_w(s, s);
+  }
+  allow_dependents();
+  wait_prior_grids();
+  if (lane == 0) {
+#pragma unroll
+    for (int s = 0; s < D; ++s)
+      if ((unsigned int)s < nj) fill_x(s, s);
+  }
+  const unsigned char* mine = ring + warp * D * KILN_GEMV_RING_SLOT;
+  unsigned int slot = 0, phase = 0;
+  for (unsigned int j = 0; j < nj; ++j) {
+    asm volatile(
+        "{\n.reg .pred p;\nKILN_RING_WAIT_%=:\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+        "@!p bra KILN_RING_WAIT_%=;\n}\n" ::"r"(bar(slot)),
+        "r"(phase)
+        : "memory");
+    const unsigned char* sp = mine + slot * KILN_GEMV_RING_SLOT;
+    const uint4 wa = *reinterpret_cast<const uint4*>(sp + lane * 16);
+    const uint4 wb = *reinterpret_cast<const uint4*>(sp + 512 + lane * 16);
+    const uint4 xv = *reinterpret_cast<const uint4*>(sp + 1024 + rx * 64 + (lane & 3) * 16);
+    gemv_mma_strand<T>(c[0], wa, wb, xv);
+    __syncwarp();
+    if (lane == 0 && j + D < nj) {
+      asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+      fill_w(slot, j + D);
+      fill_x(slot, j + D);
+    }
+    if (++slot == (unsigned int)D) {
+      slot = 0;
+      phase ^= 1u;
+    }
+  }
+#else
+  constexpr unsigned int STEP = RS * 32;  // elements between a warp's consecutive chunks
   unsigned int ra, rb;
   gemv_tile_rows(n0, g, outf, ra, rb);
   const unsigned int first = gemv_mma_first<WARPS, 1>();
   const T* pa = w + KILN_W_ROW(T, ra, in) + KILN_W_COL(T, first);
   const T* pb = w + KILN_W_ROW(T, rb, in) + KILN_W_COL(T, first);
   const T* px = x + (size_t)rx * in + first;
-  const unsigned int full = in / 32;
-  const unsigned int nj = full / RS + (warp < full % RS ? 1u : 0u);
   const unsigned int base =
       static_cast<unsigned int>(__cvta_generic_to_shared(ring)) + warp * D * KILN_GEMV_RING_SLOT + lane * 16;
 #pragma unroll
@@ -954,7 +1025,6 @@ __device__ void fused_gemv_ring(const T* x, const T* w, const T* bias, const O* 
     if ((unsigned int)s < nj) ring_cp16(base + s * KILN_GEMV_RING_SLOT + 1024, px + s * STEP);
   ring_commit();
   ring_wait<0>();
-  float c[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
   unsigned int slot = 0;
   for (unsigned int j = 0; j < nj; ++j) {
     if (j != 0) ring_wait<D - 1>();
@@ -973,6 +1043,7 @@ __device__ void fused_gemv_ring(const T* x, const T* w, const T* bias, const O* 
   ring_wait<0>();
   GemvPlainX<T> xop{px};
   gemv_mma_tail<T, 1, 1, RS>(c, nj, first, in, xop, [&](int) { return pa; }, [&](int) { return pb; });
+#endif
   float s[1];
   gemv_mma_sum<1, WARPS>(c, reinterpret_cast<float*>(ring + WARPS * D * KILN_GEMV_RING_SLOT), s);
   fused_gemv_store<T, O, false, 1>(n0, s, bias, residual, out, rows, outf, has_bias, has_res);
@@ -991,8 +1062,10 @@ __device__ void fused_linear_ring(const T* x, const T* nw, const T* w, const T* 
   const bool has_res = has_res_u != 0 && residual != nullptr;
   if (has_norm_u != 0 && nw != nullptr) __trap();
   if constexpr (IsHalf16<T>::value) {
+    // Tile-packed (the TMA path), whole tiles: out % 16 == 0, in % 32 == 0.
+    const bool whole = !KILN_GEMV_TILES || (outf % 16 == 0 && in % 32 == 0);
     const bool fits = rows != 0 && rows <= KILN_FUSED_GEMV_MAX_ROWS && in != 0 && in % 8 == 0 && aligned16(x) &&
-                      aligned16(w);
+                      aligned16(w) && whole;
     if (fits && blockDim.x == 32 * KILN_FUSED_GEMV_MAX_WARPS &&
         dynamic_smem_bytes() >= gemv_ring_bytes<KILN_FUSED_GEMV_MAX_WARPS>()) {
       fused_gemv_ring<T, O, KILN_FUSED_GEMV_MAX_WARPS>(x, w, bias, residual, out, rows, in, outf, has_bias, has_res,
