@@ -923,85 +923,103 @@ template <typename T, typename O, int WARPS>
 __device__ void fused_gemv_ring(const T* x, const T* w, const T* bias, const O* residual, O* __restrict__ out,
                                 unsigned int rows, unsigned int in, unsigned int outf, bool has_bias, bool has_res,
                                 unsigned char* ring) {
-  constexpr int D = KILN_GEMV_RING_DEPTH;
   constexpr unsigned int RS = WARPS;             // chunks per round of the block's warps
   const unsigned int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const unsigned int g = lane >> 2;
   const unsigned int rx = g < rows ? g : 0;
   const unsigned int n0 = blockIdx.x * KILN_FUSED_GEMV_FEATURES;
   const unsigned int full = in / 32;
-  const unsigned int nj = full / RS + (warp < full % RS ? 1u : 0u);
   float c[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
 #if KILN_GEMV_TILES
-  // Tile-packed weights (common.cuh): the block's 16 rows are one contiguous run of 1 KB chunks, each
-  // exactly a slot's weight half (lane l's strand of row g at l * 16, of row g + 8 at 512 + l * 16), and
-  // tiles are whole (N % 16 == 0, in % 32 == 0: no partial chunk). Lane 0 of each warp moves its chunks
-  // with TMA bulk copies (the weight's 1 KB before kiln::wait_prior_grids(), x's rows x 64 bytes after
-  // it, row r at 1024 + r * 64), each slot completing on its own mbarrier; the warp reads a slot after
-  // the barrier's phase flips and hands it back with __syncwarp before lane 0 refills it.
-  static_assert(KILN_GEMV_RING_DEPTH <= 8, "ring_bars holds 8 slots per warp");
-  __shared__ __align__(8) unsigned long long ring_bars[KILN_FUSED_GEMV_MAX_WARPS * 8];
-  unsigned long long* bars = ring_bars + warp * 8;
-  const unsigned int slots = static_cast<unsigned int>(__cvta_generic_to_shared(ring)) + warp * D * KILN_GEMV_RING_SLOT;
+  // Tile-packed weights (common.cuh): the block's 16 rows are one contiguous run of 1 KB chunks, and
+  // the chunks of one round (one per warp, warp w's at w * 1024) are contiguous too, each exactly a
+  // warp's weight operands (lane l's strand of row g at l * 16, of row g + 8 at 512 + l * 16); tiles
+  // are whole (N % 16 == 0, in % 32 == 0: no partial chunk). The ring is one stage per round, each
+  // filled by TMA bulk copies issued by one thread: the round's weights (before
+  // kiln::wait_prior_grids() for the first stages), then x's rows for it (row r at WARPS * 1024 +
+  // r * WARPS * 64), completing on the stage's mbarrier. Its depth is what the launch's dynamic shared
+  // memory holds (geometry.rs gemv_ring_shared_bytes, up to 8 stages). A stage is refilled with the
+  // round `depth` later by the warp that finishes reading it last (a counter per stage), so nothing
+  // waits but a warp for its data.
+  __shared__ __align__(8) unsigned long long ring_full[8];
+  __shared__ unsigned int ring_done[8];
+  const unsigned int depth = min(8u, (dynamic_smem_bytes() - WARPS * 512u) / (WARPS * (unsigned int)KILN_GEMV_RING_SLOT));
+  const unsigned int SB = WARPS * KILN_GEMV_RING_SLOT;  // bytes per stage
+  const unsigned int rounds = (full + RS - 1) / RS;
+  const unsigned int ring_s = static_cast<unsigned int>(__cvta_generic_to_shared(ring));
   const T* tile = w + KILN_W_ROW(T, n0, in);
-  const unsigned int tx = 1024 + rows * 64;  // bytes per slot fill
-  auto bar = [&](int s) { return static_cast<unsigned int>(__cvta_generic_to_shared(bars + s)); };
-  auto fill_w = [&](int s, unsigned int j) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar(s)), "r"(tx) : "memory");
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], 1024, [%2];\n" ::"r"(
-                     slots + s * KILN_GEMV_RING_SLOT),
-                 "l"(tile + (size_t)(j * RS + warp) * 512), "r"(bar(s))
+  auto bar = [&](unsigned int st) { return static_cast<unsigned int>(__cvta_generic_to_shared(ring_full + st)); };
+  auto chunks = [&](unsigned int r) { return min(RS, full - r * RS); };
+  auto fill_w = [&](unsigned int st, unsigned int r) {
+    const unsigned int n = chunks(r);
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar(st)), "r"(n * (1024 + rows * 64))
+                 : "memory");
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+                     ring_s + st * SB),
+                 "l"(tile + (size_t)r * RS * 512), "r"(n * 1024), "r"(bar(st))
                  : "memory");
   };
-  auto fill_x = [&](int s, unsigned int j) {
-    for (unsigned int r = 0; r < rows; ++r)
-      asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], 64, [%2];\n" ::"r"(
-                       slots + s * KILN_GEMV_RING_SLOT + 1024 + r * 64),
-                   "l"(x + (size_t)r * in + (j * RS + warp) * 32), "r"(bar(s))
+  auto fill_x = [&](unsigned int st, unsigned int r) {
+    const unsigned int n = chunks(r);
+    for (unsigned int q = 0; q < rows; ++q)
+      asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+                       ring_s + st * SB + WARPS * 1024 + q * WARPS * 64),
+                   "l"(x + (size_t)q * in + r * RS * 32), "r"(n * 64), "r"(bar(st))
                    : "memory");
   };
-  if (lane == 0) {
-#pragma unroll
-    for (int s = 0; s < D; ++s) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(bar(s)) : "memory");
+  if (threadIdx.x == 0) {
+    for (unsigned int st = 0; st < depth; ++st) {
+      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(bar(st)) : "memory");
+      ring_done[st] = 0;
+    }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-#pragma unroll
-    for (int s = 0; s < D; ++s)
-      if ((unsigned int)s < nj) fill_w(s, s);
+    for (unsigned int st = 0; st < depth && st < rounds; ++st) fill_w(st, st);
   }
   allow_dependents();
   wait_prior_grids();
-  if (lane == 0) {
-#pragma unroll
-    for (int s = 0; s < D; ++s)
-      if ((unsigned int)s < nj) fill_x(s, s);
-  }
-  const unsigned char* mine = ring + warp * D * KILN_GEMV_RING_SLOT;
-  unsigned int slot = 0, phase = 0;
-  for (unsigned int j = 0; j < nj; ++j) {
-    asm volatile(
-        "{\n.reg .pred p;\nKILN_RING_WAIT_%=:\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
-        "@!p bra KILN_RING_WAIT_%=;\n}\n" ::"r"(bar(slot)),
-        "r"(phase)
-        : "memory");
-    const unsigned char* sp = mine + slot * KILN_GEMV_RING_SLOT;
-    const uint4 wa = *reinterpret_cast<const uint4*>(sp + lane * 16);
-    const uint4 wb = *reinterpret_cast<const uint4*>(sp + 512 + lane * 16);
-    const uint4 xv = *reinterpret_cast<const uint4*>(sp + 1024 + rx * 64 + (lane & 3) * 16);
-    gemv_mma_strand<T>(c[0], wa, wb, xv);
-    __syncwarp();
-    if (lane == 0 && j + D < nj) {
-      asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-      fill_w(slot, j + D);
-      fill_x(slot, j + D);
+  if (threadIdx.x == 0)
+    for (unsigned int st = 0; st < depth && st < rounds; ++st) fill_x(st, st);
+  __syncthreads();  // the barriers' init is seen by every warp
+  unsigned int st = 0, phase = 0;
+  for (unsigned int r = 0; r < rounds; ++r) {
+    if (warp < chunks(r)) {
+      asm volatile(
+          "{\n.reg .pred p;\nKILN_RING_WAIT_%=:\n"
+          "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+          "@!p bra KILN_RING_WAIT_%=;\n}\n" ::"r"(bar(st)),
+          "r"(phase)
+          : "memory");
+      const unsigned char* sp = ring + st * SB;
+      const uint4 wa = *reinterpret_cast<const uint4*>(sp + warp * 1024 + lane * 16);
+      const uint4 wb = *reinterpret_cast<const uint4*>(sp + warp * 1024 + 512 + lane * 16);
+      const uint4 xv = *reinterpret_cast<const uint4*>(sp + WARPS * 1024 + rx * WARPS * 64 + warp * 64 + (lane & 3) * 16);
+      gemv_mma_strand<T>(c[0], wa, wb, xv);
     }
-    if (++slot == (unsigned int)D) {
-      slot = 0;
+    if (r + depth < rounds) {  // round r is whole: every warp read it
+      __syncwarp();
+      if (lane == 0) {
+        __threadfence_block();
+        if (atomicAdd(&ring_done[st], 1u) == WARPS - 1) {
+          ring_done[st] = 0;
+          __threadfence_block();
+          asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+          fill_w(st, r + depth);
+          fill_x(st, r + depth);
+        }
+      }
+    }
+    if (++st == depth) {
+      st = 0;
       phase ^= 1u;
     }
   }
+  float s[1];
+  gemv_mma_sum<1, WARPS>(c, reinterpret_cast<float*>(ring + depth * SB), s);
+  fused_gemv_store<T, O, false, 1>(n0, s, bias, residual, out, rows, outf, has_bias, has_res);
 #else
+  constexpr int D = KILN_GEMV_RING_DEPTH;
   constexpr unsigned int STEP = RS * 32;  // elements between a warp's consecutive chunks
+  const unsigned int nj = full / RS + (warp < full % RS ? 1u : 0u);
   unsigned int ra, rb;
   gemv_tile_rows(n0, g, outf, ra, rb);
   const unsigned int first = gemv_mma_first<WARPS, 1>();
@@ -1043,10 +1061,10 @@ __device__ void fused_gemv_ring(const T* x, const T* w, const T* bias, const O* 
   ring_wait<0>();
   GemvPlainX<T> xop{px};
   gemv_mma_tail<T, 1, 1, RS>(c, nj, first, in, xop, [&](int) { return pa; }, [&](int) { return pb; });
-#endif
   float s[1];
   gemv_mma_sum<1, WARPS>(c, reinterpret_cast<float*>(ring + WARPS * D * KILN_GEMV_RING_SLOT), s);
   fused_gemv_store<T, O, false, 1>(n0, s, bias, residual, out, rows, outf, has_bias, has_res);
+#endif
 }
 
 // fused_linear's `_sr` variant: the tensor-core GEMV without a norm (rows <= 8, in % 8 == 0, 16-byte
