@@ -177,36 +177,6 @@ fn gemv_walk_blocks(kernel: &Kernel, bufs: &[BufArg], blocks: u32, threads: u32,
     blocks.min(LINEAR_GEMV_WIDE_BELOW_BLOCKS * per_sm)
 }
 
-/// `linear_fused.cu` `_sr` variant of `fused_linear` (fused_linear_ring): chunks in flight per warp
-/// in its shared-memory ring (`KILN_GEMV_RING_DEPTH`) and bytes per ring slot (`KILN_GEMV_RING_SLOT`:
-/// 512 each of the two weight rows' and x's strands).
-pub const GEMV_RING_DEPTH: u32 = 4;
-pub const GEMV_RING_SLOT_BYTES: u32 = 1536;
-
-/// Dynamic shared memory of a `_sr` block of `threads` (`gemv_ring_bytes` in linear_fused.cu): each
-/// warp's ring and its 4 x 32 floats of partial tiles.
-pub fn gemv_ring_shared_bytes(threads: u32) -> u32 {
-    // A/B knob at plan time, to go with the kernels' `KILN_NVRTC_DEFINES=KILN_GEMV_RING_DEPTH=<n>`
-    // (with fewer bytes than the kernel's depth needs, it takes its SIMT path: slow, not wrong).
-    let depth = super::knob("KILN_GEMV_RING_DEPTH").parse::<u32>().unwrap_or(GEMV_RING_DEPTH);
-    threads / 32 * (depth * GEMV_RING_SLOT_BYTES + 4 * 32 * 4)
-}
-
-/// Whether a decode `fused_linear` launch runs the `_sr` variant, whose weight ring lives in shared
-/// memory (64 registers instead of ~105, so a 256-thread block of the next launch fits beside a
-/// 512-thread one): a GEMV without a norm on the tensor-core path (16-bit storage, in % 8 == 0),
-/// when the plan-time knob `KILN_GEMV_RING` has the bit of its block size (1: 512 threads, 2: 256).
-/// Default off (an A/B knob until measured). The runtime calls the `_sr` symbol for a
-/// `fused_linear` launch with dynamic shared memory (`abi::launch_symbol`).
-pub fn gemv_ring_covers(kernel: &Kernel, bufs: &[BufArg], threads: u32) -> bool {
-    let Kernel::FusedLinear { rows, in_features, norm: false, .. } = *kernel else { return false };
-    let bits = super::knob("KILN_GEMV_RING").parse::<u32>().unwrap_or(0);
-    let bit = if threads == LINEAR_GEMV_WIDE_THREADS { 1 } else { 2 };
-    let tensor_cores =
-        bufs.first().is_some_and(|b| matches!(b.dtype, crate::ir::DType::F16 | crate::ir::DType::BF16)) && in_features % 8 == 0;
-    bits & bit != 0 && rows <= LINEAR_GEMV_MAX_ROWS && tensor_cores
-}
-
 /// `linear_fused.cu`: bytes of shared memory for a block's normed rows (`KILN_FUSED_NORM_STAGE`);
 /// rows x in_features 16-bit values up to this are staged.
 pub const FUSED_NORM_STAGE_BYTES: u32 = 16384;
@@ -370,9 +340,6 @@ pub fn launch_geometry(kernel: &Kernel, bufs: &[BufArg]) -> Geometry {
                 let (blocks, threads, occupancy) = gemv_grid(out_features, in_features);
                 if gemv_wide_knob(kernel, blocks) {
                     return Geometry { occupancy: 0, ..g(blocks, 1, LINEAR_GEMV_WIDE_THREADS) };
-                }
-                if gemv_ring_covers(kernel, bufs, threads) {
-                    return Geometry { shared_bytes: gemv_ring_shared_bytes(threads), ..g(blocks, 1, threads) };
                 }
                 let occupancy = if dense_variant_covers(kernel) { occupancy } else { 0 };
                 let blocks = gemv_walk_blocks(kernel, bufs, blocks, threads, occupancy);

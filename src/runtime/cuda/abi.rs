@@ -262,16 +262,12 @@ pub fn pointers(kernel: &Kernel, bufs: &[BufArg], region_base: &[u64; crate::pla
     p
 }
 
-/// The symbol a launch calls: [`symbol`], with `_sr` for a `fused_linear` with dynamic shared
-/// memory (its ring there, `geometry::gemv_ring_covers`), `_o3` / `_o3u` for the dense GEMV variant
+/// The symbol a launch calls: [`symbol`], with `_o3` / `_o3u` for the dense GEMV variant
 /// (`Launch::occupancy` = `GEMV_DENSE_BLOCKS_PER_SM`: `__launch_bounds__(256, 3)` in linear.cu /
 /// linear_fused.cu).
 pub fn launch_symbol(l: &crate::plan::Launch) -> String {
     let s = symbol(&l.kernel, &l.bufs);
-    if matches!(l.kernel, crate::plan::Kernel::FusedLinear { .. }) && l.shared_bytes > 0 {
-        // The shared-memory ring variant (geometry::gemv_ring_covers).
-        format!("{s}_sr")
-    } else if l.occupancy == crate::plan::geometry::GEMV_DENSE_BLOCKS_PER_SM {
+    if l.occupancy == crate::plan::geometry::GEMV_DENSE_BLOCKS_PER_SM {
         format!("{s}{}", crate::plan::geometry::dense_variant_suffix(&l.kernel))
     } else {
         s

@@ -476,16 +476,6 @@ impl Drop for Module {
     }
 }
 
-/// Sets a function's preferred shared-memory carveout (percent of the SM's unified L1 / shared
-/// memory; 100: the most shared memory). An SM changes its carveout only when idle, so blocks of
-/// kernels with different carveouts cannot be resident together (no PDL overlap between them).
-// `f` is an opaque driver handle, passed through, never dereferenced here.
-#[allow(clippy::not_unsafe_ptr_arg_deref)]
-pub fn set_carveout(counters: &Counters, f: sys::CUfunction, percent: i32) -> Result<()> {
-    let attr = sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT;
-    call(counters, "cuFuncSetAttribute", unsafe { sys::cuFuncSetAttribute(f, attr, percent) })
-}
-
 /// Raises a function's dynamic shared memory limit to what its launches need (the default limit is
 /// 48 KiB less the kernel's static shared memory).
 // `f` is an opaque driver handle, passed through, never dereferenced here.

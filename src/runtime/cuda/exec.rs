@@ -401,11 +401,6 @@ impl CudaExecutor {
                 driver::set_max_dynamic_shared(&counters, f, shared)
                     .with_context(|| format!("`{s}` needs {shared} bytes of shared memory"))?;
             }
-            // A/B timing knob: one shared-memory carveout for every kernel (percent), so that no
-            // launch boundary needs an idle SM to reconfigure.
-            if let Ok(percent) = crate::plan::knob("KILN_CARVEOUT").parse::<i32>() {
-                driver::set_carveout(&counters, f, percent)?;
-            }
             by_symbol.insert(s, f);
         }
         // Library launches have no function (null); `gemms` holds their calls.
