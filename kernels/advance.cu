@@ -35,11 +35,74 @@
 
 extern "C" __device__ void cudaGraphSetConditional(unsigned long long handle, unsigned int value);
 
+// KILN_ADVANCE_FAST (default 1; session 33): every value the step reads (control, and each row's
+// position, token, finished flag and the stop ids) is loaded at once after the wait, one round
+// trip instead of three dependent ones, the block's all-finished and past-end come from barrier
+// reductions instead of thread 0 re-reading the flags, and the ring write has no system fence
+// (the host polls each ring word for a value other than -1, a 4-byte store it sees whole, and
+// learns the loop's end from an event, which orders everything; nothing it reads needed the
+// fence's ordering). The same writes as before (0: the previous kernel, kept for A/B).
+#ifndef KILN_ADVANCE_FAST
+#define KILN_ADVANCE_FAST 1
+#endif
+
 extern "C" __global__ void __launch_bounds__(1024)
     kiln_advance(const int* tokens, const int* stop_ids, int* token_ids, int* positions, unsigned int* counter,
                  unsigned int* control, int* ring, unsigned int rows, unsigned int burst, unsigned int n_stop,
                  unsigned long long cond_handle) {
   kiln::wait_prior_grids();
+#if KILN_ADVANCE_FAST
+  // Loads first, all independent of each other (written by earlier grids or the host: coherent
+  // loads through the L2, as every activation).
+  const unsigned int done0 = __ldcg(control + 2);
+  const unsigned int budget = __ldcg(control + 0);
+  const unsigned int produced = __ldcg(control + 1);
+  const long long max_position = (long long)__ldcg(control + 3);
+  // One row per thread in the common case (rows <= blockDim.x); more rows loop below.
+  const unsigned int r0 = threadIdx.x;
+  const bool has0 = r0 < rows;
+  const int p0 = has0 ? __ldcg(positions + r0) : -1;
+  const int t0 = has0 ? __ldcg(tokens + r0) : 0;
+  const unsigned int fin0 = has0 ? __ldcg(control + 4 + r0) : 1u;
+  const unsigned int c0 = has0 ? __ldcg(counter + r0) : 0u;
+  if (done0 != 0u) {
+    // A loop already done changes nothing: no ring write, no position or counter moved.
+    if (threadIdx.x == 0 && cond_handle != 0) cudaGraphSetConditional(cond_handle, 0u);
+    return;
+  }
+  int past_end = 0, unfinished = 0;
+  for (unsigned int r = r0; r < rows; r += blockDim.x) {
+    const bool first = r == r0;
+    const int p = first ? p0 : __ldcg(positions + r);
+    const int t = first ? t0 : __ldcg(tokens + r);
+    const unsigned int fin = first ? fin0 : __ldcg(control + 4 + r);
+    const unsigned int c = first ? c0 : __ldcg(counter + r);
+    if (p < 0) {
+      control[4 + r] = 1;  // padding rows count as finished
+      continue;
+    }
+    bool stop = false;
+    for (unsigned int i = 0; i < n_stop; ++i) {
+      const int sid = __ldcg(stop_ids + i);
+      stop |= sid >= 0 && sid == t;
+    }
+    if (produced < burst) ring[(size_t)produced * rows + r] = t;
+    token_ids[r] = t;
+    positions[r] = p + 1;
+    counter[r] = c + 1u;
+    if (stop) control[4 + r] = 1;
+    unfinished |= !(stop || fin != 0u);
+    past_end |= (long long)(p + 1) >= max_position;
+  }
+  past_end = __syncthreads_or(past_end);
+  unfinished = __syncthreads_or(unfinished);
+  if (threadIdx.x != 0) return;
+  const unsigned int now = produced + 1;
+  control[1] = now;
+  const bool done = now >= budget || now >= burst || unfinished == 0 || past_end != 0;
+  if (done) control[2] = 1;
+  if (cond_handle != 0) cudaGraphSetConditional(cond_handle, done ? 0u : 1u);
+#else
   // A loop already done (the step block said so, or an earlier step of an unrolled loop body)
   // changes nothing: no ring write, no position or counter moved. Every thread reads `done`
   // before thread 0 could rewrite it (after the barrier below), so all of them return or none.
@@ -83,4 +146,5 @@ extern "C" __global__ void __launch_bounds__(1024)
   const bool done = now >= control[0] || now >= burst || all_finished || past_end != 0;
   if (done) control[2] = 1;
   if (cond_handle != 0) cudaGraphSetConditional(cond_handle, done ? 0u : 1u);
+#endif
 }

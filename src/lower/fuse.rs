@@ -54,6 +54,13 @@ type LinearParts = (ValueId, Option<(ValueId, f32)>, ValueId, Option<ValueId>, V
 /// Most output features of a linear that takes a norm prologue (rewrite 1).
 pub const NORM_PROLOGUE_MAX_FEATURES: usize = 16384;
 
+/// [`NORM_PROLOGUE_MAX_FEATURES`], or the plan-time A/B knob `KILN_NORM_PROLOGUE_MAX=<n>` (session 33:
+/// with the norm after the dot product, a fused vocabulary projection no longer recomputes the RMS
+/// per chunk, so the final norm's launch may be worth folding).
+pub fn norm_prologue_max_features() -> usize {
+    crate::plan::knob("KILN_NORM_PROLOGUE_MAX").parse::<usize>().unwrap_or(NORM_PROLOGUE_MAX_FEATURES)
+}
+
 pub fn fuse(p: &Program) -> Result<Program> {
     // Prefill programs take rewrites 4-6 only, 5 only packed (see the module doc).
     let decode = p.phase != crate::ir::Phase::Prefill;
@@ -70,6 +77,7 @@ pub fn fuse(p: &Program) -> Result<Program> {
 
     if decode {
         // 1. Norm prologues.
+        let max_features = norm_prologue_max_features();
         for i in 0..ops.len() {
             let Some(OpNode { op: Op::RmsNorm { x, weight, out: h, eps }, .. }) = ops[i].clone() else { continue };
             if !is_temp(h) {
@@ -79,7 +87,7 @@ pub fn fuse(p: &Program) -> Result<Program> {
             let all_linear = !rs.is_empty()
                 && rs.iter().all(|&j| {
                     matches!(ops[j].as_ref().map(|o| &o.op), Some(Op::Linear { x: lx, weight: w, .. })
-                        if *lx == h && *w != h && p.value(*w).shape.0.first().is_some_and(|&n| n <= NORM_PROLOGUE_MAX_FEATURES))
+                        if *lx == h && *w != h && p.value(*w).shape.0.first().is_some_and(|&n| n <= max_features))
                 });
             if !all_linear {
                 continue;
