@@ -54,9 +54,11 @@ type LinearParts = (ValueId, Option<(ValueId, f32)>, ValueId, Option<ValueId>, V
 /// Most output features of a linear that takes a norm prologue (rewrite 1).
 pub const NORM_PROLOGUE_MAX_FEATURES: usize = 16384;
 
-/// [`NORM_PROLOGUE_MAX_FEATURES`], or the plan-time A/B knob `KILN_NORM_PROLOGUE_MAX=<n>` (session 33:
-/// with the norm after the dot product, a fused vocabulary projection no longer recomputes the RMS
-/// per chunk, so the final norm's launch may be worth folding).
+/// [`NORM_PROLOGUE_MAX_FEATURES`], or the plan-time A/B knob `KILN_NORM_PROLOGUE_MAX=<n>`. Measured
+/// again with the norm after the dot product (session 33 call C, H200, batch 1, context 128,
+/// `bench/results/2026-12-03-h200-decode-ab-s33.md`): folding the final norm into the vocabulary
+/// projection still loses, 0.5B -4.0%, 1B -3.3%, 8B -0.7% (the 1B's logits GEMV 115.8 -> 147.7 us
+/// for the 3.3 us norm launch it saves), so the limit stays.
 pub fn norm_prologue_max_features() -> usize {
     crate::plan::knob("KILN_NORM_PROLOGUE_MAX").parse::<usize>().unwrap_or(NORM_PROLOGUE_MAX_FEATURES)
 }
