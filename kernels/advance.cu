@@ -28,33 +28,29 @@
 // header's: C linkage, (cudaGraphConditionalHandle = unsigned long long, unsigned int).
 //
 // The ring lives in host-mapped pinned memory that the host polls while the loop runs, word by
-// word (a slot is -1 until its token arrives). The default kernel writes it with a plain store;
-// the previous one (KILN_ADVANCE_FAST=0) put `__threadfence_system()` after each ring write.
+// word (a slot is -1 until its token arrives); the kernel writes it with a plain store.
 //
 // Geometry: grid 1, block ceil(rows / 32) * 32; a thread per row, thread 0 finalizes.
 
 extern "C" __device__ void cudaGraphSetConditional(unsigned long long handle, unsigned int value);
 
-// KILN_ADVANCE_FAST (default 1; session 33): every value the step reads (control, and each row's
-// position, token, finished flag and the stop ids) is loaded at once after the wait, one round
-// trip instead of three dependent ones, the block's all-finished and past-end come from barrier
-// reductions instead of thread 0 re-reading the flags, and the ring write has no system fence
-// (the host polls each ring word for a value other than -1, a 4-byte store it sees whole, and
-// learns the loop's end from an event, which orders everything; nothing it reads needed the
-// fence's ordering). The same writes as before (0: the previous kernel, kept for A/B). Measured on
-// the H200 with gather.cu's 16-byte rows (session 33 call C, bench/results/2026-12-03-h200-decode-ab-s33.md,
-// two rounds, batch 1, context 128, greedy ids identical): tok/s 0.5B 1778.8 -> 1780.1, 1B 1250.8 ->
-// 1259.2 (+0.7%), 8B 258.3 -> 258.8; the 1B's block trace: advance 7.52 -> 6.21 us per step.
-#ifndef KILN_ADVANCE_FAST
-#define KILN_ADVANCE_FAST 1
-#endif
+// Every value the step reads (control, and each row's position, token, finished flag and the stop
+// ids) is loaded at once after the wait, one round trip instead of three dependent ones; the
+// block's all-finished and past-end come from barrier reductions instead of thread 0 re-reading
+// the flags; and the ring write has no system fence (the host polls each ring word for a value
+// other than -1, a 4-byte store it sees whole, and learns the loop's end from an event, which
+// orders everything; nothing it reads needed the fence's ordering). Measured on the H200 against
+// the previous kernel (three dependent round trips and `__threadfence_system()` after each ring
+// write; git history before session 33), with gather.cu's 16-byte rows (session 33 call C,
+// bench/results/2026-12-03-h200-decode-ab-s33.md, two rounds, batch 1, context 128, greedy ids
+// identical): tok/s 0.5B 1778.8 -> 1780.1, 1B 1250.8 -> 1259.2 (+0.7%), 8B 258.3 -> 258.8; the 1B's
+// block trace: advance 7.52 -> 6.21 us per step.
 
 extern "C" __global__ void __launch_bounds__(1024)
     kiln_advance(const int* tokens, const int* stop_ids, int* token_ids, int* positions, unsigned int* counter,
                  unsigned int* control, int* ring, unsigned int rows, unsigned int burst, unsigned int n_stop,
                  unsigned long long cond_handle) {
   kiln::wait_prior_grids();
-#if KILN_ADVANCE_FAST
   // Loads first, all independent of each other (written by earlier grids or the host: coherent
   // loads through the L2, as every activation).
   const unsigned int done0 = __ldcg(control + 2);
@@ -105,49 +101,4 @@ extern "C" __global__ void __launch_bounds__(1024)
   const bool done = now >= budget || now >= burst || unfinished == 0 || past_end != 0;
   if (done) control[2] = 1;
   if (cond_handle != 0) cudaGraphSetConditional(cond_handle, done ? 0u : 1u);
-#else
-  // A loop already done (the step block said so, or an earlier step of an unrolled loop body)
-  // changes nothing: no ring write, no position or counter moved. Every thread reads `done`
-  // before thread 0 could rewrite it (after the barrier below), so all of them return or none.
-  if (__ldcg(control + 2) != 0u) {
-    if (threadIdx.x == 0 && cond_handle != 0) cudaGraphSetConditional(cond_handle, 0u);
-    return;
-  }
-  // Every thread reads `produced` before thread 0 rewrites it (the barrier below orders them).
-  const unsigned int produced = control[1];
-  const long long max_position = (long long)control[3];
-  int past_end = 0;
-  for (unsigned int r = threadIdx.x; r < rows; r += blockDim.x) {
-    const int p = positions[r];
-    if (p < 0) {
-      control[4 + r] = 1;  // padding rows count as finished
-      continue;
-    }
-    const int t = tokens[r];
-    if (produced < burst) {
-      ring[(size_t)produced * rows + r] = t;
-      __threadfence_system();
-    }
-    token_ids[r] = t;
-    positions[r] = p + 1;
-    counter[r] = counter[r] + 1u;
-    bool stop = false;
-    for (unsigned int i = 0; i < n_stop; ++i) {
-      const int s = stop_ids[i];
-      stop |= s >= 0 && s == t;
-    }
-    if (stop) control[4 + r] = 1;
-    past_end |= (long long)(p + 1) >= max_position;
-  }
-  // Barrier and OR over the block: the finished flags and past_end of every row are in.
-  past_end = __syncthreads_or(past_end);
-  if (threadIdx.x != 0) return;
-  const unsigned int now = produced + 1;
-  control[1] = now;
-  bool all_finished = true;
-  for (unsigned int r = 0; r < rows; ++r) all_finished &= control[4 + r] != 0;
-  const bool done = now >= control[0] || now >= burst || all_finished || past_end != 0;
-  if (done) control[2] = 1;
-  if (cond_handle != 0) cudaGraphSetConditional(cond_handle, done ? 0u : 1u);
-#endif
 }
