@@ -589,6 +589,31 @@ __device__ void fused_gemv_mma_walk(const T* x, const T* nw, const T* w,
   }
 }
 #endif
+// KILN_FUSED_EARLY_RESIDUAL (default 1; session 33, branch s33-early-residual, not yet measured): a
+// GEMV without a norm whose epilogue adds a residual (the o and down projections) loads each
+// epilogue thread's residual element right after its wait for the prior grids (EarlyResidualX),
+// instead of after the block's sum, so that one L2 round trip leaves the end of every such launch,
+// i.e. the critical path (two launches per decoder layer). The same values, added in the same
+// order: the same bits.
+#ifndef KILN_FUSED_EARLY_RESIDUAL
+#define KILN_FUSED_EARLY_RESIDUAL 1
+#endif
+
+// An x operand X that also loads, in prepare() (right after kiln::wait_prior_grids() in
+// gemv_mma_ring_start), this thread's epilogue residual element `res` (null: none) into `v`.
+template <typename X, typename O> struct EarlyResidualX {
+  X x;
+  const O* res;
+  float v;
+  __device__ __forceinline__ void prefetch() { x.prefetch(); }
+  __device__ __forceinline__ void prepare() {
+    x.prepare();
+    if (res != nullptr) v = to_f32(*res);
+  }
+  __device__ __forceinline__ uint4 load(unsigned int off) const { return x.load(off); }
+  __device__ __forceinline__ uint4 finish(const uint4& raw, unsigned int off) const { return x.finish(raw, off); }
+};
+
 template <typename T, typename O, bool GATED, int WARPS, bool NORM, bool STAGED>
 __device__ void fused_gemv_mma_tile(const T* x, const T* nw, const T* w,
                                const T* wu, const T* bias, const O* residual,
@@ -602,6 +627,32 @@ __device__ void fused_gemv_mma_tile(const T* x, const T* nw, const T* w,
   const T* wq[Q];
   wq[0] = w;
   if constexpr (GATED) wq[Q - 1] = wu;
+  if constexpr (KILN_FUSED_EARLY_RESIDUAL && !GATED && !NORM) {
+    if (has_res) {
+      // This thread's epilogue slot (fused_gemv_store's): output n of row r.
+      const unsigned int i = threadIdx.x >> 5, l = threadIdx.x & 31;
+      const unsigned int n = n0 + (l >> 2) + 8 * (i >> 1), r = 2 * (l & 3) + (i & 1);
+      const bool mine = threadIdx.x < 128 && r < rows && n < outf;
+      const size_t idx = (size_t)r * outf + n;
+      constexpr int U = KILN_LINEAR_GEMV_UNROLL;
+      constexpr int D = KILN_FUSED_DEPTH;
+      constexpr int UU = D % U == 0 ? U : 1;
+      const unsigned int rx = g < rows ? g : 0;
+      // x as fused_gemv_sums reads it without a norm (FusedNormX<T, false>: the same loads).
+      EarlyResidualX<GemvPlainX<T>, O> xop{GemvPlainX<T>{x + (size_t)rx * in + gemv_mma_first<WARPS, U>()},
+                                           mine ? residual + idx : nullptr, 0.0f};
+      float c[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
+      gemv_mma_loop<T, 1, WARPS, D, UU, KILN_LINEAR_GEMV_XPRE != 0>(wq, ra, rb, in, xop, c);
+      float s1[1];
+      gemv_mma_sum<1, WARPS>(c, smem, s1);
+      if (mine) {
+        // fused_finish's arithmetic with the residual loaded early.
+        const float v = has_bias ? s1[0] + to_f32(bias[n]) : s1[0];
+        out[idx] = from_f32<O>(round_to<O>(v) + xop.v);
+      }
+      return;
+    }
+  }
   float s[Q];
   fused_gemv_sums<T, Q, WARPS, NORM, STAGED>(x, nw, wq, ra, rb, rows, in, eps, inv_s, smem, hs, s);
   fused_gemv_store<T, O, GATED, Q>(n0, s, bias, residual, out, rows, outf, has_bias, has_res);
