@@ -589,12 +589,14 @@ __device__ void fused_gemv_mma_walk(const T* x, const T* nw, const T* w,
   }
 }
 #endif
-// KILN_FUSED_EARLY_RESIDUAL (default 1; session 33, branch s33-early-residual, not yet measured): a
-// GEMV without a norm whose epilogue adds a residual (the o and down projections) loads each
+// KILN_FUSED_EARLY_RESIDUAL (default 1; `KILN_NVRTC_DEFINES=KILN_FUSED_EARLY_RESIDUAL=0` for an A/B):
+// a GEMV without a norm whose epilogue adds a residual (the o and down projections) loads each
 // epilogue thread's residual element right after its wait for the prior grids (EarlyResidualX),
 // instead of after the block's sum, so that one L2 round trip leaves the end of every such launch,
 // i.e. the critical path (two launches per decoder layer). The same values, added in the same
-// order: the same bits.
+// order: the same bits (greedy ids identical on the three bench shapes). Measured on the H200
+// (session 34 call A, bench/results/2026-12-03-h200-decode-ab-s34.md, two rounds, batch 1, context
+// 128): 0.5B 1771.9 -> 1790.5 tok/s (+1.1%), 1B 1250.0 -> 1249.0 (unchanged), 8B 257.2 -> 258.4 (+0.5%).
 #ifndef KILN_FUSED_EARLY_RESIDUAL
 #define KILN_FUSED_EARLY_RESIDUAL 1
 #endif
