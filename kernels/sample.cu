@@ -1,4 +1,5 @@
-// sample.cu: kiln_sample_f32(logits, temperature, top_k, top_p, seed, counter, out, rows, vocab)
+// sample.cu: kiln_sample_f32(logits, temperature, top_k, top_p, seed, counter, out, rows, vocab), and
+// kiln_sample_advance_f32 (the sampler and advance.cu's step in one launch: see it, at the end)
 //
 // Check on a GPU: python3 scripts/kernel_check.py --only sample   (NVRTC build, no GPU:
 // cargo test --test kernels_compile)
@@ -427,24 +428,16 @@ __device__ __forceinline__ void block_argmax(float& best_v, int& best_i, SampleS
   }
 }
 
-}  // namespace sample_impl
-}  // namespace kiln
-
-using namespace kiln::sample_impl;
-
-extern "C" __global__ void __launch_bounds__(KILN_SAMPLE_THREADS, KILN_SAMPLE_MIN_BLOCKS) KILN_SAMPLE_CLUSTER_ATTR
-    kiln_sample_f32(const float* logits, const float* temperature, const int* top_k, const float* top_p,
-                    const unsigned int* seed, const unsigned int* counter, int* out, unsigned int rows,
-                    unsigned int vocab) {
-  KILN_ABLATED(1024);
-  kiln::wait_prior_grids();
-  __shared__ SampleShared s;
-  // KILN_SAMPLE_CLUSTER blocks per row (one thread-block cluster): each takes step 1 over a
-  // contiguous part of the row and stores its (value, index) in block 0's shared memory; after
-  // the cluster barrier the other blocks exit and block 0 goes on alone. argmax_better is a total
-  // order, so the result is the same for any split of the row.
-  const unsigned int r = blockIdx.x / KILN_SAMPLE_CLUSTER, part = blockIdx.x % KILN_SAMPLE_CLUSTER;
-  if (r >= rows || vocab == 0) return;  // the whole cluster: its blocks share r
+// The sampler of row r (vocab > 0), called by every thread of every block of the row's cluster
+// (`part`: the block's place in it). KILN_SAMPLE_CLUSTER blocks per row (one thread-block
+// cluster): each takes step 1 over a contiguous part of the row and stores its (value, index) in
+// block 0's shared memory; after the cluster barrier the other blocks return and block 0 goes on
+// alone. argmax_better is a total order, so the result is the same for any split of the row.
+// Returns true in the one thread that holds the row's token (thread 0 of block 0), in `token`.
+__device__ __forceinline__ bool sample_row_token(const float* logits, const float* temperature, const int* top_k,
+                                                 const float* top_p, const unsigned int* seed,
+                                                 const unsigned int* counter, unsigned int r, unsigned int part,
+                                                 unsigned int vocab, SampleShared& s, int& token) {
   const float* l = logits + (size_t)r * vocab;
   const bool vec = vocab % 4 == 0 && kiln::aligned16(l);
   const unsigned int per = vec ? (vocab / 4 + KILN_SAMPLE_PARTS - 1) / KILN_SAMPLE_PARTS * 4
@@ -470,14 +463,14 @@ extern "C" __global__ void __launch_bounds__(KILN_SAMPLE_THREADS, KILN_SAMPLE_MI
     asm volatile("st.shared::cluster.s32 [%0], %1;" ::"r"(remote_i), "r"(best_i) : "memory");
   }
   kiln::cluster_sync();
-  if (part != 0) return;
+  if (part != 0) return false;
   if (threadIdx.x < 32) {
     best_v = threadIdx.x < KILN_SAMPLE_PARTS ? s.part_v[threadIdx.x] : kiln::quiet_nan();
     best_i = threadIdx.x < KILN_SAMPLE_PARTS ? s.part_i[threadIdx.x] : 0x7fffffff;
     warp_argmax(best_v, best_i);
   }
 #else
-  if (part != 0) return;
+  if (part != 0) return false;
 #endif
   if (threadIdx.x == 0) s.red_i[0] = best_i >= (int)vocab ? 0 : best_i;
   __syncthreads();
@@ -485,8 +478,8 @@ extern "C" __global__ void __launch_bounds__(KILN_SAMPLE_THREADS, KILN_SAMPLE_MI
 
   const float t = temperature[r];
   if (!(t > 0.0f) || !isfinite(t)) {
-    if (threadIdx.x == 0) out[r] = argmax;
-    return;
+    token = argmax;
+    return threadIdx.x == 0;
   }
 
   Row row;
@@ -516,8 +509,9 @@ extern "C" __global__ void __launch_bounds__(KILN_SAMPLE_THREADS, KILN_SAMPLE_MI
   }
   if (n_kept <= KILN_SAMPLE_CAP) {
     collect_sorted(row, lo_k, n_kept, s);
-    if (threadIdx.x == 0) out[r] = (int)draw_sorted(row, n_kept, apply_top_p, p, u, s);
-    return;
+    if (threadIdx.x != 0) return false;
+    token = (int)draw_sorted(row, n_kept, apply_top_p, p, u, s);
+    return true;
   }
 
   // Large path. Step 4 in fixed point: the shortest prefix whose mass reaches top_p * total.
@@ -532,8 +526,9 @@ extern "C" __global__ void __launch_bounds__(KILN_SAMPLE_THREADS, KILN_SAMPLE_MI
     const unsigned int n_top_p = count_at_least(row, lo, s);
     if (n_top_p <= KILN_SAMPLE_CAP) {
       collect_sorted(row, lo, n_top_p, s);
-      if (threadIdx.x == 0) out[r] = (int)draw_sorted(row, n_top_p, false, p, u, s);
-      return;
+      if (threadIdx.x != 0) return false;
+      token = (int)draw_sorted(row, n_top_p, false, p, u, s);
+      return true;
     }
     total = mass_at_least(row, lo, s);
   }
@@ -552,5 +547,108 @@ extern "C" __global__ void __launch_bounds__(KILN_SAMPLE_THREADS, KILN_SAMPLE_MI
     if (key >= lo_draw && key < mine) mine = key;
   }
   const u64 chosen = block_min_u64(mine, s);
-  if (threadIdx.x == 0) out[r] = chosen == ~0ull ? argmax : (int)index_of(row, chosen);
+  token = chosen == ~0ull ? argmax : (int)index_of(row, chosen);
+  return threadIdx.x == 0;
 }
+
+}  // namespace sample_impl
+}  // namespace kiln
+
+using namespace kiln::sample_impl;
+
+extern "C" __global__ void __launch_bounds__(KILN_SAMPLE_THREADS, KILN_SAMPLE_MIN_BLOCKS) KILN_SAMPLE_CLUSTER_ATTR
+    kiln_sample_f32(const float* logits, const float* temperature, const int* top_k, const float* top_p,
+                    const unsigned int* seed, const unsigned int* counter, int* out, unsigned int rows,
+                    unsigned int vocab) {
+  KILN_ABLATED(1024);
+  kiln::wait_prior_grids();
+  __shared__ SampleShared s;
+  const unsigned int r = blockIdx.x / KILN_SAMPLE_CLUSTER, part = blockIdx.x % KILN_SAMPLE_CLUSTER;
+  if (r >= rows || vocab == 0) return;  // the whole cluster: its blocks share r
+  int token = 0;
+  if (sample_row_token(logits, temperature, top_k, top_p, seed, counter, r, part, vocab, s, token)) out[r] = token;
+}
+
+// Declared as advance.cu declares it (see there).
+extern "C" __device__ void cudaGraphSetConditional(unsigned long long handle, unsigned int value);
+
+// kiln_sample_advance_f32(logits, temperature, top_k, top_p, seed, stop_ids, out, token_ids,
+//                         positions, counter, control, ring, vocab, burst, n_stop, cond_handle)
+//
+// Semantics (Op::SampleAdvance, made by the fusion pass for a device loop's one-row step):
+// kiln_sample_f32 over the row (the counter as it was), then kiln_advance (advance.cu) with its
+// token, word for word: the same token, ring slot, step fields, finished flag, produced count,
+// done flag and loop condition. The thread that draws the token (thread 0 of the cluster's block
+// 0) runs the advance; the advance's reads (control, position, finished flag, counter, the first
+// KILN_SAMPLE_ADVANCE_EARLY_STOPS stop ids) are issued right after the wait, before the sampler's,
+// so that they cost no round trip after the token. One launch boundary fewer per step than
+// sample -> advance.
+//
+// Geometry: kiln_sample_f32's for one row (a cluster of KILN_SAMPLE_CLUSTER blocks of 1024).
+// CPU reference: the `Kernel::SampleAdvance` arm of src/runtime/cpu.rs (sample, then advance).
+#define KILN_SAMPLE_ADVANCE_EARLY_STOPS 8
+extern "C" __global__ void __launch_bounds__(KILN_SAMPLE_THREADS, KILN_SAMPLE_MIN_BLOCKS) KILN_SAMPLE_CLUSTER_ATTR
+    kiln_sample_advance_f32(const float* logits, const float* temperature, const int* top_k, const float* top_p,
+                            const unsigned int* seed, const int* stop_ids, int* out, int* token_ids, int* positions,
+                            unsigned int* counter, unsigned int* control, int* ring, unsigned int vocab,
+                            unsigned int burst, unsigned int n_stop, unsigned long long cond_handle) {
+  kiln::wait_prior_grids();
+  __shared__ SampleShared s;
+  const unsigned int part = blockIdx.x % KILN_SAMPLE_CLUSTER;
+  const bool runs_advance = blockIdx.x == 0 && threadIdx.x == 0;
+  // The advance's reads, all at once (coherent: written by earlier grids or the host).
+  unsigned int done0 = 0, budget = 0, produced = 0, fin = 0, c = 0;
+  long long max_position = 0;
+  int p = -1;
+  int sid[KILN_SAMPLE_ADVANCE_EARLY_STOPS];
+  if (runs_advance) {
+    done0 = __ldcg(control + 2);
+    budget = __ldcg(control + 0);
+    produced = __ldcg(control + 1);
+    max_position = (long long)__ldcg(control + 3);
+    fin = __ldcg(control + 4);
+    p = __ldcg(positions);
+    c = __ldcg(counter);
+  }
+#pragma unroll
+  for (unsigned int i = 0; i < KILN_SAMPLE_ADVANCE_EARLY_STOPS; ++i)
+    sid[i] = runs_advance && i < n_stop ? __ldcg(stop_ids + i) : -1;
+  if (vocab == 0) {  // never planned (the verifier refuses empty values): end the loop, not spin
+    if (runs_advance && cond_handle != 0) cudaGraphSetConditional(cond_handle, 0u);
+    return;
+  }
+  int t = 0;
+  if (!sample_row_token(logits, temperature, top_k, top_p, seed, counter, 0, part, vocab, s, t)) return;
+  // Here: thread 0 of block 0 (runs_advance), with the row's token.
+  out[0] = t;
+  if (done0 != 0u) {
+    // A loop already done changes nothing: no ring write, no position or counter moved.
+    if (cond_handle != 0) cudaGraphSetConditional(cond_handle, 0u);
+    return;
+  }
+  bool unfinished = false, past_end = false;
+  if (p < 0) {
+    control[4] = 1;  // a padding row counts as finished
+  } else {
+    bool stop = false;
+#pragma unroll
+    for (unsigned int i = 0; i < KILN_SAMPLE_ADVANCE_EARLY_STOPS; ++i) stop |= sid[i] >= 0 && sid[i] == t;
+    for (unsigned int i = KILN_SAMPLE_ADVANCE_EARLY_STOPS; i < n_stop; ++i) {
+      const int x = __ldcg(stop_ids + i);
+      stop |= x >= 0 && x == t;
+    }
+    if (produced < burst) ring[produced] = t;
+    token_ids[0] = t;
+    positions[0] = p + 1;
+    counter[0] = c + 1u;
+    if (stop) control[4] = 1;
+    unfinished = !(stop || fin != 0u);
+    past_end = (long long)(p + 1) >= max_position;
+  }
+  const unsigned int now = produced + 1;
+  control[1] = now;
+  const bool done = now >= budget || now >= burst || !unfinished || past_end;
+  if (done) control[2] = 1;
+  if (cond_handle != 0) cudaGraphSetConditional(cond_handle, done ? 0u : 1u);
+}
+

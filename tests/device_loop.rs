@@ -3,7 +3,9 @@
 //! (the reference the GPU's conditional-node loop is gated against).
 //!
 //! Proves: bit-identical tokens for greedy and seeded sampling at batch 1 and 2; the budget,
-//! stop tokens and the context end stop the loop; the ring holds the tokens in order.
+//! stop tokens and the context end stop the loop; the ring holds the tokens in order. Each on
+//! unfused plans and on fused ones, whose one-row loop ends in one `sample_advance` launch
+//! (`lower::fuse` rewrite 8) instead of `sample` -> `advance`.
 
 mod common_cpu;
 
@@ -18,7 +20,7 @@ use kiln::synth::MemWeights;
 
 const MAX_CONTEXT: usize = 64;
 
-fn setup(burst: usize) -> (Plan, MemWeights) {
+fn setup(burst: usize, fuse: bool) -> (Plan, MemWeights) {
     let cfg = Shape {
         vocab: 48,
         hidden: 16,
@@ -42,9 +44,15 @@ fn setup(burst: usize) -> (Plan, MemWeights) {
         dtype: DType::F32,
         memory_budget: None,
         burst,
-        fuse: false,
+        fuse,
     };
     let plan = build_plan(&cfg, &opts).unwrap();
+    // The fused plan's one-row loop ends in sample_advance; its two-row loop keeps both launches.
+    let kernels = |rows: usize| -> Vec<&'static str> {
+        plan.programs[plan.program(Phase::DecodeLoop, rows).unwrap()].launches.iter().map(|l| l.kernel.name()).collect()
+    };
+    assert_eq!(kernels(1).contains(&"sample_advance"), fuse, "{:?}", kernels(1));
+    assert!(kernels(2).ends_with(&["sample", "advance"]), "{:?}", kernels(2));
     let weights = MemWeights::random(&cfg, 11, SrcDType::F32);
     (plan, weights)
 }
@@ -117,18 +125,26 @@ fn looped(
 
 #[test]
 fn loop_matches_one_step_decode() {
-    let (plan, w) = setup(16);
-    for (first, temperature) in [(vec![3], 0.0), (vec![3], 0.9), (vec![3, 17], 0.0), (vec![3, 17], 1.1)] {
-        let reference = one_step(&plan, &w, &first, 0, 12, temperature);
-        let (ring, ctl) = looped(&plan, &w, &first, 0, 12, &[], temperature);
-        assert_eq!(ctl[2], 1, "loop finished");
-        assert_eq!(ring, reference, "rows {} temperature {temperature}", first.len());
+    for fuse in [false, true] {
+        let (plan, w) = setup(16, fuse);
+        for (first, temperature) in [(vec![3], 0.0), (vec![3], 0.9), (vec![3, 17], 0.0), (vec![3, 17], 1.1)] {
+            let reference = one_step(&plan, &w, &first, 0, 12, temperature);
+            let (ring, ctl) = looped(&plan, &w, &first, 0, 12, &[], temperature);
+            assert_eq!(ctl[2], 1, "loop finished");
+            assert_eq!(ring, reference, "fuse {fuse} rows {} temperature {temperature}", first.len());
+        }
     }
 }
 
 #[test]
 fn loop_stops_at_budget_ring_end_stop_token_and_context_end() {
-    let (plan, w) = setup(8);
+    for fuse in [false, true] {
+        stops_for(fuse);
+    }
+}
+
+fn stops_for(fuse: bool) {
+    let (plan, w) = setup(8, fuse);
     // Budget larger than the ring: stops when the ring is full.
     let (ring, ctl) = looped(&plan, &w, &[3], 0, 100, &[], 0.0);
     assert_eq!((ring.len(), ctl[1]), (8, 8));
@@ -153,7 +169,13 @@ fn loop_stops_at_budget_ring_end_stop_token_and_context_end() {
 /// check 5).
 #[test]
 fn loop_with_done_preset_changes_nothing() {
-    let (plan, w) = setup(8);
+    for fuse in [false, true] {
+        done_preset_for(fuse);
+    }
+}
+
+fn done_preset_for(fuse: bool) {
+    let (plan, w) = setup(8, fuse);
     let mut exec = CpuExecutor::new(plan.clone(), &w).unwrap();
     let prog = plan.program(Phase::DecodeLoop, 1).unwrap();
     let mut s = step_for(&plan, &[3], &[5], 0.0);

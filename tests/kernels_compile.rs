@@ -63,6 +63,7 @@ fn expected_symbols() -> BTreeSet<String> {
     }
     s.insert("kiln_sample_f32".to_string());
     s.insert("kiln_advance".to_string());
+    s.insert("kiln_sample_advance_f32".to_string());
     s
 }
 

@@ -247,6 +247,24 @@ pub enum Op {
     /// (0 = all), then the smallest prefix whose mass reaches `top_p`, and draw with a
     /// counter-based generator keyed by `(seed[r], counter[r])`.
     Sample { logits: ValueId, temperature: ValueId, top_k: ValueId, top_p: ValueId, seed: ValueId, counter: ValueId, out: ValueId },
+    /// `Sample` then `Advance` over its tokens, as one op (made by `lower::fuse` for a device loop's
+    /// single-row step, never by lowering): `out = sample(logits, temperature, top_k, top_p, seed,
+    /// counter)` (the counter as it was before the step), then `advance(out, stop_ids, token_ids,
+    /// positions, counter, control, ring)`. Equal, word for word, to the two ops.
+    SampleAdvance {
+        logits: ValueId,
+        temperature: ValueId,
+        top_k: ValueId,
+        top_p: ValueId,
+        seed: ValueId,
+        stop_ids: ValueId,
+        out: ValueId,
+        token_ids: ValueId,
+        positions: ValueId,
+        counter: ValueId,
+        control: ValueId,
+        ring: ValueId,
+    },
     /// `sum = a + b` (as `Add`, rounded to `sum`'s dtype), then `out = rms_norm(sum)` (as
     /// `RmsNorm` over the rounded sum): a residual add and the norm that reads it in one pass
     /// (made by `lower::fuse`, never by lowering); equal, bit for bit, to the two ops.
@@ -273,6 +291,7 @@ impl Op {
             Op::Add { .. } => "add",
             Op::Sample { .. } => "sample",
             Op::Advance { .. } => "advance",
+            Op::SampleAdvance { .. } => "sample_advance",
             Op::AddRmsNorm { .. } => "add_rms_norm",
         }
     }
@@ -328,6 +347,10 @@ impl Op {
                 vec![logits, temperature, top_k, top_p, seed, counter]
             }
             Op::Advance { tokens, stop_ids, .. } => vec![tokens, stop_ids],
+            // The counter is read and written in place, as `Advance`'s (listed once, as a write).
+            Op::SampleAdvance { logits, temperature, top_k, top_p, seed, stop_ids, .. } => {
+                vec![logits, temperature, top_k, top_p, seed, stop_ids]
+            }
             Op::AddRmsNorm { a, b, weight, .. } => vec![a, b, weight],
         }
     }
@@ -352,6 +375,9 @@ impl Op {
             }
             Op::QkvLinear { outs, .. } => outs.values(),
             Op::Advance { token_ids, positions, counter, control, ring, .. } => vec![token_ids, positions, counter, control, ring],
+            Op::SampleAdvance { out, token_ids, positions, counter, control, ring, .. } => {
+                vec![out, token_ids, positions, counter, control, ring]
+            }
             Op::AddRmsNorm { sum, out, .. } => vec![sum, out],
         }
     }
@@ -411,7 +437,8 @@ impl Op {
             | Op::SwiGlu { .. }
             | Op::Add { .. }
             | Op::Sample { .. }
-            | Op::Advance { .. } => vec![],
+            | Op::Advance { .. }
+            | Op::SampleAdvance { .. } => vec![],
         }
     }
 }

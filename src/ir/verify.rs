@@ -4,7 +4,7 @@
 //! Invariants checked, in this order:
 //! 1. Every value id an op names exists; value names and op names are unique in a program.
 //! 2. `Weight` values are never written; `Step` and `Ring` values only by `Advance` (the
-//!    device loop's step); `State` values only by `KvWrite`; `Output` and `Temp` values
+//!    device loop's step) or `SampleAdvance`; `State` values only by `KvWrite`; `Output` and `Temp` values
 //!    exactly once.
 //! 3. A `Temp` or `Output` value is written before it is read; every `Temp` is read at least
 //!    once (a dead temp would waste arena bytes).
@@ -51,8 +51,8 @@ fn verify_inner(p: &Program) -> Result<()> {
                     bail!("op `{}` writes {} value `{}`, which is read-only", node.name, v.class.name(), v.name)
                 }
                 ValueClass::Step | ValueClass::Ring => ensure!(
-                    matches!(node.op, Op::Advance { .. }),
-                    "op `{}` ({}) writes {} value `{}`; only advance may",
+                    matches!(node.op, Op::Advance { .. } | Op::SampleAdvance { .. }),
+                    "op `{}` ({}) writes {} value `{}`; only advance (or sample_advance) may",
                     node.name,
                     node.op.mnemonic(),
                     v.class.name(),
@@ -389,6 +389,12 @@ fn check_op(p: &Program, name: &str, op: &Op) -> Result<()> {
             want_dtype(ring, DType::I32)?;
             ensure!(v(ring).class == ValueClass::Ring, ctx(format!("`{}` must be a ring value", v(ring).name)));
             ensure!(v(ring).shape.numel() % rows == 0, ctx("ring length is not a multiple of the rows".into()));
+        }
+        Op::SampleAdvance { logits, temperature, top_k, top_p, seed, stop_ids, out, token_ids, positions, counter, control, ring } => {
+            // The two ops' rules, and one row (the fused kernel's advance runs in one block).
+            check_op(p, name, &Op::Sample { logits, temperature, top_k, top_p, seed, counter, out })?;
+            check_op(p, name, &Op::Advance { tokens: out, stop_ids, token_ids, positions, counter, control, ring })?;
+            ensure!(v(out).shape.numel() == 1, ctx(format!("one row only, has {}", v(out).shape.numel())));
         }
         Op::Sample { logits, temperature, top_k, top_p, seed, counter, out } => {
             let (r, _) = want_2d(logits)?;

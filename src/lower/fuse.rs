@@ -38,6 +38,10 @@
 //!    (on the GEMV variant the packed QKV would take) at the `RopeKvWrite`'s place: the projections, RoPE and the KV write in one launch, and no
 //!    q / k / v temps.
 //!
+//! 8. device loop: `sample` of one row whose tokens go straight to `advance` (same counter) -> one
+//!    `SampleAdvance`: the sampler's block that draws the token runs the step's advance, one launch
+//!    boundary fewer at the end of every step (`KILN_FUSE_SAMPLE_ADVANCE=0` at plan time keeps two).
+//!
 //! Values are renumbered densely in order of first use afterwards, so dumps stay canonical.
 //!
 //! Prefill programs take rewrites 4, 6 and the packed form of 5 (RoPE, the KV write, adds and
@@ -61,6 +65,12 @@ pub const NORM_PROLOGUE_MAX_FEATURES: usize = 16384;
 /// for the 3.3 us norm launch it saves), so the limit stays.
 pub fn norm_prologue_max_features() -> usize {
     crate::plan::knob("KILN_NORM_PROLOGUE_MAX").parse::<usize>().unwrap_or(NORM_PROLOGUE_MAX_FEATURES)
+}
+
+/// Whether rewrite 8 runs: on by default; the plan-time knob `KILN_FUSE_SAMPLE_ADVANCE=0` keeps
+/// `sample` and `advance` as two launches (an A/B knob).
+pub fn sample_advance_enabled() -> bool {
+    crate::plan::knob("KILN_FUSE_SAMPLE_ADVANCE") != "0"
 }
 
 pub fn fuse(p: &Program) -> Result<Program> {
@@ -304,6 +314,43 @@ pub fn fuse(p: &Program) -> Result<Program> {
         ops[i] = None;
     }
 
+    // 8. A device loop's single-row step end: `sample` whose tokens the next op, `advance`, takes
+    //    (with the same counter) -> one `SampleAdvance` at the advance's place.
+    if p.phase == crate::ir::Phase::DecodeLoop && sample_advance_enabled() {
+        for i in 0..ops.len() {
+            let Some(OpNode { op: Op::Sample { logits, temperature, top_k, top_p, seed, counter, out }, .. }) = ops[i].clone() else {
+                continue;
+            };
+            let Some(j) = (i + 1..ops.len()).find(|&j| ops[j].is_some()) else { continue };
+            let Some(OpNode { name, op: Op::Advance { tokens, stop_ids, token_ids, positions, counter: c2, control, ring } }) =
+                ops[j].clone()
+            else {
+                continue;
+            };
+            if tokens != out || c2 != counter || p.value(out).shape.numel() != 1 {
+                continue;
+            }
+            ops[j] = Some(OpNode {
+                name: format!("sample_{name}"),
+                op: Op::SampleAdvance {
+                    logits,
+                    temperature,
+                    top_k,
+                    top_p,
+                    seed,
+                    stop_ids,
+                    out,
+                    token_ids,
+                    positions,
+                    counter,
+                    control,
+                    ring,
+                },
+            });
+            ops[i] = None;
+        }
+    }
+
     let values: Vec<Value> = p.values.iter().cloned().chain(extra).collect();
     let fused = compact(p, &values, ops.into_iter().flatten().collect());
     verify(&fused)?;
@@ -428,6 +475,9 @@ fn op_values_mut(op: &mut Op) -> Vec<&mut ValueId> {
         Op::Sample { logits, temperature, top_k, top_p, seed, counter, out } => vec![logits, temperature, top_k, top_p, seed, counter, out],
         Op::Advance { tokens, stop_ids, token_ids, positions, counter, control, ring } => {
             vec![tokens, stop_ids, token_ids, positions, counter, control, ring]
+        }
+        Op::SampleAdvance { logits, temperature, top_k, top_p, seed, stop_ids, out, token_ids, positions, counter, control, ring } => {
+            vec![logits, temperature, top_k, top_p, seed, stop_ids, out, token_ids, positions, counter, control, ring]
         }
     }
 }

@@ -225,7 +225,8 @@ fn check_program(plan: &Plan, p: &ProgramPlan) -> Result<()> {
                 if b.access == Access::Write {
                     ensure!(
                         matches!(t.class, ValueClass::State | ValueClass::Output)
-                            || matches!(t.class, ValueClass::Step | ValueClass::Ring) && matches!(l.kernel, super::Kernel::Advance { .. }),
+                            || matches!(t.class, ValueClass::Step | ValueClass::Ring)
+                                && matches!(l.kernel, super::Kernel::Advance { .. } | super::Kernel::SampleAdvance { .. }),
                         "launch {i} `{}` writes {} `{}`",
                         l.name,
                         t.class.name(),

@@ -167,6 +167,7 @@ fn kernel_params(k: &Kernel) -> String {
         Kernel::SwiGlu { n } | Kernel::Add { n } => format!("n={n}"),
         Kernel::Sample { rows, vocab } => format!("rows={rows} vocab={vocab}"),
         Kernel::Advance { rows, burst, stop_ids } => format!("rows={rows} burst={burst} stop_ids={stop_ids}"),
+        Kernel::SampleAdvance { vocab, burst, stop_ids } => format!("vocab={vocab} burst={burst} stop_ids={stop_ids}"),
     }
 }
 

@@ -310,7 +310,7 @@ pub fn attention_head_chunks(heads: u32, kv_heads: u32) -> u32 {
 /// sampler's blocks of one row, the cluster attention's splits. None for every other kernel.
 pub fn cluster_blocks(kernel: &Kernel) -> Option<u32> {
     match kernel {
-        Kernel::Sample { .. } => Some(SAMPLE_BLOCKS_PER_ROW),
+        Kernel::Sample { .. } | Kernel::SampleAdvance { .. } => Some(SAMPLE_BLOCKS_PER_ROW),
         Kernel::AttentionCluster { .. } => Some(crate::plan::ATTENTION_CLUSTER_SPLITS),
         _ => None,
     }
@@ -383,6 +383,8 @@ pub fn launch_geometry(kernel: &Kernel, bufs: &[BufArg]) -> Geometry {
         // ELEMENTWISE_VEC elements per thread.
         Kernel::SwiGlu { n } | Kernel::Add { n } => g(n.div_ceil(ELEMENTWISE_THREADS * ELEMENTWISE_VEC), 1, ELEMENTWISE_THREADS),
         Kernel::Sample { rows, .. } => g(rows * SAMPLE_BLOCKS_PER_ROW, 1, SAMPLE_THREADS),
+        // The sampler's one row.
+        Kernel::SampleAdvance { .. } => g(SAMPLE_BLOCKS_PER_ROW, 1, SAMPLE_THREADS),
     }
 }
 

@@ -272,6 +272,12 @@ pub enum Kernel {
         chunk_heads: u32,
         early: bool,
     },
+    /// `Sample` then `Advance` in one launch (see `Op::SampleAdvance`; one row). bufs: logits,
+    /// temperature, top_k, top_p, seed, stop_ids, out, token_ids, positions, counter, control,
+    /// ring. Sample's grid (a cluster of [`geometry::SAMPLE_BLOCKS_PER_ROW`] blocks); the block
+    /// that draws the token runs the advance. On a GPU the kernel also takes the device loop's
+    /// conditional handle, as `Advance`. Last, so that adding it kept the plan format.
+    SampleAdvance { vocab: u32, burst: u32, stop_ids: u32 },
 }
 
 /// Splits (blocks of one cluster) of [`Kernel::AttentionCluster`] (`KILN_ATTN_CLUSTER_SPLITS`).
@@ -334,6 +340,7 @@ impl Kernel {
             Kernel::Add { .. } => "add",
             Kernel::Sample { .. } => "sample",
             Kernel::Advance { .. } => "advance",
+            Kernel::SampleAdvance { .. } => "sample_advance",
         }
     }
 }

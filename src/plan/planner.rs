@@ -804,6 +804,12 @@ fn kernel_of(p: &Program, op: &Op) -> Kernel {
             let rows = p.value(tokens).shape.numel();
             Kernel::Advance { rows: u(rows), burst: u(p.value(ring).shape.numel() / rows), stop_ids: u(p.value(stop_ids).shape.numel()) }
         }
+        // One row (the verifier's rule): the ring holds the burst.
+        Op::SampleAdvance { logits, stop_ids, ring, .. } => Kernel::SampleAdvance {
+            vocab: u(dims(logits)[1]),
+            burst: u(p.value(ring).shape.numel()),
+            stop_ids: u(p.value(stop_ids).shape.numel()),
+        },
     }
 }
 

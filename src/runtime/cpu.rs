@@ -893,61 +893,14 @@ fn execute(regions: &mut [Vec<u8>; N_REGIONS], s: &mut Scratch, launch: &Launch)
             store(regions, out, &s.out)
         }
         Kernel::Advance { rows, burst, stop_ids } => {
-            let (rows, burst, n_stop) = (rows as usize, burst as usize, stop_ids as usize);
             let [tokens, stops, token_ids, positions, counter, control, ring] = arity(launch, 2, 5)? else { unreachable!() };
-            typed_operand(tokens, "tokens", DType::I32, rows)?;
-            typed_operand(stops, "stop_ids", DType::I32, n_stop)?;
-            typed_operand(token_ids, "token_ids", DType::I32, rows)?;
-            typed_operand(positions, "positions", DType::I32, rows)?;
-            typed_operand(counter, "counter", DType::U32, rows)?;
-            typed_operand(control, "control", DType::U32, 4 + rows)?;
-            typed_operand(ring, "ring", DType::I32, burst * rows)?;
-            let ints = |b: &[u8]| -> Vec<i32> { b.chunks_exact(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect() };
-            let sampled = ints(operand(regions, tokens)?);
-            let stop_list = ints(operand(regions, stops)?);
-            let mut pos = ints(operand(regions, positions)?);
-            let mut ctr: Vec<u32> = ints(operand(regions, counter)?).into_iter().map(|x| x as u32).collect();
-            let mut ctl: Vec<u32> = ints(operand(regions, control)?).into_iter().map(|x| x as u32).collect();
-            let (budget, produced, max_position) = (ctl[0] as usize, ctl[1] as usize, ctl[3] as i64);
-            if ctl[2] != 0 {
-                return Ok(()); // already done: changes nothing (kernels/advance.cu)
-            }
-            let mut ring_writes = Vec::new();
-            let mut ids = ints(operand(regions, token_ids)?);
-            let mut past_end = false;
-            for r in 0..rows {
-                if pos[r] < 0 {
-                    ctl[4 + r] = 1; // padding rows count as finished
-                    continue;
-                }
-                let t = sampled[r];
-                if produced < burst {
-                    ring_writes.push((produced * rows + r, t));
-                }
-                ids[r] = t;
-                pos[r] += 1;
-                ctr[r] = ctr[r].wrapping_add(1);
-                if stop_list.iter().any(|&s| s >= 0 && s == t) {
-                    ctl[4 + r] = 1;
-                }
-                past_end |= pos[r] as i64 >= max_position;
-            }
-            let produced = produced + 1;
-            ctl[1] = produced as u32;
-            let all_finished = (0..rows).all(|r| ctl[4 + r] != 0);
-            if produced >= budget || produced >= burst || all_finished || past_end {
-                ctl[2] = 1;
-            }
-            let to_bytes = |v: &[i32]| -> Vec<u8> { v.iter().flat_map(|x| x.to_le_bytes()).collect() };
-            operand_mut(regions, token_ids)?.copy_from_slice(&to_bytes(&ids));
-            operand_mut(regions, positions)?.copy_from_slice(&to_bytes(&pos));
-            operand_mut(regions, counter)?.copy_from_slice(&ctr.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>());
-            operand_mut(regions, control)?.copy_from_slice(&ctl.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>());
-            let ring_bytes = operand_mut(regions, ring)?;
-            for (i, t) in ring_writes {
-                ring_bytes[4 * i..4 * i + 4].copy_from_slice(&t.to_le_bytes());
-            }
-            Ok(())
+            advance(
+                regions,
+                rows as usize,
+                burst as usize,
+                stop_ids as usize,
+                [tokens, stops, token_ids, positions, counter, control, ring],
+            )
         }
         Kernel::SwiGlu { n } => {
             let n = n as usize;
@@ -974,41 +927,114 @@ fn execute(regions: &mut [Vec<u8>; N_REGIONS], s: &mut Scratch, launch: &Launch)
             store(regions, out, &s.out)
         }
         Kernel::Sample { rows, vocab } => {
-            let (rows, vocab) = (rows as usize, vocab as usize);
             let [logits, temperature, top_k, top_p, seed, counter, out] = arity(launch, 6, 1)? else { unreachable!() };
-            float_operand(logits, "logits", rows * vocab)?;
-            typed_operand(temperature, "temperature", DType::F32, rows)?;
-            typed_operand(top_k, "top_k", DType::I32, rows)?;
-            typed_operand(top_p, "top_p", DType::F32, rows)?;
-            typed_operand(seed, "seed", DType::U32, rows)?;
-            typed_operand(counter, "counter", DType::U32, rows)?;
-            typed_operand(out, "out", DType::I32, rows)?;
-            let lb = operand(regions, logits)?;
-            let (tb, kb, pb) = (operand(regions, temperature)?, operand(regions, top_k)?, operand(regions, top_p)?);
-            let (sb, cb) = (operand(regions, seed)?, operand(regions, counter)?);
-            let word = |b: &[u8], r: usize| [b[4 * r], b[4 * r + 1], b[4 * r + 2], b[4 * r + 3]];
-            s.row.clear();
-            s.row.resize(vocab, 0.0);
-            s.ints_a.clear();
-            for r in 0..rows {
-                load_into(lb, logits.dtype, r * vocab, &mut s.row);
-                let token = sample_row(
-                    &s.row,
-                    f32::from_le_bytes(word(tb, r)),
-                    i32::from_le_bytes(word(kb, r)),
-                    f32::from_le_bytes(word(pb, r)),
-                    u32::from_le_bytes(word(sb, r)),
-                    u32::from_le_bytes(word(cb, r)),
-                );
-                s.ints_a.push(token as i32);
-            }
-            let dst = operand_mut(regions, out)?;
-            for (c, t) in dst.chunks_exact_mut(4).zip(&s.ints_a) {
-                c.copy_from_slice(&t.to_le_bytes());
-            }
-            Ok(())
+            sample(regions, s, rows as usize, vocab as usize, [logits, temperature, top_k, top_p, seed, counter, out])
+        }
+        // Word for word the two kernels: the draw reads the counter before the advance moves it.
+        Kernel::SampleAdvance { vocab, burst, stop_ids } => {
+            let [logits, temperature, top_k, top_p, seed, stops, out, token_ids, positions, counter, control, ring] = arity(launch, 6, 6)?
+            else {
+                unreachable!()
+            };
+            sample(regions, s, 1, vocab as usize, [logits, temperature, top_k, top_p, seed, counter, out])?;
+            advance(regions, 1, burst as usize, stop_ids as usize, [out, stops, token_ids, positions, counter, control, ring])
         }
     }
+}
+
+/// `Kernel::Advance` (kernels/advance.cu): bufs tokens, stop_ids, token_ids, positions, counter,
+/// control, ring.
+fn advance(regions: &mut [Vec<u8>; N_REGIONS], rows: usize, burst: usize, n_stop: usize, bufs: [&BufArg; 7]) -> Result<()> {
+    let [tokens, stops, token_ids, positions, counter, control, ring] = bufs;
+    typed_operand(tokens, "tokens", DType::I32, rows)?;
+    typed_operand(stops, "stop_ids", DType::I32, n_stop)?;
+    typed_operand(token_ids, "token_ids", DType::I32, rows)?;
+    typed_operand(positions, "positions", DType::I32, rows)?;
+    typed_operand(counter, "counter", DType::U32, rows)?;
+    typed_operand(control, "control", DType::U32, 4 + rows)?;
+    typed_operand(ring, "ring", DType::I32, burst * rows)?;
+    let ints = |b: &[u8]| -> Vec<i32> { b.chunks_exact(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect() };
+    let sampled = ints(operand(regions, tokens)?);
+    let stop_list = ints(operand(regions, stops)?);
+    let mut pos = ints(operand(regions, positions)?);
+    let mut ctr: Vec<u32> = ints(operand(regions, counter)?).into_iter().map(|x| x as u32).collect();
+    let mut ctl: Vec<u32> = ints(operand(regions, control)?).into_iter().map(|x| x as u32).collect();
+    let (budget, produced, max_position) = (ctl[0] as usize, ctl[1] as usize, ctl[3] as i64);
+    if ctl[2] != 0 {
+        return Ok(()); // already done: changes nothing (kernels/advance.cu)
+    }
+    let mut ring_writes = Vec::new();
+    let mut ids = ints(operand(regions, token_ids)?);
+    let mut past_end = false;
+    for r in 0..rows {
+        if pos[r] < 0 {
+            ctl[4 + r] = 1; // padding rows count as finished
+            continue;
+        }
+        let t = sampled[r];
+        if produced < burst {
+            ring_writes.push((produced * rows + r, t));
+        }
+        ids[r] = t;
+        pos[r] += 1;
+        ctr[r] = ctr[r].wrapping_add(1);
+        if stop_list.iter().any(|&s| s >= 0 && s == t) {
+            ctl[4 + r] = 1;
+        }
+        past_end |= pos[r] as i64 >= max_position;
+    }
+    let produced = produced + 1;
+    ctl[1] = produced as u32;
+    let all_finished = (0..rows).all(|r| ctl[4 + r] != 0);
+    if produced >= budget || produced >= burst || all_finished || past_end {
+        ctl[2] = 1;
+    }
+    let to_bytes = |v: &[i32]| -> Vec<u8> { v.iter().flat_map(|x| x.to_le_bytes()).collect() };
+    operand_mut(regions, token_ids)?.copy_from_slice(&to_bytes(&ids));
+    operand_mut(regions, positions)?.copy_from_slice(&to_bytes(&pos));
+    operand_mut(regions, counter)?.copy_from_slice(&ctr.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>());
+    operand_mut(regions, control)?.copy_from_slice(&ctl.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>());
+    let ring_bytes = operand_mut(regions, ring)?;
+    for (i, t) in ring_writes {
+        ring_bytes[4 * i..4 * i + 4].copy_from_slice(&t.to_le_bytes());
+    }
+    Ok(())
+}
+
+/// `Kernel::Sample` (kernels/sample.cu): bufs logits, temperature, top_k, top_p, seed, counter, out.
+fn sample(regions: &mut [Vec<u8>; N_REGIONS], s: &mut Scratch, rows: usize, vocab: usize, bufs: [&BufArg; 7]) -> Result<()> {
+    let [logits, temperature, top_k, top_p, seed, counter, out] = bufs;
+    float_operand(logits, "logits", rows * vocab)?;
+    typed_operand(temperature, "temperature", DType::F32, rows)?;
+    typed_operand(top_k, "top_k", DType::I32, rows)?;
+    typed_operand(top_p, "top_p", DType::F32, rows)?;
+    typed_operand(seed, "seed", DType::U32, rows)?;
+    typed_operand(counter, "counter", DType::U32, rows)?;
+    typed_operand(out, "out", DType::I32, rows)?;
+    let lb = operand(regions, logits)?;
+    let (tb, kb, pb) = (operand(regions, temperature)?, operand(regions, top_k)?, operand(regions, top_p)?);
+    let (sb, cb) = (operand(regions, seed)?, operand(regions, counter)?);
+    let word = |b: &[u8], r: usize| [b[4 * r], b[4 * r + 1], b[4 * r + 2], b[4 * r + 3]];
+    s.row.clear();
+    s.row.resize(vocab, 0.0);
+    s.ints_a.clear();
+    for r in 0..rows {
+        load_into(lb, logits.dtype, r * vocab, &mut s.row);
+        let token = sample_row(
+            &s.row,
+            f32::from_le_bytes(word(tb, r)),
+            i32::from_le_bytes(word(kb, r)),
+            f32::from_le_bytes(word(pb, r)),
+            u32::from_le_bytes(word(sb, r)),
+            u32::from_le_bytes(word(cb, r)),
+        );
+        s.ints_a.push(token as i32);
+    }
+    let dst = operand_mut(regions, out)?;
+    for (c, t) in dst.chunks_exact_mut(4).zip(&s.ints_a) {
+        c.copy_from_slice(&t.to_le_bytes());
+    }
+    Ok(())
 }
 
 /// The input a fused linear multiplies, into `s.a`, and the factor of each row's sums (returned,

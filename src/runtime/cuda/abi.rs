@@ -41,6 +41,7 @@ pub fn symbol(kernel: &Kernel, bufs: &[BufArg]) -> String {
         }
         Kernel::Sample { .. } => "kiln_sample_f32".to_string(),
         Kernel::Advance { .. } => "kiln_advance".to_string(),
+        Kernel::SampleAdvance { .. } => "kiln_sample_advance_f32".to_string(),
         Kernel::FusedLinear { .. } => {
             let out = bufs.last().map(|b| b.dtype.name()).unwrap_or("f32");
             format!("kiln_fused_linear_{first_float}_{out}")
@@ -177,6 +178,9 @@ pub fn scalars(kernel: &Kernel) -> Vec<Scalar> {
         Kernel::Advance { rows, burst, stop_ids } => vec![U32(rows), U32(burst), U32(stop_ids)],
         // (logits, temperature, top_k, top_p, seed, counter, out, rows, vocab)
         Kernel::Sample { rows, vocab } => vec![U32(rows), U32(vocab)],
+        // (logits, temperature, top_k, top_p, seed, stop_ids, out, token_ids, positions, counter,
+        //  control, ring, vocab, burst, stop_ids, cond_handle): the handle as `Advance`'s.
+        Kernel::SampleAdvance { vocab, burst, stop_ids } => vec![U32(vocab), U32(burst), U32(stop_ids)],
     }
 }
 
