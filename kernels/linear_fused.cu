@@ -596,7 +596,7 @@ __device__ void fused_gemv_mma_walk(const T* x, const T* nw, const T* w,
 // i.e. the critical path (two launches per decoder layer). The same values, added in the same
 // order: the same bits (greedy ids identical on the three bench shapes). Measured on the H200
 // (session 34 call A, bench/results/2026-12-03-h200-decode-ab-s34.md, two rounds, batch 1, context
-// 128): 0.5B 1771.9 -> 1790.5 tok/s (+1.1%), 1B 1250.0 -> 1249.0 (unchanged), 8B 257.2 -> 258.4 (+0.5%).
+// 128): 0.5B 1771.9 -> 1790.5 tok/s (+1.0%), 1B 1250.0 -> 1249.0 (unchanged), 8B 257.2 -> 258.4 (+0.5%).
 #ifndef KILN_FUSED_EARLY_RESIDUAL
 #define KILN_FUSED_EARLY_RESIDUAL 1
 #endif
