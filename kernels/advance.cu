@@ -21,7 +21,7 @@
 // loop ends on the device with no host involvement. Outside a graph loop (eager mode) the
 // handle is 0 and the host reads `done` itself.
 //
-// `cudaGraphSetConditional` is declared here rather than by including
+// `cudaGraphSetConditional` is declared in advance.cuh rather than by including
 // cuda_device_runtime_api.h: under NVRTC that header needs the toolkit's crt/ headers (absent
 // from NVIDIA's pip wheels), and the call compiles to an external function that the driver
 // binds when it loads the module (no -rdc, no libcudadevrt). The declaration matches the
@@ -32,7 +32,7 @@
 //
 // Geometry: grid 1, block ceil(rows / 32) * 32; a thread per row, thread 0 finalizes.
 
-extern "C" __device__ void cudaGraphSetConditional(unsigned long long handle, unsigned int value);
+#include "advance.cuh"  // advance_row, advance_finish (shared with sample.cu's sample_advance)
 
 // Every value the step reads (control, and each row's position, token, finished flag and the stop
 // ids) is loaded at once after the wait, one round trip instead of three dependent ones; the
@@ -76,29 +76,19 @@ extern "C" __global__ void __launch_bounds__(1024)
     const int t = first ? t0 : __ldcg(tokens + r);
     const unsigned int fin = first ? fin0 : __ldcg(control + 4 + r);
     const unsigned int c = first ? c0 : __ldcg(counter + r);
-    if (p < 0) {
-      control[4 + r] = 1;  // padding rows count as finished
-      continue;
-    }
-    bool stop = false;
-    for (unsigned int i = 0; i < n_stop; ++i) {
-      const int sid = __ldcg(stop_ids + i);
-      stop |= sid >= 0 && sid == t;
-    }
-    if (produced < burst) ring[(size_t)produced * rows + r] = t;
-    token_ids[r] = t;
-    positions[r] = p + 1;
-    counter[r] = c + 1u;
-    if (stop) control[4 + r] = 1;
-    unfinished |= !(stop || fin != 0u);
-    past_end |= (long long)(p + 1) >= max_position;
+    const auto is_stop = [&](int tok) {
+      bool stop = false;
+      for (unsigned int i = 0; i < n_stop; ++i) {
+        const int sid = __ldcg(stop_ids + i);
+        stop |= sid >= 0 && sid == tok;
+      }
+      return stop;
+    };
+    kiln::advance_row(r, p, t, fin, c, is_stop, token_ids, positions, counter, control, ring, rows, produced, burst,
+                      max_position, unfinished, past_end);
   }
   past_end = __syncthreads_or(past_end);
   unfinished = __syncthreads_or(unfinished);
   if (threadIdx.x != 0) return;
-  const unsigned int now = produced + 1;
-  control[1] = now;
-  const bool done = now >= budget || now >= burst || unfinished == 0 || past_end != 0;
-  if (done) control[2] = 1;
-  if (cond_handle != 0) cudaGraphSetConditional(cond_handle, done ? 0u : 1u);
+  kiln::advance_finish(control, budget, produced, burst, unfinished != 0, past_end != 0, cond_handle);
 }

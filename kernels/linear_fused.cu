@@ -449,6 +449,24 @@ template <typename T, bool WIDE> __device__ __forceinline__ bool fused_staged(un
   }
 }
 
+// The epilogue of one output of a GEMV without the gate: the f32 sum s, plus the bias, rounded to O
+// and plus the residual's value `res` when has_res.
+template <typename T, typename O>
+__device__ __forceinline__ O fused_finish_plain(float s, const T* bias, unsigned int n, bool has_bias, bool has_res,
+                                                float res) {
+  float v = has_bias ? s + to_f32(bias[n]) : s;
+  if (has_res) v = round_to<O>(v) + res;
+  return from_f32<O>(v);
+}
+
+// Thread threadIdx.x's epilogue slot of the tensor-core GEMV's 16 features from n0 (threads < 128
+// hold the sums gemv_mma_sum returns): output n of row r.
+__device__ __forceinline__ void fused_gemv_slot(unsigned int n0, unsigned int& n, unsigned int& r) {
+  const unsigned int i = threadIdx.x >> 5, l = threadIdx.x & 31;
+  n = n0 + (l >> 2) + 8 * (i >> 1);
+  r = 2 * (l & 3) + (i & 1);
+}
+
 // The epilogue of one output: s (and su, gated) are the f32 sums.
 template <typename T, typename O, bool GATED>
 __device__ __forceinline__ O fused_finish(float s, float su, const T* bias, const O* residual,
@@ -457,9 +475,7 @@ __device__ __forceinline__ O fused_finish(float s, float su, const T* bias, cons
     const float g = round_to<O>(s), u = round_to<O>(su);
     return from_f32<O>(__fmul_rn(g / (1.0f + expf(-g)), u));
   } else {
-    float v = has_bias ? s + to_f32(bias[n]) : s;
-    if (has_res) v = round_to<O>(v) + to_f32(residual[idx]);
-    return from_f32<O>(v);
+    return fused_finish_plain<T, O>(s, bias, n, has_bias, has_res, has_res ? to_f32(residual[idx]) : 0.0f);
   }
 }
 
@@ -528,8 +544,8 @@ __device__ __forceinline__ void fused_gemv_store(unsigned int n0, const float (&
                                                  O* __restrict__ out, unsigned int rows, unsigned int outf,
                                                  bool has_bias, bool has_res) {
   if (threadIdx.x < 128) {
-    const unsigned int i = threadIdx.x >> 5, l = threadIdx.x & 31;
-    const unsigned int n = n0 + (l >> 2) + 8 * (i >> 1), r = 2 * (l & 3) + (i & 1);
+    unsigned int n, r;
+    fused_gemv_slot(n0, n, r);
     if (r < rows && n < outf) {
       const size_t idx = (size_t)r * outf + n;
       out[idx] = fused_finish<T, O, GATED>(s[0], s[Q - 1], bias, residual, idx, n, has_bias, has_res);
@@ -632,8 +648,8 @@ __device__ void fused_gemv_mma_tile(const T* x, const T* nw, const T* w,
   if constexpr (KILN_FUSED_EARLY_RESIDUAL && !GATED && !NORM) {
     if (has_res) {
       // This thread's epilogue slot (fused_gemv_store's): output n of row r.
-      const unsigned int i = threadIdx.x >> 5, l = threadIdx.x & 31;
-      const unsigned int n = n0 + (l >> 2) + 8 * (i >> 1), r = 2 * (l & 3) + (i & 1);
+      unsigned int n, r;
+      fused_gemv_slot(n0, n, r);
       const bool mine = threadIdx.x < 128 && r < rows && n < outf;
       const size_t idx = (size_t)r * outf + n;
       constexpr int U = KILN_LINEAR_GEMV_UNROLL;
@@ -647,11 +663,7 @@ __device__ void fused_gemv_mma_tile(const T* x, const T* nw, const T* w,
       gemv_mma_loop<T, 1, WARPS, D, UU, KILN_LINEAR_GEMV_XPRE != 0>(wq, ra, rb, in, xop, c);
       float s1[1];
       gemv_mma_sum<1, WARPS>(c, smem, s1);
-      if (mine) {
-        // fused_finish's arithmetic with the residual loaded early.
-        const float v = has_bias ? s1[0] + to_f32(bias[n]) : s1[0];
-        out[idx] = from_f32<O>(round_to<O>(v) + xop.v);
-      }
+      if (mine) out[idx] = fused_finish_plain<T, O>(s1[0], bias, n, has_bias, true, xop.v);
       return;
     }
   }

@@ -53,6 +53,7 @@
 // Geometry: grid (rows * 8) in clusters of 8 (src/plan/geometry.rs SAMPLE_BLOCKS_PER_ROW), block
 // 1024, no dynamic shared memory (about 36 KB static).
 #include "common.cuh"
+#include "advance.cuh"  // advance_row, advance_finish: kiln_sample_advance_f32's step, as kiln_advance's
 
 #define KILN_SAMPLE_THREADS 1024
 #define KILN_SAMPLE_CAP 4096
@@ -569,8 +570,6 @@ extern "C" __global__ void __launch_bounds__(KILN_SAMPLE_THREADS, KILN_SAMPLE_MI
   if (sample_row_token(logits, temperature, top_k, top_p, seed, counter, r, part, vocab, s, token)) out[r] = token;
 }
 
-// Declared as advance.cu declares it (see there).
-extern "C" __device__ void cudaGraphSetConditional(unsigned long long handle, unsigned int value);
 
 // kiln_sample_advance_f32(logits, temperature, top_k, top_p, seed, stop_ids, out, token_ids,
 //                         positions, counter, control, ring, vocab, burst, n_stop, cond_handle)
@@ -631,29 +630,19 @@ extern "C" __global__ void __launch_bounds__(KILN_SAMPLE_THREADS, KILN_SAMPLE_MI
     if (cond_handle != 0) cudaGraphSetConditional(cond_handle, 0u);
     return;
   }
-  bool unfinished = false, past_end = false;
-  if (p < 0) {
-    control[4] = 1;  // a padding row counts as finished
-  } else {
+  const auto is_stop = [&](int tok) {
     bool stop = false;
 #pragma unroll
-    for (unsigned int i = 0; i < KILN_SAMPLE_ADVANCE_EARLY_STOPS; ++i) stop |= sid[i] >= 0 && sid[i] == t;
+    for (unsigned int i = 0; i < KILN_SAMPLE_ADVANCE_EARLY_STOPS; ++i) stop |= sid[i] >= 0 && sid[i] == tok;
     for (unsigned int i = KILN_SAMPLE_ADVANCE_EARLY_STOPS; i < n_stop; ++i) {
       const int x = __ldcg(stop_ids + i);
-      stop |= x >= 0 && x == t;
+      stop |= x >= 0 && x == tok;
     }
-    if (produced < burst) ring[produced] = t;
-    token_ids[0] = t;
-    positions[0] = p + 1;
-    counter[0] = c + 1u;
-    if (stop) control[4] = 1;
-    unfinished = !(stop || fin != 0u);
-    past_end = (long long)(p + 1) >= max_position;
-  }
-  const unsigned int now = produced + 1;
-  control[1] = now;
-  const bool done = now >= budget || now >= burst || !unfinished || past_end;
-  if (done) control[2] = 1;
-  if (cond_handle != 0) cudaGraphSetConditional(cond_handle, done ? 0u : 1u);
+    return stop;
+  };
+  int unfinished = 0, past_end = 0;
+  kiln::advance_row(0, p, t, fin, c, is_stop, token_ids, positions, counter, control, ring, 1, produced, burst,
+                    max_position, unfinished, past_end);
+  kiln::advance_finish(control, budget, produced, burst, unfinished != 0, past_end != 0, cond_handle);
 }
 
