@@ -8,7 +8,9 @@
 // nothing changes (the condition stays 0). Otherwise, for every row r with
 // positions[r] >= 0: ring[produced * rows + r] = tokens[r] (while produced < burst),
 // token_ids[r] = tokens[r], positions[r] += 1, counter[r] += 1; a row whose token is one of
-// stop_ids (-1 = unused slot) is finished (control[4 + r] = 1, sticky); a padding row
+// stop_ids (-1 = unused slot) is finished (control[4 + r] = 1, sticky); a row whose next
+// position reaches max_position gets position -1 instead (it leaves as a padding row, so an
+// unrolled body's copies after the stop write no KV row past its end); a padding row
 // (position < 0) counts as finished and changes nothing else. Then produced += 1 and
 // done = 1 when produced >= budget, produced >= burst (ring full), every row is finished, or a
 // row's next position reached max_position. control is u32 [4 + rows]: budget, produced, done,

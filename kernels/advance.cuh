@@ -25,11 +25,15 @@ __device__ __forceinline__ void advance_row(unsigned int r, int p, int t, unsign
   const bool stop = is_stop(t);
   if (produced < burst) ring[(size_t)produced * rows + r] = t;
   token_ids[r] = t;
-  positions[r] = p + 1;
+  // A row whose next position reaches max_position leaves as a padding row: the copies of an
+  // unrolled loop body that still run after the loop is done then write no KV row past the
+  // sequence's end (src/plan/mod.rs ProgramPlan::loop_copies).
+  const bool at_end = (long long)(p + 1) >= max_position;
+  positions[r] = at_end ? -1 : p + 1;
   counter[r] = c + 1u;
   if (stop) control[4 + r] = 1;
   unfinished |= !(stop || fin != 0u);
-  past_end |= (long long)(p + 1) >= max_position;
+  past_end |= at_end;
 }
 
 // The step's end, in one thread once every row's step is done: produced + 1, the done flag, and

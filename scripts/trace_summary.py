@@ -41,6 +41,11 @@ def plan_body(dump_path):
                 continue
             m = inside and re.match(r"\s+L\d+ (\S+) = (\w+)\((.*?)\) grid=\[(\d+), (\d+), (\d+)\] "
                                     r"block=\[(\d+), \d+, \d+\](?: per_sm=(\d+))?", line)
+            # An unrolled loop body (`u1.`, `u2.`, ... copies of the first, src/plan/planner.rs
+            # `unroll`): one copy is one step; the copies repeat its grid sizes, so the steps align
+            # the same (each role's median then mixes copy boundaries and the WHILE node's).
+            if m and re.match(r"u\d+\.", m.group(1)):
+                continue
             if m:
                 name = m.group(1)
                 blocks = int(m.group(4)) * int(m.group(5)) * int(m.group(6))

@@ -42,7 +42,7 @@ use crate::runtime::cpu::CpuExecutor;
 use crate::runtime::cuda::counters::Snapshot;
 use crate::runtime::cuda::{CudaExecutor, Mode};
 use crate::runtime::sampling::splitmix64;
-use crate::runtime::session::{generate, stream_loop, Sampling};
+use crate::runtime::session::{generate, loop_budget, stream_loop, Sampling};
 use crate::runtime::{Executor, StepBlock};
 use crate::synth::MemWeights;
 use anyhow::{bail, ensure, Context, Result};
@@ -894,7 +894,7 @@ fn looped_tokens(
     while out.len() < steps {
         let ids = out.last().cloned().unwrap_or_else(|| first.to_vec());
         let pos = vec![start + out.len() as i32; rows];
-        let budget = plan.options.burst.min(steps - out.len());
+        let budget = loop_budget(&plan, program, steps - out.len());
         let step = loop_test_step(&plan, &ids, &pos, s, Some((budget as u32, &[])))?;
         let produced = stream_loop(e, program, &step, |tokens| {
             out.push(tokens.to_vec());

@@ -569,10 +569,10 @@ fn early_reads_only_of_values_that_predate_the_program() {
         PlanOptions { decode_buckets: vec![1, 4], prefill_buckets: vec![16], max_context: 256, fuse: true, burst: 16, ..small_options() };
     let plan = build_plan(&cfg, &PlanOptions { dtype: DType::BF16, ..opts }).unwrap();
     for phase in [Phase::Decode, Phase::DecodeLoop] {
-        let launches = &plan.programs[plan.program(phase, 1).unwrap()].launches;
+        let program = &plan.programs[plan.program(phase, 1).unwrap()];
         let qkv_rope: Vec<bool> =
-            launches.iter().filter_map(|l| if let Kernel::QkvRope { early, .. } = l.kernel { Some(early) } else { None }).collect();
-        assert_eq!(qkv_rope, vec![true; cfg.n_layers], "{phase:?}");
+            program.launches.iter().filter_map(|l| if let Kernel::QkvRope { early, .. } = l.kernel { Some(early) } else { None }).collect();
+        assert_eq!(qkv_rope, vec![true; cfg.n_layers * program.loop_copies()], "{phase:?}");
     }
     let p = plan.program(Phase::Decode, 1).unwrap();
     let launches = &plan.programs[p].launches;
@@ -593,7 +593,8 @@ fn early_reads_only_of_values_that_predate_the_program() {
     // refused, and so is an early merge.
     for (bucket, per_layer) in [(1, 1), (4, 2)] {
         for phase in [Phase::Decode, Phase::DecodeLoop] {
-            let launches = &plan.programs[plan.program(phase, bucket).unwrap()].launches;
+            let program = &plan.programs[plan.program(phase, bucket).unwrap()];
+            let launches = &program.launches;
             let attn: Vec<usize> = (0..launches.len())
                 .filter(|&i| {
                     matches!(
@@ -602,9 +603,9 @@ fn early_reads_only_of_values_that_predate_the_program() {
                     )
                 })
                 .collect();
-            assert_eq!(attn.len(), per_layer * cfg.n_layers, "{phase:?} b{bucket}");
+            assert_eq!(attn.len(), per_layer * cfg.n_layers * program.loop_copies(), "{phase:?} b{bucket}");
             for i in attn {
-                assert!(kiln::plan::early_reads_safe(launches, i), "{phase:?} launch {i} `{}`", launches[i].name);
+                assert!(kiln::plan::early_reads_safe(launches, &program.deps, i), "{phase:?} launch {i} `{}`", launches[i].name);
                 let planned = match launches[i].kernel {
                     Kernel::AttentionSplit { early, .. }
                     | Kernel::AttentionMerge { early, .. }
@@ -643,6 +644,46 @@ fn early_reads_only_of_values_that_predate_the_program() {
         let msg = format!("{:#}", check_plan(&bad).unwrap_err());
         assert!(msg.contains("before its wait") && msg.contains(&name), "{msg}");
     }
+}
+
+/// Invariant 9 in an unrolled device loop (`ProgramPlan::loop_copies`): the copies after the
+/// first read early too, because each starts with a `gather` (a kernel that waits before it
+/// releases its dependents) that follows the previous copy's `advance`, the writer of the
+/// positions. Without that barrier the checker refuses the same early reads.
+#[test]
+fn early_reads_in_every_copy_of_an_unrolled_loop_only_behind_a_barrier() {
+    use kiln::plan::Kernel;
+    let cfg = ModelConfig::preset("qwen2.5-0.5b").unwrap();
+    let opts = PlanOptions {
+        decode_buckets: vec![1],
+        prefill_buckets: vec![],
+        max_context: 256,
+        fuse: true,
+        burst: 16,
+        dtype: DType::BF16,
+        ..small_options()
+    };
+    let plan = kiln::plan::build_plan_unrolled(&cfg, &opts, 3).unwrap();
+    let p = plan.program(Phase::DecodeLoop, 1).unwrap();
+    let program = &plan.programs[p];
+    assert_eq!(program.loop_copies(), 3);
+    let body = program.launches.len() / 3;
+    let early = |l: &kiln::plan::Launch| l.kernel.early();
+    assert_eq!(program.launches.iter().filter(|l| early(l)).count(), 3 * 2 * cfg.n_layers, "qkv_rope and attention, every copy");
+    // Each copy starts with its gather, which depends on the previous copy's last launch alone.
+    for c in 1..3u32 {
+        let g = c as usize * body;
+        assert!(matches!(program.launches[g].kernel, Kernel::Gather { .. }), "{}", program.launches[g].name);
+        assert_eq!(program.launches[g].name, format!("u{c}.{}", program.launches[0].name));
+        let into: Vec<u32> = program.deps.iter().filter(|&&(_, b)| b as usize == g).map(|&(a, _)| a).collect();
+        assert_eq!(into, vec![g as u32 - 1], "copy {c}'s gather");
+    }
+    // Copy 2's gather as a launch that releases its dependents first: no barrier before copy 2.
+    let mut bad = plan.clone();
+    let g = &mut bad.programs[p].launches[body];
+    g.kernel = Kernel::Add { n: 1 };
+    let msg = format!("{:#}", check_plan(&bad).unwrap_err());
+    assert!(msg.contains("before its wait") && msg.contains("u1.") && msg.contains("no launch that waits"), "{msg}");
 }
 
 /// Every cluster launch's grid is whole clusters along the dimension its kernel's

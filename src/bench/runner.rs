@@ -12,7 +12,7 @@ use crate::plan::Plan;
 use crate::runtime::cpu::CpuExecutor;
 use crate::runtime::cuda::counters::Snapshot;
 use crate::runtime::cuda::CudaExecutor;
-use crate::runtime::session::stream_loop;
+use crate::runtime::session::{loop_budget, stream_loop};
 use crate::runtime::{Executor, StepBlock};
 use anyhow::{ensure, Context, Result};
 use std::time::Instant;
@@ -167,12 +167,15 @@ pub fn time_decode<E: Executor + Probe>(exec: &mut E, prompts: &[Vec<u32>], new_
         let mut tokens = first.clone();
         let mut seq0 = vec![tokens[0]];
         let t0 = Instant::now();
-        // One launch per step, or one per burst of up to `burst` steps through the device loop.
-        let per_launch = if looped.is_some() { plan.options.burst } else { 1 };
+        // One launch per step, or one per burst of up to `burst` steps through the device loop
+        // (a multiple of its body's copies where it can be: `session::loop_budget`).
         let mut done = 0usize;
         while done < steps {
             // Step j feeds token j + 1 of each sequence at position context + j.
-            let n = (steps - done).min(per_launch);
+            let n = match looped {
+                Some(lp) => loop_budget(&plan, lp, steps - done),
+                None => 1,
+            };
             let pos = (context + done) as i32;
             step.set_i32(&plan, names::TOKEN_IDS, &tokens.iter().map(|&t| t as i32).collect::<Vec<_>>())?;
             step.set_i32(&plan, names::POSITIONS, &vec![pos; batch])?;

@@ -27,7 +27,8 @@ pub struct PlanArgs {
     #[arg(long)]
     pub memory_budget: Option<String>,
     /// Tokens per row one device-loop launch may generate (0: no device loops; decode then
-    /// takes one launch per token).
+    /// takes one launch per token). Each pass of a loop runs its body's copies: 2 steps, or
+    /// KILN_LOOP_UNROLL=<n> (1-16) at plan time.
     #[arg(long, default_value_t = 64)]
     pub burst: usize,
     /// Run the fusion pass (norms folded into the linears after them, gated MLP, residual

@@ -228,7 +228,10 @@ pub enum Op {
     /// The step of a device loop, after `sample`. When `done` is already set it changes nothing.
     /// Otherwise, for every row `r` with `positions[r] >= 0`,
     /// `ring[produced * rows + r] = tokens[r]`, `token_ids[r] = tokens[r]`, `positions[r] += 1`,
-    /// `counter[r] += 1`; a row whose token is in `stop_ids` (-1 = unused slot) is finished.
+    /// `counter[r] += 1`; a row whose token is in `stop_ids` (-1 = unused slot) is finished; a
+    /// row whose next position reaches `max_position` leaves as a padding row (`positions[r] =
+    /// -1`), so that the steps an unrolled loop body still runs after `done` write no KV row
+    /// past the sequence's end (the others write only rows the next step would write alike).
     /// Then `produced += 1`, and `done = 1` when `produced >= budget`, when every row is
     /// finished or padding, when a row's next position reaches `max_position`, or when the ring
     /// is full. `control` is `u32 [4 + rows]`: budget, produced, done, max_position, then one

@@ -28,8 +28,12 @@
 //!    tensor-core paths those variants have (`geometry::dense_variant_covers`).
 //! 9. Planned early reads (the `early` of `QkvRope`, `AttentionSplit`, `AttentionMerge` and `AttentionCluster`:
 //!    positions and cache bases read before the kernel waits for the grids before it) only
-//!    where no earlier launch of the program writes those bytes: the values then predate the program (GEMV kernels let their dependents launch
-//!    before they wait, so a grid several launches back may still be running).
+//!    where no earlier launch of the program writes those bytes (the values then predate the
+//!    program), or where a barrier stands between: an earlier launch whose kernel waits before
+//!    it releases its dependents (`Kernel::waits_before_release`), of which the reader descends
+//!    and every writer is an ancestor along the dependency edges (the copies of an unrolled
+//!    device loop, each starting with a `gather`). GEMV kernels let their dependents launch
+//!    before they wait, so without one a grid several launches back may still be running.
 //! 10. Weight layouts agree with the kernels that read them: a tile-packed tensor
 //!     (`Layout::GemvTiles`) is a 16-bit `[N, K]` weight with N % 16 == 0 and K % 32 == 0, the
 //!     twin of a weight of the model's table of its shape (and type, where that one is planned
@@ -177,9 +181,22 @@ fn check_program(plan: &Plan, p: &ProgramPlan) -> Result<()> {
         ensure!(!l.kernel.early() || !early.is_empty(), "launch {i} `{}` is planned to read early but has no early operands", l.name);
         for k in early {
             let b = &l.bufs[k];
-            if let Some(j) = (0..i).rev().find(|&j| p.launches[j].bufs.iter().any(|o| o.access == Access::Write && touches(o, b))) {
+            let writers: Vec<usize> =
+                (0..i).filter(|&j| p.launches[j].bufs.iter().any(|o| o.access == Access::Write && touches(o, b))).collect();
+            if writers.is_empty() {
+                continue;
+            }
+            // Written in this program: only behind a barrier (a launch that waits before it
+            // releases its dependents, of which this one descends and every writer is an ancestor).
+            let barrier = (0..i).filter(|&x| p.launches[x].kernel.waits_before_release()).find(|&x| {
+                let down = super::reachable(&p.deps, p.launches.len(), x, true);
+                let up = super::reachable(&p.deps, p.launches.len(), x, false);
+                down[i] && writers.iter().all(|&j| j != x && up[j])
+            });
+            if barrier.is_none() {
+                let j = *writers.last().expect("not empty");
                 bail!(
-                    "launch {i} `{}` reads operand {k} before its wait, but launch {j} `{}` writes it and may still run",
+                    "launch {i} `{}` reads operand {k} before its wait, but launch {j} `{}` writes it and may still run (no launch that waits before releasing its dependents stands between them)",
                     l.name,
                     p.launches[j].name
                 );

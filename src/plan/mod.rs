@@ -15,7 +15,7 @@ pub mod file;
 pub mod geometry;
 pub mod planner;
 
-pub use planner::{build_plan, build_plan_tiles, PlanOptions};
+pub use planner::{build_plan, build_plan_tiles, build_plan_unrolled, PlanOptions};
 
 /// A plan-time A/B timing knob: the environment variable `name`, read once per process, "" when
 /// unset (`bench/README.md` lists them). The defaults are what the results use.
@@ -360,6 +360,18 @@ pub fn early_read_operands(l: &Launch) -> Vec<usize> {
 }
 
 impl Kernel {
+    /// Whether the kernel waits for the grids before it (`griddepcontrol.wait`) before it lets
+    /// its own dependents launch, in every block: `kiln::wait_prior_grids()` first thing and no
+    /// earlier `kiln::allow_dependents()` (kernels/gather.cu, rms_norm.cu, sample.cu,
+    /// advance.cu). The GEMV kernels do not (they release their dependents first). Used by
+    /// [`early_reads_safe`]: a launch of such a kernel is a barrier for early reads.
+    pub fn waits_before_release(&self) -> bool {
+        matches!(
+            self,
+            Kernel::Gather { .. } | Kernel::RmsNorm { .. } | Kernel::Sample { .. } | Kernel::Advance { .. } | Kernel::SampleAdvance { .. }
+        )
+    }
+
     /// Whether the launch is planned to read its [`early_read_operands`] before its wait.
     pub fn early(&self) -> bool {
         matches!(
@@ -372,20 +384,62 @@ impl Kernel {
     }
 }
 
-/// Whether launch `i` may read its [`early_read_operands`] before waiting: no launch before `i`
-/// in the program writes any of them, so their values were written before the program began (by
-/// the host, or by the previous step or device-loop iteration, which a graph launch or the next
-/// iteration follows as a whole). Nothing weaker is safe: the GEMV kernels let their dependents
-/// launch before they wait themselves (to start the next weight stream early), so under
-/// programmatic dependent launch a kernel may start while a grid several launches back still runs.
-pub fn early_reads_safe(launches: &[Launch], i: usize) -> bool {
+/// Whether launch `i` may read its [`early_read_operands`] before waiting: every earlier launch
+/// that writes any of them is complete whenever `i` starts. That holds in two cases:
+/// - no launch before `i` in the program writes them, so their values were written before the
+///   program began (by the host, or by the previous step or device-loop iteration, which a graph
+///   launch or the next iteration follows as a whole);
+/// - a *barrier* stands between: a launch `b` whose kernel waits for the grids before it before
+///   it lets its dependents launch ([`Kernel::waits_before_release`]), of which `i` is a
+///   descendant in `deps` and every such writer an ancestor. Every launch after `b` on a path
+///   from `b` starts after `b`'s wait returned, when `b`'s ancestors were complete (every kiln
+///   kernel waits in every block before it completes). In stream order (eager execution) the
+///   same holds, since `b` precedes `i` and follows its ancestors. This is what lets the copies
+///   of an unrolled device-loop body ([`ProgramPlan::loop_copies`]) after the first read early:
+///   each starts with a `gather` that depends on the previous copy's `advance`.
+///
+/// Nothing weaker is safe: the GEMV kernels let their dependents launch before they wait
+/// themselves (to start the next weight stream early), so under programmatic dependent launch
+/// a kernel may start while a grid several launches back still runs.
+pub fn early_reads_safe(launches: &[Launch], deps: &[(u32, u32)], i: usize) -> bool {
     let ops = early_read_operands(&launches[i]);
-    !ops.is_empty()
-        && ops.iter().all(|&k| {
+    if ops.is_empty() {
+        return false;
+    }
+    let writes = |l: &Launch| {
+        ops.iter().any(|&k| {
             let b = &launches[i].bufs[k];
-            let overlaps = |o: &BufArg| o.region == b.region && o.offset < b.offset + b.bytes && b.offset < o.offset + o.bytes;
-            !launches[..i].iter().any(|l| l.bufs.iter().any(|o| o.access == Access::Write && overlaps(o)))
+            l.bufs.iter().any(|o| {
+                o.access == Access::Write && o.region == b.region && o.offset < b.offset + b.bytes && b.offset < o.offset + o.bytes
+            })
         })
+    };
+    let writers: Vec<usize> = (0..i).filter(|&j| writes(&launches[j])).collect();
+    if writers.is_empty() {
+        return true;
+    }
+    (0..i).filter(|&b| launches[b].kernel.waits_before_release()).any(|b| {
+        let (down, up) = (reachable(deps, launches.len(), b, true), reachable(deps, launches.len(), b, false));
+        down[i] && writers.iter().all(|&j| j != b && up[j])
+    })
+}
+
+/// The launches reachable from `from` along `deps` (forward: its descendants; backward: its
+/// ancestors), `from` included.
+pub fn reachable(deps: &[(u32, u32)], n: usize, from: usize, forward: bool) -> Vec<bool> {
+    let mut seen = vec![false; n];
+    let mut stack = vec![from];
+    seen[from] = true;
+    while let Some(x) = stack.pop() {
+        for &(a, b) in deps {
+            let (src, dst) = if forward { (a as usize, b as usize) } else { (b as usize, a as usize) };
+            if src == x && !seen[dst] {
+                seen[dst] = true;
+                stack.push(dst);
+            }
+        }
+    }
+    seen
 }
 
 /// One launch record: everything an executor needs, nothing it must compute.
@@ -433,6 +487,32 @@ pub struct ProgramPlan {
 }
 
 impl ProgramPlan {
+    /// Copies of the body in a device loop's launches (`loop.b{B}`): the planner unrolls the
+    /// body [`planner::loop_unroll`] times, so that one pass of the graph's WHILE node runs that
+    /// many steps; each copy ends in its `advance` (or `sample_advance`), and a copy after the
+    /// loop is done changes nothing the host reads (see `Op::Advance`). 1 for other programs.
+    /// A launch whose budget is not a multiple of it runs the first copy alone per pass
+    /// ([`ProgramPlan::loop_launches`]).
+    pub fn loop_copies(&self) -> usize {
+        if self.phase != Phase::DecodeLoop {
+            return 1;
+        }
+        self.launches.iter().filter(|l| matches!(l.kernel, Kernel::Advance { .. } | Kernel::SampleAdvance { .. })).count().max(1)
+    }
+
+    /// How many of the program's launches one pass runs for a device-loop `budget`: all of them
+    /// when the budget is a multiple of [`ProgramPlan::loop_copies`] (a budget of 0 runs
+    /// nothing anyway), else the first copy's (its launches come first, and its dependencies
+    /// stay among them). Every executor uses this rule, so each runs the same launches.
+    pub fn loop_launches(&self, budget: u32) -> usize {
+        let copies = self.loop_copies();
+        if copies > 1 && !(budget as usize).is_multiple_of(copies) {
+            self.launches.len() / copies
+        } else {
+            self.launches.len()
+        }
+    }
+
     pub fn label(&self) -> String {
         match self.phase {
             Phase::Decode => format!("decode.b{}", self.bucket),

@@ -85,6 +85,17 @@ pub fn build_plan(cfg: &ModelConfig, opts: &PlanOptions) -> Result<Plan> {
 
 /// [`build_plan`] with the given tile-packing mode (`lower::tiles`), whatever the environment.
 pub fn build_plan_tiles(cfg: &ModelConfig, opts: &PlanOptions, tiles: TilesMode) -> Result<Plan> {
+    build(cfg, opts, tiles, loop_unroll()?)
+}
+
+/// [`build_plan`] with device-loop bodies of `copies` copies ([`ProgramPlan::loop_copies`]),
+/// whatever the environment says.
+pub fn build_plan_unrolled(cfg: &ModelConfig, opts: &PlanOptions, copies: usize) -> Result<Plan> {
+    ensure!((1..=16).contains(&copies), "a device loop's body is planned in 1 to 16 copies, not {copies}");
+    build(cfg, opts, crate::lower::tiles::mode()?, copies)
+}
+
+fn build(cfg: &ModelConfig, opts: &PlanOptions, tiles: TilesMode, copies: usize) -> Result<Plan> {
     cfg.validate()?;
     check_options(cfg, opts)?;
     let lower_opts = LowerOptions { dtype: opts.dtype, kv_rows: opts.kv_rows(), burst: opts.burst };
@@ -123,23 +134,23 @@ pub fn build_plan_tiles(cfg: &ModelConfig, opts: &PlanOptions, tiles: TilesMode)
     };
     if tile {
         let tiled = programs.iter().map(crate::lower::tiles::tile_weights).collect::<Result<Vec<_>>>()?;
-        let plan = assemble(cfg, opts, &tiled)?;
+        let plan = assemble(cfg, opts, &tiled, copies)?;
         // By default a plan whose second copy of the GEMV weights would not fit the budget is planned row-major.
         let over = opts.memory_budget.is_some_and(|b| plan.total_bytes() > b);
         if !(over && tiles == TilesMode::Auto) {
             return finish(plan, opts);
         }
     }
-    finish(assemble(cfg, opts, &programs)?, opts)
+    finish(assemble(cfg, opts, &programs, copies)?, opts)
 }
 
 /// The plan of lowered (and fused, and maybe tiled) `programs`, unchecked.
-fn assemble(cfg: &ModelConfig, opts: &PlanOptions, programs: &[Program]) -> Result<Plan> {
+fn assemble(cfg: &ModelConfig, opts: &PlanOptions, programs: &[Program], copies: usize) -> Result<Plan> {
     let (tensors, mut region_bytes) = layout_persistent(cfg, opts, programs)?;
     let by_name: BTreeMap<&str, &PlannedTensor> = tensors.iter().map(|t| (t.name.as_str(), t)).collect();
     let mut planned = Vec::new();
     for p in programs {
-        planned.push(plan_program(p, &by_name, opts.max_context)?);
+        planned.push(plan_program(p, &by_name, opts.max_context, copies)?);
     }
     region_bytes[RegionKind::Arena.index()] = planned.iter().map(|p| p.arena_bytes).max().unwrap_or(0);
 
@@ -522,7 +533,7 @@ fn launches_of(p: &Program, name: &str, op: &Op, max_context: usize, workspaces:
     vec![LaunchSpec { name: name.to_string(), kernel, operands, packs }]
 }
 
-fn plan_program(p: &Program, persistent: &BTreeMap<&str, &PlannedTensor>, max_context: usize) -> Result<ProgramPlan> {
+fn plan_program(p: &Program, persistent: &BTreeMap<&str, &PlannedTensor>, max_context: usize, copies: usize) -> Result<ProgramPlan> {
     let mut workspaces = Vec::new();
     let specs: Vec<LaunchSpec> = p.ops.iter().flat_map(|node| launches_of(p, &node.name, &node.op, max_context, &mut workspaces)).collect();
 
@@ -642,22 +653,7 @@ fn plan_program(p: &Program, persistent: &BTreeMap<&str, &PlannedTensor>, max_co
         });
     }
     let deps = dependencies(&launches);
-    // Planned early reads: operands written before the program began (`plan::early_reads_safe`).
-    // The decode attention's too unless `KILN_ATTN_EARLY=0` at plan time (the A/B knob: on the H200,
-    // session 14 call A, early reads gave +5.2% / +1.5% / +0.5% at batch 1, context 128, on the
-    // 0.5B / 1B / 8B shapes, bench/results/2026-12-01-h200-decode-ab-s14.md).
-    let attn_early = super::knob("KILN_ATTN_EARLY") != "0";
-    for i in 0..launches.len() {
-        let safe = super::early_reads_safe(&launches, i);
-        match &mut launches[i].kernel {
-            Kernel::QkvRope { early, .. } => *early = safe,
-            Kernel::AttentionSplit { early, .. } | Kernel::AttentionMerge { early, .. } | Kernel::AttentionCluster { early, .. } => {
-                *early = safe && attn_early
-            }
-            _ => {}
-        }
-    }
-    Ok(ProgramPlan {
+    let mut planned = ProgramPlan {
         phase: p.phase,
         bucket: p.bucket,
         tokens: p.tokens,
@@ -667,7 +663,73 @@ fn plan_program(p: &Program, persistent: &BTreeMap<&str, &PlannedTensor>, max_co
         temps,
         arena_bytes: peak,
         naive_bytes: naive,
-    })
+    };
+    if p.phase == Phase::DecodeLoop {
+        planned = unroll(planned, copies);
+    }
+    plan_early_reads(&mut planned);
+    Ok(planned)
+}
+
+/// Planned early reads: operands whose writers are complete whenever the launch starts
+/// (`plan::early_reads_safe`). The decode attention's too unless `KILN_ATTN_EARLY=0` at plan time
+/// (the A/B knob: on the H200, session 14 call A, early reads gave +5.2% / +1.5% / +0.5% at batch
+/// 1, context 128, on the 0.5B / 1B / 8B shapes, bench/results/2026-12-01-h200-decode-ab-s14.md).
+fn plan_early_reads(p: &mut ProgramPlan) {
+    let attn_early = super::knob("KILN_ATTN_EARLY") != "0";
+    for i in 0..p.launches.len() {
+        let safe = super::early_reads_safe(&p.launches, &p.deps, i);
+        match &mut p.launches[i].kernel {
+            Kernel::QkvRope { early, .. } => *early = safe,
+            Kernel::AttentionSplit { early, .. } | Kernel::AttentionMerge { early, .. } | Kernel::AttentionCluster { early, .. } => {
+                *early = safe && attn_early
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Copies of a device loop's body per pass of its WHILE node ([`ProgramPlan::loop_copies`]):
+/// [`LOOP_UNROLL`], or `KILN_LOOP_UNROLL=<n>` at plan time (1: no unrolling; an A/B knob).
+pub fn loop_unroll() -> Result<usize> {
+    match super::knob("KILN_LOOP_UNROLL") {
+        "" => Ok(LOOP_UNROLL),
+        v => match v.parse::<usize>() {
+            Ok(n) if (1..=16).contains(&n) => Ok(n),
+            _ => bail!("KILN_LOOP_UNROLL={v}: give the copies of a device loop's body per pass, 1 to 16 (unset: {LOOP_UNROLL})"),
+        },
+    }
+}
+
+/// Default copies of a device loop's body per pass of the graph's WHILE node. The node
+/// re-launches its body after the last kernel of each pass (~2-4 us on an H200, the block
+/// trace's gap after `sample_advance`, bench/NOTES-decode.md sessions 15 and 34); copies joined
+/// by programmatic edges cost a launch boundary instead.
+pub const LOOP_UNROLL: usize = 2;
+
+/// `p` (a device loop) with its launches repeated `copies` times: copy `c > 0`'s launches and
+/// temps named `u{c}.` + the original, at the same operands (a copy runs after the one before
+/// it, as the next pass of the loop would), the temps' live ranges moved along, and the
+/// dependencies derived again over the whole list (so each copy's `gather` follows the previous
+/// copy's `advance`).
+fn unroll(mut p: ProgramPlan, copies: usize) -> ProgramPlan {
+    if copies <= 1 {
+        return p;
+    }
+    let (body, temps) = (p.launches.clone(), p.temps.clone());
+    let n = body.len() as u32;
+    for c in 1..copies as u32 {
+        p.launches.extend(body.iter().map(|l| Launch { name: format!("u{c}.{}", l.name), ..l.clone() }));
+        p.temps.extend(temps.iter().map(|t| TempAlloc {
+            name: format!("u{c}.{}", t.name),
+            first: t.first + c * n,
+            last: t.last + c * n,
+            ..t.clone()
+        }));
+    }
+    p.naive_bytes *= copies as u64;
+    p.deps = dependencies(&p.launches);
+    p
 }
 
 /// The library GEMM (cuBLASLt) that runs `kernel` instead: a prefill linear over more rows than the GEMV takes.

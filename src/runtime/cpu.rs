@@ -146,17 +146,21 @@ impl Executor for CpuExecutor {
             return Ok(());
         }
         // A device loop: the body repeats until `advance` sets the done flag (word 2 of the
-        // loop control), exactly as the GPU's conditional WHILE node does. A budget of 0 runs
-        // nothing.
+        // loop control), exactly as the GPU's conditional WHILE node does, checked after each
+        // pass (all of an unrolled body's copies run). A budget of 0 runs nothing.
         let control = self.plan.tensor(names::LOOP_CONTROL).context("a loop program without loop control")?.offset as usize;
         let word = |regions: &[Vec<u8>; N_REGIONS], i: usize| -> u32 {
             let o = control + 4 * i;
             let b = &regions[RegionKind::Step.index()][o..o + 4];
             u32::from_le_bytes([b[0], b[1], b[2], b[3]])
         };
-        if word(&self.regions, 0) == 0 {
+        let budget = word(&self.regions, 0);
+        if budget == 0 {
             return Ok(());
         }
+        // An unrolled body runs whole only for a budget that is a multiple of its copies; else
+        // the first copy per pass (`ProgramPlan::loop_launches`), as the GPU executor does.
+        let n = self.plan.programs[program].loop_launches(budget);
         while word(&self.regions, 2) == 0 {
             for i in 0..n {
                 self.run_launch(program, i)?;
@@ -976,12 +980,13 @@ fn advance(regions: &mut [Vec<u8>; N_REGIONS], rows: usize, burst: usize, n_stop
             ring_writes.push((produced * rows + r, t));
         }
         ids[r] = t;
-        pos[r] += 1;
+        let at_end = (pos[r] + 1) as i64 >= max_position;
+        pos[r] = if at_end { -1 } else { pos[r] + 1 };
         ctr[r] = ctr[r].wrapping_add(1);
         if stop_list.iter().any(|&s| s >= 0 && s == t) {
             ctl[4 + r] = 1;
         }
-        past_end |= pos[r] as i64 >= max_position;
+        past_end |= at_end;
     }
     let produced = produced + 1;
     ctl[1] = produced as u32;

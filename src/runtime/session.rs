@@ -143,6 +143,21 @@ pub fn stream_loop(exec: &mut dyn Executor, program: usize, step: &StepBlock, mu
     Ok(seen)
 }
 
+/// The budget of the next launch of device loop `program` for `left` more steps: up to the
+/// plan's burst, rounded down to a multiple of the loop's body copies
+/// ([`crate::plan::ProgramPlan::loop_copies`]) when at least that many are left, so that no
+/// pass runs copies past the budget; the rest (fewer than the copies) then goes in a launch of
+/// its own, which runs the first copy alone per pass.
+pub fn loop_budget(plan: &crate::plan::Plan, program: usize, left: usize) -> usize {
+    let budget = left.min(plan.options.burst);
+    let copies = plan.programs[program].loop_copies();
+    if budget >= copies {
+        budget - budget % copies
+    } else {
+        budget
+    }
+}
+
 /// How often [`stream_loop`] asks whether a loop has finished when the ring does not yet say
 /// it must have.
 pub const LOOP_QUERY_FALLBACK: std::time::Duration = std::time::Duration::from_millis(1);
@@ -305,7 +320,7 @@ pub fn generate(
         step.set_i32(&plan, names::CACHE_BASE, &[0])?;
         set_sampling(&mut step, (pos + 1) as u32)?;
         if let Some(program) = burst_loop {
-            let budget = plan.options.burst.min(max_tokens - acceptor.out.len());
+            let budget = loop_budget(&plan, program, max_tokens - acceptor.out.len());
             step.set_u32(&plan, names::LOOP_CONTROL, &[budget as u32, 0, 0, max_context as u32, 0])?;
             step.set_i32(&plan, names::LOOP_STOP_IDS, &stop_ids)?;
             let mut bad = None;

@@ -166,6 +166,10 @@ struct InFlight {
 /// before the memory they point at, the device (its context) last.
 pub struct CudaExecutor {
     graphs: Vec<ProgramGraph>,
+    /// Per program: for an unrolled device loop, the graph whose WHILE body is its first copy
+    /// alone, launched for budgets that are not a multiple of the copies
+    /// (`ProgramPlan::loop_launches`); None otherwise.
+    first_copy: Vec<Option<ProgramGraph>>,
     /// `gemms[program][launch]`: the cuBLASLt call of each `Kernel::Gemm` launch.
     gemms: Vec<Vec<Option<GemmCall>>>,
     blas: Option<Blas>,
@@ -443,6 +447,7 @@ impl CudaExecutor {
         }
         let t_graphs = std::time::Instant::now();
         let mut graphs = Vec::new();
+        let mut first_copy = Vec::new();
         // Programmatic dependent launch on Hopper and later (kernels/common.cuh), unless KILN_PDL=0.
         let pdl_wanted = device.compute_capability.0 >= 9 && std::env::var("KILN_PDL").map_or(true, |v| v != "0");
         let mut pdl_refused = Vec::new();
@@ -494,15 +499,34 @@ impl CudaExecutor {
                     r => r?,
                 };
                 graphs.push(built);
+                // An unrolled loop's first copy: a prefix of its launches, whose dependencies
+                // stay among them (edges only go forward and no copy reaches back).
+                let first = p.loop_launches(1);
+                first_copy.push(if first < p.launches.len() {
+                    let deps: Vec<(u32, u32)> = p.deps.iter().copied().filter(|&(_, b)| (b as usize) < first).collect();
+                    let prefix = graph::ProgramParts {
+                        label: format!("{} (first copy)", p.label()),
+                        launches: &p.launches[..first],
+                        deps: &deps,
+                        funcs: &funcs[pi][..first],
+                        params: &params[pi][..first],
+                        library: &library[..first],
+                        ..parts
+                    };
+                    Some(build(&prefix)?)
+                } else {
+                    None
+                });
             }
         }
         let graph_seconds = t_graphs.elapsed().as_secs_f64();
         let loop_done = Event::new(&counters)?;
         stream.sync(&counters).context("finishing the upload")?;
         counters.mark_loaded();
-        let programmatic_edges = graphs.iter().map(|g| g.programmatic_edges).sum();
+        let programmatic_edges = graphs.iter().chain(first_copy.iter().flatten()).map(|g| g.programmatic_edges).sum();
         Ok(CudaExecutor {
             graphs,
+            first_copy,
             pdl: PdlReport { wanted: pdl_wanted && mode == Mode::Graph, programmatic_edges, refused: pdl_refused },
             clusters,
             gemms,
@@ -760,7 +784,12 @@ impl CudaExecutor {
                 for _ in &self.io[program].outputs {
                     self.counters.download(false);
                 }
-                self.graphs[program].launch(&self.counters, self.stream.0).with_context(|| format!("launching the device loop {label}"))?;
+                let budget = self.staged_control(0)?;
+                let graph = match &self.first_copy[program] {
+                    Some(g) if self.plan.programs[program].loop_launches(budget) < self.plan.programs[program].launches.len() => g,
+                    _ => &self.graphs[program],
+                };
+                graph.launch(&self.counters, self.stream.0).with_context(|| format!("launching the device loop {label}"))?;
                 self.loop_done.record(&self.counters, &self.stream)?;
                 self.in_flight = Some(InFlight { observed: false });
             }
@@ -779,9 +808,10 @@ impl CudaExecutor {
         self.upload_step_eager(program)?;
         let done_at = self.control_offset()? + 8;
         let burst = self.plan.options.burst;
+        let n = self.plan.programs[program].loop_launches(self.staged_control(0)?);
         for iteration in 0.. {
             ensure!(iteration <= burst, "advance never set the done flag within the burst of {burst} steps");
-            for i in 0..self.funcs[program].len() {
+            for i in 0..n {
                 self.launch_eager(program, i)?;
             }
             self.download_step_bytes(done_at as u64, 4)?;
