@@ -19,8 +19,9 @@
 //! 5. Device loop == one-step decode: for every decode bucket of random configs (f32 and bf16),
 //!    greedy and seeded temperature/top-k/top-p sampling, the tokens a device loop streams
 //!    through its ring (bursts of [`LOOP_BURST`], one graph launch each, read while the loop
-//!    runs) are bit-identical to one-step graph decode for [`LOOP_TOKENS`] tokens; a budget,
-//!    a stop token and the context end stop the loop where the plan's contract says; the eager
+//!    runs) are bit-identical to one-step graph decode for [`LOOP_TOKENS`] tokens; budgets (one
+//!    a multiple of the loop body's copies, one not), a stop token and the context end stop the
+//!    loop where the plan's contract says; the eager
 //!    loop equals the graph loop. Inside the bursts the counters must show at most 1/16 graph
 //!    launches and 0 blocking host syncs per decode step.
 //!
@@ -985,13 +986,21 @@ fn check_device_loop(g: &mut Gate, kind: &str, dtype: DType, tokens: usize, seed
                     b1_rate = Some((tokens as f64 / t_one, tokens as f64 / t_loop));
                 }
 
-                // A budget below the burst: exactly that many steps, the rest of the ring untouched.
-                let (steps, ring) = one_loop(&mut gpu, looped, &first, 0, 10, &[], s)?;
-                ensure!(steps.len() == 10 && steps[..] == reference[..10], "{what}: budget 10 gave {} steps", steps.len());
-                ensure!(ring[10 * rows..].iter().all(|&t| t == -1), "{what}: the ring holds tokens past the budget");
-                if let Some(c) = gpu.as_cuda() {
-                    let ctl = c.loop_control(rows)?;
-                    ensure!(ctl[1] == 10 && ctl[2] == 1, "{what}: loop control after budget 10 is {ctl:?}");
+                // Budgets below the burst: exactly that many steps, the rest of the ring untouched.
+                // 10 and 11: a multiple of the loop body's copies and not (11 is prime), so that the
+                // graph of the first copy alone runs too (`ProgramPlan::loop_launches`).
+                for budget in [10usize, 11] {
+                    let (steps, ring) = one_loop(&mut gpu, looped, &first, 0, budget as u32, &[], s)?;
+                    ensure!(
+                        steps.len() == budget && steps[..] == reference[..budget],
+                        "{what}: budget {budget} gave {} steps",
+                        steps.len()
+                    );
+                    ensure!(ring[budget * rows..].iter().all(|&t| t == -1), "{what}: the ring holds tokens past the budget {budget}");
+                    if let Some(c) = gpu.as_cuda() {
+                        let ctl = c.loop_control(rows)?;
+                        ensure!(ctl[1] == budget as u32 && ctl[2] == 1, "{what}: loop control after budget {budget} is {ctl:?}");
+                    }
                 }
                 // A stop token (row 0's 6th): every row runs until it has sampled one.
                 let stop = reference[5][0];

@@ -678,6 +678,11 @@ fn early_reads_in_every_copy_of_an_unrolled_loop_only_behind_a_barrier() {
         let into: Vec<u32> = program.deps.iter().filter(|&&(_, b)| b as usize == g).map(|&(a, _)| a).collect();
         assert_eq!(into, vec![g as u32 - 1], "copy {c}'s gather");
     }
+    // Rule 11: a copy that is not the first's launches under `u{c}.` names is refused.
+    let mut renamed = plan.clone();
+    renamed.programs[p].launches[body + 3].name = "blk.0.not_a_copy".into();
+    let msg = format!("{:#}", check_plan(&renamed).unwrap_err());
+    assert!(msg.contains("is not copy 1 of launch 3"), "{msg}");
     // Copy 2's gather as a launch that releases its dependents first: no barrier before copy 2.
     let mut bad = plan.clone();
     let g = &mut bad.programs[p].launches[body];

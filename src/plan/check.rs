@@ -41,6 +41,10 @@
 //!     GEMV-family launch (linear, fused, gated, QKV linears, QKV-RoPE) reads is one, and in every
 //!     plan the matrices other launches read (the library GEMMs, the gather) are row-major. The
 //!     runtime compiles one layout per plan (`Plan::gemv_tiles`), so a mix would read wrong elements.
+//! 11. A device loop's launches are `loop_copies` copies of one step, the first ending in its
+//!     `advance` (or `sample_advance`), each later copy the first's launches named `u{c}.` + theirs
+//!     with the same kernel, operands and geometry: the first copy alone is the whole step the
+//!     executors run per pass for a budget that is not a multiple of the copies.
 
 use super::geometry::{dense_variant_covers, GEMV_DENSE_BLOCKS_PER_SM, LINEAR_GEMV_THREADS};
 use super::{Access, BufArg, Kernel, Layout, Plan, PlannedTensor, ProgramPlan, RegionKind, ALIGN};
@@ -367,6 +371,37 @@ fn check_program(plan: &Plan, p: &ProgramPlan) -> Result<()> {
                     "launches {i} `{}` and {j} `{}` touch the same bytes but no dependency orders them",
                     p.launches[i].name,
                     p.launches[j].name
+                );
+            }
+        }
+    }
+    // 11: a device loop's launches are copies of one step (`ProgramPlan::loop_copies`), the first
+    // ending in its advance, so that its prefix alone is a whole step (its edges stay inside it:
+    // every edge goes forward, rule 6).
+    if p.phase == crate::ir::Phase::DecodeLoop {
+        let copies = p.loop_copies();
+        ensure!(n.is_multiple_of(copies) && n > 0, "{}: {n} launches are not {copies} copies of one step", p.label());
+        let body = n / copies;
+        ensure!(
+            matches!(p.launches[body - 1].kernel, Kernel::Advance { .. } | Kernel::SampleAdvance { .. }),
+            "{}: the first of its {copies} copies does not end in its advance (launch {} `{}`)",
+            p.label(),
+            body - 1,
+            p.launches[body - 1].name
+        );
+        for c in 1..copies {
+            for k in 0..body {
+                let (a, b) = (&p.launches[k], &p.launches[c * body + k]);
+                ensure!(
+                    b.name == format!("u{c}.{}", a.name)
+                        && b.kernel == a.kernel
+                        && b.bufs == a.bufs
+                        && (b.grid, b.block, b.shared_bytes, b.occupancy) == (a.grid, a.block, a.shared_bytes, a.occupancy),
+                    "{}: launch {} `{}` is not copy {c} of launch {k} `{}`",
+                    p.label(),
+                    c * body + k,
+                    b.name,
+                    a.name
                 );
             }
         }

@@ -425,7 +425,8 @@ pub fn early_reads_safe(launches: &[Launch], deps: &[(u32, u32)], i: usize) -> b
 }
 
 /// The launches reachable from `from` along `deps` (forward: its descendants; backward: its
-/// ancestors), `from` included.
+/// ancestors), `from` included. Edges with an end past `n` are ignored (the plan checker refuses
+/// them on their own).
 pub fn reachable(deps: &[(u32, u32)], n: usize, from: usize, forward: bool) -> Vec<bool> {
     let mut seen = vec![false; n];
     let mut stack = vec![from];
@@ -433,7 +434,7 @@ pub fn reachable(deps: &[(u32, u32)], n: usize, from: usize, forward: bool) -> V
     while let Some(x) = stack.pop() {
         for &(a, b) in deps {
             let (src, dst) = if forward { (a as usize, b as usize) } else { (b as usize, a as usize) };
-            if src == x && !seen[dst] {
+            if src == x && dst < n && !seen[dst] {
                 seen[dst] = true;
                 stack.push(dst);
             }

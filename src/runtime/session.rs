@@ -4,7 +4,8 @@
 //! step block changes between steps; the programs and their addresses never do.
 //!
 //! A burst: the host writes the step block as one-step decode would plus the loop control
-//! (`[min(burst, tokens left), 0, 0, max_context, 0]`) and the stop ids, starts the loop, and
+//! (`[budget, 0, 0, max_context, 0]`, the budget from [`loop_budget`]: up to the burst, a
+//! multiple of the loop body's copies while enough tokens are left) and the stop ids, starts the loop, and
 //! hands each token to the caller as it appears in the ring; the next burst continues from the
 //! last token and position. Every token, stop or not, goes through the same acceptance rule as
 //! one-step decode (`Acceptor`), so both paths give the same tokens and the same stop reason.
