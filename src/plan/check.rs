@@ -383,7 +383,7 @@ fn check_program(plan: &Plan, p: &ProgramPlan) -> Result<()> {
         ensure!(n.is_multiple_of(copies) && n > 0, "{}: {n} launches are not {copies} copies of one step", p.label());
         let body = n / copies;
         ensure!(
-            matches!(p.launches[body - 1].kernel, Kernel::Advance { .. } | Kernel::SampleAdvance { .. }),
+            p.launches[body - 1].kernel.is_loop_step(),
             "{}: the first of its {copies} copies does not end in its advance (launch {} `{}`)",
             p.label(),
             body - 1,

@@ -372,6 +372,12 @@ impl Kernel {
         )
     }
 
+    /// Whether the kernel is a device loop's step (`advance`, or `sample_advance`, which ends in
+    /// it): the launch that ends a loop body's copy and takes the WHILE node's handle.
+    pub fn is_loop_step(&self) -> bool {
+        matches!(self, Kernel::Advance { .. } | Kernel::SampleAdvance { .. })
+    }
+
     /// Whether the launch is planned to read its [`early_read_operands`] before its wait.
     pub fn early(&self) -> bool {
         matches!(
@@ -428,15 +434,21 @@ pub fn early_reads_safe(launches: &[Launch], deps: &[(u32, u32)], i: usize) -> b
 /// ancestors), `from` included. Edges with an end past `n` are ignored (the plan checker refuses
 /// them on their own).
 pub fn reachable(deps: &[(u32, u32)], n: usize, from: usize, forward: bool) -> Vec<bool> {
+    let mut next = vec![Vec::new(); n];
+    for &(a, b) in deps {
+        let (src, dst) = if forward { (a as usize, b as usize) } else { (b as usize, a as usize) };
+        if src < n && dst < n {
+            next[src].push(dst);
+        }
+    }
     let mut seen = vec![false; n];
     let mut stack = vec![from];
     seen[from] = true;
     while let Some(x) = stack.pop() {
-        for &(a, b) in deps {
-            let (src, dst) = if forward { (a as usize, b as usize) } else { (b as usize, a as usize) };
-            if src == x && dst < n && !seen[dst] {
-                seen[dst] = true;
-                stack.push(dst);
+        for &y in &next[x] {
+            if !seen[y] {
+                seen[y] = true;
+                stack.push(y);
             }
         }
     }
@@ -498,7 +510,7 @@ impl ProgramPlan {
         if self.phase != Phase::DecodeLoop {
             return 1;
         }
-        self.launches.iter().filter(|l| matches!(l.kernel, Kernel::Advance { .. } | Kernel::SampleAdvance { .. })).count().max(1)
+        self.launches.iter().filter(|l| l.kernel.is_loop_step()).count().max(1)
     }
 
     /// How many of the program's launches one pass runs for a device-loop `budget`: all of them

@@ -192,7 +192,7 @@ unsafe fn add_kernel_nodes(
         // The advance kernel of a loop body (or sample_advance) takes the WHILE node's handle in its
         // last slot; the driver copies the arguments when the node is added, so a local blob will do.
         let with_handle = match (loop_handle, &l.kernel) {
-            (Some(h), crate::plan::Kernel::Advance { .. } | crate::plan::Kernel::SampleAdvance { .. }) => {
+            (Some(h), k) if k.is_loop_step() => {
                 let mut slots = params[i].slots().to_vec();
                 *slots.last_mut().expect("advance has parameters") = h;
                 Some(LaunchParams::new(slots))
