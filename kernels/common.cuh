@@ -38,6 +38,24 @@ template <typename T> __device__ __forceinline__ T zero() { return from_f32<T>(0
 __device__ __forceinline__ float inf() { return __int_as_float(0x7f800000); }
 __device__ __forceinline__ float quiet_nan() { return __int_as_float(0x7fc00000); }
 
+// The 64-bit argmax key of logit v at index i (Op::LinearArgmax; `sampling::argmax_key` on the
+// host, bit for bit): v's bits made order-preserving as an unsigned integer in the high word (-0
+// as +0), ~i in the low word, 0 for NaN. A row's largest key is its argmax (largest value, lowest
+// index among equal ones, NaN never while any value is not NaN), whatever order keys are folded in.
+__device__ __forceinline__ unsigned long long argmax_key(float v, unsigned int i) {
+  if (v != v) return 0ull;
+  unsigned int b = v == 0.0f ? 0u : __float_as_uint(v);
+  b = (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+  return ((unsigned long long)b << 32) | (unsigned long long)(~i);
+}
+
+// The token of a row whose largest argmax key is `key` (`sampling::argmax_key_token`): index 0 for
+// no key (0) or an index outside the vocabulary.
+__device__ __forceinline__ int argmax_key_token(unsigned long long key, unsigned int vocab) {
+  const unsigned int i = ~(unsigned int)key;
+  return key == 0ull || i >= vocab ? 0 : (int)i;
+}
+
 // ---- 16-byte vector loads -------------------------------------------------------------------
 
 // Elements of T in one 16-byte vector.

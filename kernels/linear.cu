@@ -404,10 +404,12 @@ __device__ __forceinline__ void gemv_mma_sum(const float (&c)[Q][4], float* part
 
 // Tensor-core GEMV for f16 / bf16 (see the header), WARPS = blockDim.x / 32 (8 or 16). Needs
 // in % 8 == 0, x and w 16-byte aligned.
-template <typename T, typename O, int WARPS>
+// ARGMAX (kiln_linear_argmax_*, Op::LinearArgmax): each row's largest argmax_key over the
+// block's stored outputs is folded into argmax[r] with one atomic max per warp that holds the row.
+template <typename T, typename O, int WARPS, bool ARGMAX>
 __device__ void linear_gemv_mma(const T* x, const T* w, const T* bias,
-                                O* __restrict__ out, unsigned int rows, unsigned int in, unsigned int outf,
-                                bool has_bias, float* partial) {
+                                O* __restrict__ out, unsigned long long* argmax, unsigned int rows, unsigned int in,
+                                unsigned int outf, bool has_bias, float* partial) {
   constexpr int U = KILN_LINEAR_GEMV_UNROLL, D = KILN_LINEAR_GEMV_DEPTH;
   const unsigned int lane = threadIdx.x & 31;
   const unsigned int g = lane >> 2;
@@ -421,7 +423,21 @@ __device__ void linear_gemv_mma(const T* x, const T* w, const T* bias,
     if (threadIdx.x < 128) {
       const unsigned int i = threadIdx.x >> 5, l = threadIdx.x & 31;
       const unsigned int n = n0 + (l >> 2) + 8 * (i >> 1), r = 2 * (l & 3) + (i & 1);
-      if (r < rows && n < outf) out[(size_t)r * outf + n] = from_f32<O>(has_bias ? s[0] + to_f32(bias[n]) : s[0]);
+      unsigned long long key = 0ull;
+      if (r < rows && n < outf) {
+        const O o = from_f32<O>(has_bias ? s[0] + to_f32(bias[n]) : s[0]);
+        out[(size_t)r * outf + n] = o;
+        if constexpr (ARGMAX) key = argmax_key(to_f32(o), n);
+      }
+      if constexpr (ARGMAX) {
+        // Lanes l, l ^ 4, .. (the same l % 4) of warp i hold row r's features n0 + 8 (i / 2) + 0..7.
+#pragma unroll
+        for (int o = 4; o < 32; o <<= 1) {
+          const unsigned long long k2 = __shfl_xor_sync(0xffffffffu, key, o);
+          key = k2 > key ? k2 : key;
+        }
+        if (l < 4 && r < rows && key != 0ull) atomicMax(argmax + r, key);
+      }
     }
   };
 #if (KILN_GEMV_WALK) & 2
@@ -452,9 +468,9 @@ __device__ void linear_gemv_mma(const T* x, const T* w, const T* bias,
 
 // SIMT GEMV: with 8 warps, warp w computes features n0 + 2w and n0 + 2w + 1 for NR rows of x;
 // with 16, feature n0 + w.
-template <typename T, typename O, int NR>
-__device__ void linear_gemv_simt(const T* x, const T* w, const T* bias,
-                                 O* __restrict__ out, unsigned int in, unsigned int outf, bool has_bias) {
+template <typename T, typename O, int NR, bool ARGMAX>
+__device__ void linear_gemv_simt(const T* x, const T* w, const T* bias, O* __restrict__ out,
+                                 unsigned long long* argmax, unsigned int in, unsigned int outf, bool has_bias) {
   const unsigned int lane = threadIdx.x & 31;
   const unsigned int per_warp = KILN_LINEAR_GEMV_FEATURES / (blockDim.x >> 5);
   const unsigned int n = blockIdx.x * KILN_LINEAR_GEMV_FEATURES + per_warp * (threadIdx.x >> 5);
@@ -502,15 +518,26 @@ __device__ void linear_gemv_simt(const T* x, const T* w, const T* bias,
   for (int r = 0; r < NR; ++r) {
     const float s0 = warp_sum(acc0[r]), s1 = warp_sum(acc1[r]);
     if (lane == 0) {
-      out[(size_t)r * outf + n] = from_f32<O>(has_bias ? s0 + b0 : s0);
-      if (two) out[(size_t)r * outf + n + 1] = from_f32<O>(has_bias ? s1 + b1 : s1);
+      const O o0 = from_f32<O>(has_bias ? s0 + b0 : s0);
+      out[(size_t)r * outf + n] = o0;
+      unsigned long long key = 0ull;
+      if constexpr (ARGMAX) key = argmax_key(to_f32(o0), n);
+      if (two) {
+        const O o1 = from_f32<O>(has_bias ? s1 + b1 : s1);
+        out[(size_t)r * outf + n + 1] = o1;
+        if constexpr (ARGMAX) {
+          const unsigned long long k1 = argmax_key(to_f32(o1), n + 1);
+          key = k1 > key ? k1 : key;
+        }
+      }
+      if (ARGMAX && key != 0ull) atomicMax(argmax + r, key);
     }
   }
 }
 
-template <typename T, typename O>
-__device__ void linear_tiled(const T* x, const T* w, const T* bias,
-                             O* __restrict__ out, unsigned int rows, unsigned int in, unsigned int outf,
+template <typename T, typename O, bool ARGMAX>
+__device__ void linear_tiled(const T* x, const T* w, const T* bias, O* __restrict__ out,
+                             unsigned long long* argmax, unsigned int rows, unsigned int in, unsigned int outf,
                              bool has_bias, float* smem) {
   constexpr int TM = KILN_LINEAR_TILE, TN = KILN_LINEAR_TILE, TK = KILN_LINEAR_TILE_K;
   // Two [TK][65] tiles in `smem`; +1 column of padding: the transposing stores hit distinct banks.
@@ -558,14 +585,19 @@ __device__ void linear_tiled(const T* x, const T* w, const T* bias,
       const unsigned int c = col0 + tx + 16 * j;
       if (c >= outf) continue;
       const float v = has_bias ? acc[i][j] + to_f32(bias[c]) : acc[i][j];
-      out[(size_t)r * outf + c] = from_f32<O>(v);
+      const O o = from_f32<O>(v);
+      out[(size_t)r * outf + c] = o;
+      if constexpr (ARGMAX) {
+        const unsigned long long key = argmax_key(to_f32(o), c);
+        if (key != 0ull) atomicMax(argmax + r, key);
+      }
     }
   }
 }
 
-template <typename T, typename O>
-__device__ void linear(const T* x, const T* w, const T* bias, O* out, unsigned int rows, unsigned int in,
-                       unsigned int outf, unsigned int has_bias_u) {
+template <typename T, typename O, bool ARGMAX>
+__device__ void linear(const T* x, const T* w, const T* bias, O* out, unsigned long long* argmax, unsigned int rows,
+                       unsigned int in, unsigned int outf, unsigned int has_bias_u) {
   __shared__ __align__(16) float smem[KILN_LINEAR_SMEM];
   KILN_ABLATED(64);
   const bool has_bias = has_bias_u != 0 && bias != nullptr;
@@ -573,9 +605,9 @@ __device__ void linear(const T* x, const T* w, const T* bias, O* out, unsigned i
     if (rows != 0 && rows <= KILN_LINEAR_GEMV_MAX_ROWS && in % 8 == 0 && aligned16(w) && aligned16(x)) {
       // Waits for the prior grids inside, after its first weight loads.
       if (blockDim.x == 32 * KILN_LINEAR_GEMV_MAX_WARPS) {
-        linear_gemv_mma<T, O, KILN_LINEAR_GEMV_MAX_WARPS>(x, w, bias, out, rows, in, outf, has_bias, smem);
+        linear_gemv_mma<T, O, KILN_LINEAR_GEMV_MAX_WARPS, ARGMAX>(x, w, bias, out, argmax, rows, in, outf, has_bias, smem);
       } else {
-        linear_gemv_mma<T, O, KILN_LINEAR_GEMV_WARPS>(x, w, bias, out, rows, in, outf, has_bias, smem);
+        linear_gemv_mma<T, O, KILN_LINEAR_GEMV_WARPS, ARGMAX>(x, w, bias, out, argmax, rows, in, outf, has_bias, smem);
       }
       return;
     }
@@ -588,18 +620,18 @@ __device__ void linear(const T* x, const T* w, const T* bias, O* out, unsigned i
   wait_prior_grids();
   if (rows == 0) return;
   if (rows > KILN_LINEAR_GEMV_MAX_ROWS) {
-    linear_tiled<T, O>(x, w, bias, out, rows, in, outf, has_bias, smem);
+    linear_tiled<T, O, ARGMAX>(x, w, bias, out, argmax, rows, in, outf, has_bias, smem);
     return;
   }
   switch (rows) {
-    case 1: linear_gemv_simt<T, O, 1>(x, w, bias, out, in, outf, has_bias); return;
-    case 2: linear_gemv_simt<T, O, 2>(x, w, bias, out, in, outf, has_bias); return;
-    case 3: linear_gemv_simt<T, O, 3>(x, w, bias, out, in, outf, has_bias); return;
-    case 4: linear_gemv_simt<T, O, 4>(x, w, bias, out, in, outf, has_bias); return;
-    case 5: linear_gemv_simt<T, O, 5>(x, w, bias, out, in, outf, has_bias); return;
-    case 6: linear_gemv_simt<T, O, 6>(x, w, bias, out, in, outf, has_bias); return;
-    case 7: linear_gemv_simt<T, O, 7>(x, w, bias, out, in, outf, has_bias); return;
-    default: linear_gemv_simt<T, O, 8>(x, w, bias, out, in, outf, has_bias); return;
+    case 1: linear_gemv_simt<T, O, 1, ARGMAX>(x, w, bias, out, argmax, in, outf, has_bias); return;
+    case 2: linear_gemv_simt<T, O, 2, ARGMAX>(x, w, bias, out, argmax, in, outf, has_bias); return;
+    case 3: linear_gemv_simt<T, O, 3, ARGMAX>(x, w, bias, out, argmax, in, outf, has_bias); return;
+    case 4: linear_gemv_simt<T, O, 4, ARGMAX>(x, w, bias, out, argmax, in, outf, has_bias); return;
+    case 5: linear_gemv_simt<T, O, 5, ARGMAX>(x, w, bias, out, argmax, in, outf, has_bias); return;
+    case 6: linear_gemv_simt<T, O, 6, ARGMAX>(x, w, bias, out, argmax, in, outf, has_bias); return;
+    case 7: linear_gemv_simt<T, O, 7, ARGMAX>(x, w, bias, out, argmax, in, outf, has_bias); return;
+    default: linear_gemv_simt<T, O, 8, ARGMAX>(x, w, bias, out, argmax, in, outf, has_bias); return;
   }
 }
 
@@ -617,7 +649,7 @@ __device__ void linear(const T* x, const T* w, const T* bias, O* out, unsigned i
   extern "C" __global__ void BOUNDS kiln_linear_##dt##_##outdt##SUFFIX(                             \
       const T* x, const T* weight, const T* bias, O* out, unsigned int rows, unsigned int in_features, \
       unsigned int out_features, unsigned int has_bias) {                                           \
-    kiln::linear<T, O>(x, weight, bias, out, rows, in_features, out_features, has_bias);            \
+    kiln::linear<T, O, false>(x, weight, bias, out, nullptr, rows, in_features, out_features, has_bias); \
   }
 #define KILN_LINEAR_OUT(dt, T, outdt, O)                                                            \
   KILN_LINEAR_VARIANT(dt, T, outdt, O, , KILN_LINEAR_BOUNDS)                                        \
@@ -627,3 +659,23 @@ KILN_LINEAR_OUT(f16, __half, f16, __half)
 KILN_LINEAR_OUT(f16, __half, f32, float)
 KILN_LINEAR_OUT(bf16, __nv_bfloat16, bf16, __nv_bfloat16)
 KILN_LINEAR_OUT(bf16, __nv_bfloat16, f32, float)
+
+// kiln_linear_argmax_{dt}_f32[_o3](x, weight, bias, out, argmax_key, rows, in_features, out_features,
+// has_bias): Op::LinearArgmax, the vocabulary projection of a device loop's step. The linear above
+// (the same logits, bit for bit), and each row's largest kiln::argmax_key(out[r, n], n) folded into
+// argmax_key[r] (u64, zero before the launch: `SampleAdvance` zeroes it after reading) by atomic max,
+// in any order: the same key. CPU reference: the `Kernel::Linear { argmax: true }` arm of
+// src/runtime/cpu.rs. Check on a GPU: kiln gate --checks 5 (greedy device loops == one-step decode,
+// whose `sample` scans the logits).
+#define KILN_LINEAR_ARGMAX_VARIANT(dt, T, SUFFIX, BOUNDS)                                             \
+  extern "C" __global__ void BOUNDS kiln_linear_argmax_##dt##_f32##SUFFIX(                           \
+      const T* x, const T* weight, const T* bias, float* out, unsigned long long* argmax_key,         \
+      unsigned int rows, unsigned int in_features, unsigned int out_features, unsigned int has_bias) { \
+    kiln::linear<T, float, true>(x, weight, bias, out, argmax_key, rows, in_features, out_features, has_bias); \
+  }
+#define KILN_LINEAR_ARGMAX(dt, T)                                                                   \
+  KILN_LINEAR_ARGMAX_VARIANT(dt, T, , KILN_LINEAR_BOUNDS)                                           \
+  KILN_LINEAR_ARGMAX_VARIANT(dt, T, _o3, KILN_GEMV_DENSE_BOUNDS)
+KILN_LINEAR_ARGMAX(f32, float)
+KILN_LINEAR_ARGMAX(f16, __half)
+KILN_LINEAR_ARGMAX(bf16, __nv_bfloat16)

@@ -572,7 +572,8 @@ extern "C" __global__ void __launch_bounds__(KILN_SAMPLE_THREADS, KILN_SAMPLE_MI
 
 
 // kiln_sample_advance_f32(logits, temperature, top_k, top_p, seed, stop_ids, out, token_ids,
-//                         positions, counter, control, ring, vocab, burst, n_stop, cond_handle)
+//                         positions, counter, control, ring, argmax_key, vocab, burst, n_stop,
+//                         cond_handle)
 //
 // Semantics (Op::SampleAdvance, made by the fusion pass for a device loop's one-row step):
 // kiln_sample_f32 over the row (the counter as it was), then kiln_advance (advance.cu) with its
@@ -582,6 +583,12 @@ extern "C" __global__ void __launch_bounds__(KILN_SAMPLE_THREADS, KILN_SAMPLE_MI
 // KILN_SAMPLE_ADVANCE_EARLY_STOPS stop ids) are issued right after the wait, before the sampler's,
 // so that they cost no round trip after the token. One launch boundary fewer per step than
 // sample -> advance.
+//
+// argmax_key (null when the plan has none): the row's key, folded in by the kiln_linear_argmax_*
+// launch that wrote the logits (linear.cu). A greedy row (temperature <= 0 or not finite) takes
+// its token from it, kiln::argmax_key_token: the argmax the scan would find, without reading the
+// logits; only the advancing thread stays (the other blocks return before any cluster barrier, as
+// all of them see the same temperature). Every step zeroes the key for the next one.
 //
 // Geometry: kiln_sample_f32's for one row (a cluster of KILN_SAMPLE_CLUSTER blocks of 1024).
 // CPU reference: the `Kernel::SampleAdvance` arm of src/runtime/cpu.rs (sample, then advance).
@@ -594,8 +601,9 @@ extern "C" __global__ void __launch_bounds__(KILN_SAMPLE_THREADS, KILN_SAMPLE_MI
 extern "C" __global__ void __launch_bounds__(KILN_SAMPLE_THREADS, KILN_SAMPLE_MIN_BLOCKS) KILN_SAMPLE_CLUSTER_ATTR
     kiln_sample_advance_f32(const float* logits, const float* temperature, const int* top_k, const float* top_p,
                             const unsigned int* seed, const int* stop_ids, int* out, int* token_ids, int* positions,
-                            unsigned int* counter, unsigned int* control, int* ring, unsigned int vocab,
-                            unsigned int burst, unsigned int n_stop, unsigned long long cond_handle) {
+                            unsigned int* counter, unsigned int* control, int* ring,
+                            unsigned long long* argmax_key, unsigned int vocab, unsigned int burst,
+                            unsigned int n_stop, unsigned long long cond_handle) {
   kiln::wait_prior_grids();
   __shared__ SampleShared s;
   const unsigned int part = blockIdx.x % KILN_SAMPLE_CLUSTER;
@@ -605,7 +613,10 @@ extern "C" __global__ void __launch_bounds__(KILN_SAMPLE_THREADS, KILN_SAMPLE_MI
   long long max_position = 0;
   int p = -1;
   int sid[KILN_SAMPLE_ADVANCE_EARLY_STOPS];
+  unsigned long long key = 0ull;
+  const float temp0 = argmax_key != nullptr ? __ldcg(temperature) : 0.0f;
   if (runs_advance) {
+    if (argmax_key != nullptr) key = __ldcg(argmax_key);
     done0 = __ldcg(control + 2);
     budget = __ldcg(control + 0);
     produced = __ldcg(control + 1);
@@ -622,8 +633,14 @@ extern "C" __global__ void __launch_bounds__(KILN_SAMPLE_THREADS, KILN_SAMPLE_MI
     return;
   }
   int t = 0;
-  if (!sample_row_token(logits, temperature, top_k, top_p, seed, counter, 0, part, vocab, s, t)) return;
+  if (argmax_key != nullptr && (!(temp0 > 0.0f) || !isfinite(temp0))) {
+    if (!runs_advance) return;
+    t = kiln::argmax_key_token(key, vocab);
+  } else if (!sample_row_token(logits, temperature, top_k, top_p, seed, counter, 0, part, vocab, s, t)) {
+    return;
+  }
   // Here: thread 0 of block 0 (runs_advance), with the row's token.
+  if (argmax_key != nullptr) argmax_key[0] = 0ull;
   out[0] = t;
   if (done0 != 0u) {
     // A loop already done changes nothing: no ring write, no position or counter moved.

@@ -55,16 +55,20 @@ fn param_slots_are_pointers_then_scalars() {
         let ptrs = kiln::runtime::cuda::abi::pointer_slots(&l.kernel, &l.bufs);
         assert_eq!(slots.len(), ptrs + kiln::runtime::cuda::abi::scalars(&l.kernel).len(), "{}", l.name);
         match l.kernel {
-            Kernel::Linear { rows, in_features, out_features, bias } => {
+            Kernel::Linear { rows, in_features, out_features, bias, argmax } => {
                 let b = &l.bufs;
                 let at = |i: usize| base[b[i].region.index()] + b[i].offset;
-                if bias {
+                let n = if argmax { 5 } else { 4 };
+                if argmax {
+                    // x, weight, null bias, out, argmax key.
+                    assert_eq!(&slots[..5], &[at(0), at(1), 0, at(2), at(3)]);
+                } else if bias {
                     assert_eq!(&slots[..4], &[at(0), at(1), at(2), at(3)]);
                 } else {
                     // x, weight, null bias, out.
                     assert_eq!(&slots[..4], &[at(0), at(1), 0, at(2)]);
                 }
-                assert_eq!(&slots[4..], &[rows as u64, in_features as u64, out_features as u64, bias as u64]);
+                assert_eq!(&slots[n..], &[rows as u64, in_features as u64, out_features as u64, bias as u64]);
             }
             Kernel::RmsNorm { eps, .. } => {
                 assert_eq!(*slots.last().unwrap(), eps.to_bits() as u64, "eps travels as its f32 bits");

@@ -8,7 +8,9 @@
 //! (`lower::fuse` rewrite 8) instead of `sample` -> `advance`, and with the loop body planned
 //! in 1, 2 and 3 copies per pass (`ProgramPlan::loop_copies`): budgets that are not a multiple
 //! of the copies run the first copy alone, and the copies a pass still runs after a stop change
-//! no token, no loop control and no KV row past a sequence's end.
+//! no token, no loop control and no KV row past a sequence's end. The fused one-row loop's greedy
+//! tokens come from the argmax key its vocabulary projection folds the logits into (`lower::fuse`
+//! rewrite 9), zeroed again by every step.
 
 mod common_cpu;
 
@@ -16,7 +18,7 @@ use common_cpu::Shape;
 use kiln::ir::{DType, Phase, RopeScaling, RopeStyle};
 use kiln::lower::{names, MAX_STOP_IDS};
 use kiln::model::SrcDType;
-use kiln::plan::{build_plan_unrolled, Plan, PlanOptions};
+use kiln::plan::{build_plan_unrolled, Kernel, Plan, PlanOptions};
 use kiln::runtime::cpu::CpuExecutor;
 use kiln::runtime::{Executor, StepBlock};
 use kiln::synth::MemWeights;
@@ -27,8 +29,15 @@ const MAX_CONTEXT: usize = 64;
 const COPIES: [usize; 3] = [1, 2, 3];
 
 fn setup(burst: usize, fuse: bool, copies: usize) -> (Plan, MemWeights) {
+    setup_vocab(48, burst, fuse, copies)
+}
+
+/// `setup` with `vocab` tokens: over `NORM_PROLOGUE_MAX_FEATURES` the final norm stays a launch of
+/// its own and the vocabulary projection a plain linear, which the fused one-row loop turns into
+/// the argmax-key linear (rewrite 9; the real models' shape).
+fn setup_vocab(vocab: usize, burst: usize, fuse: bool, copies: usize) -> (Plan, MemWeights) {
     let cfg = Shape {
-        vocab: 48,
+        vocab,
         hidden: 16,
         ffn: 24,
         layers: 2,
@@ -58,6 +67,16 @@ fn setup(burst: usize, fuse: bool, copies: usize) -> (Plan, MemWeights) {
         plan.programs[plan.program(Phase::DecodeLoop, rows).unwrap()].launches.iter().map(|l| l.kernel.name()).collect()
     };
     assert_eq!(kernels(1).contains(&"sample_advance"), fuse, "{:?}", kernels(1));
+    // ... whose greedy token comes from the argmax key the vocabulary projection folds its logits
+    // into (rewrite 9): both launches of every copy carry the key.
+    let one = &plan.programs[plan.program(Phase::DecodeLoop, 1).unwrap()];
+    let keyed = one
+        .launches
+        .iter()
+        .filter(|l| matches!(l.kernel, Kernel::Linear { argmax: true, .. } | Kernel::SampleAdvance { argmax: true, .. }))
+        .count();
+    let plain_logits = vocab > kiln::lower::fuse::NORM_PROLOGUE_MAX_FEATURES;
+    assert_eq!(keyed, if fuse && plain_logits { 2 * copies } else { 0 }, "{:?}", kernels(1));
     assert!(kernels(2).ends_with(&["sample", "advance"]), "{:?}", kernels(2));
     for rows in [1, 2] {
         let p = &plan.programs[plan.program(Phase::DecodeLoop, rows).unwrap()];
@@ -134,6 +153,11 @@ fn looped(
     stop_ids[..stops.len()].copy_from_slice(stops);
     s.set_i32(plan, names::LOOP_STOP_IDS, &stop_ids).unwrap();
     exec.run(prog, &s).unwrap();
+    if let Some(key) = plan.tensor("argmax_key") {
+        // Every step's sample_advance leaves the key zeroed for the next step's logits.
+        let key = exec.read_tensor("argmax_key", key.bytes as usize).unwrap();
+        assert!(key.iter().all(|&b| b == 0), "argmax key left at {key:?}");
+    }
     let ring_bytes = plan.tensor(names::RING).unwrap().bytes as usize;
     let ring = ints(&exec.read_tensor(names::RING, ring_bytes).unwrap());
     let ctl_bytes = 4 * (4 + rows);
@@ -158,6 +182,24 @@ fn loop_matches_one_step_decode() {
                     "fuse {fuse} copies {copies} rows {} T {temperature} budget {budget}",
                     first.len()
                 );
+            }
+        }
+    }
+}
+
+/// The greedy tokens of the argmax key (rewrite 9) are the scan's: the fused one-row loop of a
+/// model whose vocabulary projection carries the key against one-step decode (whose `sample` scans
+/// the logits), greedy and sampled (which scans and still zeroes the key), in 1, 2 and 3 copies.
+#[test]
+fn argmax_key_loop_matches_one_step_decode() {
+    for copies in COPIES {
+        let (plan, w) = setup_vocab(kiln::lower::fuse::NORM_PROLOGUE_MAX_FEATURES + 1000, 16, true, copies);
+        for temperature in [0.0, 0.9] {
+            let reference = one_step(&plan, &w, &[3], 0, 10, temperature);
+            for budget in [10, 7] {
+                let (ring, ctl) = looped(&plan, &w, &[3], 0, budget, &[], temperature);
+                assert_eq!((ctl[1], ctl[2]), (budget, 1), "loop finished after its budget");
+                assert_eq!(ring[..], reference[..budget as usize], "copies {copies} T {temperature} budget {budget}");
             }
         }
     }

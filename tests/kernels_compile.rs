@@ -15,7 +15,8 @@ use std::collections::BTreeSet;
 use std::sync::OnceLock;
 
 /// Every symbol kernels/ must define: 12 kernels x 3 dtypes, attention_cluster x 3 chunk sizes x 3 dtypes, attention_prefill x 2 (f16, bf16),
-/// linear's and fused_linear's 5 (dt, out) pairs each, gated_linear, qkv_linear and qkv_rope x 3 dtypes (each also `_o3`), sample, advance.
+/// linear's and fused_linear's 5 (dt, out) pairs each, linear_argmax (f32 logits), gated_linear, qkv_linear and qkv_rope x 3
+/// dtypes (each also `_o3`), sample, advance, sample_advance.
 fn expected_symbols() -> BTreeSet<String> {
     let mut s = BTreeSet::new();
     for kernel in [
@@ -46,6 +47,7 @@ fn expected_symbols() -> BTreeSet<String> {
             }
         }
         for dt in ["f32", "f16", "bf16"] {
+            s.insert(format!("kiln_linear_argmax_{dt}_f32{variant}"));
             s.insert(format!("kiln_gated_linear_{dt}{variant}"));
             s.insert(format!("kiln_qkv_linear_{dt}{variant}"));
             s.insert(format!("kiln_qkv_rope_{dt}{variant}"));

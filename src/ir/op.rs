@@ -145,6 +145,15 @@ pub enum Op {
     HeadRmsNorm { x: ValueId, weight: ValueId, out: ValueId, head_dim: u32, eps: f32 },
     /// `out[r, n] = sum_k x[r, k] * weight[n, k] (+ bias[n])`.
     Linear { x: ValueId, weight: ValueId, bias: Option<ValueId>, out: ValueId },
+    /// `Linear` without a bias (the vocabulary projection, `out` f32 logits) that also folds each
+    /// row's argmax into `argmax` (made by `lower::fuse` for a device loop's `SampleAdvance`, never
+    /// by lowering): `argmax` is `u32 [rows, 2]` state, one little-endian 64-bit key per row,
+    /// `key[r] = max(key[r], max_n argmax_key(out[r, n], n))` with `runtime::sampling::argmax_key`
+    /// (the value's bits made order-preserving in the high word, `!n` in the low one: the
+    /// largest logit, the lowest index on ties, NaN never, as `Sample`'s argmax); a max over any
+    /// order, so blocks may fold their keys in as they finish. The key must be zero before the
+    /// op (state is zeroed at load; the `SampleAdvance` that reads it zeroes it again).
+    LinearArgmax { x: ValueId, weight: ValueId, out: ValueId, argmax: ValueId },
     /// A linear layer with fused neighbours (made by `lower::fuse`, never by lowering):
     /// `o = rms_norm(x, norm.0, norm.1) · weightᵀ (+ bias)` (the norm where present, applied as
     /// [`NormOrder::of`] `x`'s dtype says) rounded to `out`'s dtype, then `out = o + residual`
@@ -253,7 +262,9 @@ pub enum Op {
     /// `Sample` then `Advance` over its tokens, as one op (made by `lower::fuse` for a device loop's
     /// single-row step, never by lowering): `out = sample(logits, temperature, top_k, top_p, seed,
     /// counter)` (the counter as it was before the step), then `advance(out, stop_ids, token_ids,
-    /// positions, counter, control, ring)`. Equal, word for word, to the two ops.
+    /// positions, counter, control, ring)`. Equal, word for word, to the two ops. With `argmax`
+    /// (the key a `LinearArgmax` folded the logits' argmax into), a greedy row takes its token
+    /// from the key instead of scanning the logits (the same token), and the key is zeroed.
     SampleAdvance {
         logits: ValueId,
         temperature: ValueId,
@@ -267,6 +278,7 @@ pub enum Op {
         counter: ValueId,
         control: ValueId,
         ring: ValueId,
+        argmax: Option<ValueId>,
     },
     /// `sum = a + b` (as `Add`, rounded to `sum`'s dtype), then `out = rms_norm(sum)` (as
     /// `RmsNorm` over the rounded sum): a residual add and the norm that reads it in one pass
@@ -282,6 +294,7 @@ impl Op {
             Op::RmsNorm { .. } => "rms_norm",
             Op::HeadRmsNorm { .. } => "head_rms_norm",
             Op::Linear { .. } => "linear",
+            Op::LinearArgmax { .. } => "linear_argmax",
             Op::FusedLinear { .. } => "fused_linear",
             Op::QkvLinear { .. } => "qkv_linear",
             Op::GatedLinear { .. } => "gated_linear",
@@ -309,6 +322,7 @@ impl Op {
                 v.extend(bias);
                 v
             }
+            Op::LinearArgmax { x, weight, .. } => vec![x, weight],
             Op::FusedLinear { x, norm, weight, bias, residual, .. } => {
                 let mut v = vec![x];
                 v.extend(norm.map(|n| n.0));
@@ -350,7 +364,8 @@ impl Op {
                 vec![logits, temperature, top_k, top_p, seed, counter]
             }
             Op::Advance { tokens, stop_ids, .. } => vec![tokens, stop_ids],
-            // The counter is read and written in place, as `Advance`'s (listed once, as a write).
+            // The counter (and the argmax key) are read and written in place, as `Advance`'s
+            // counter (listed once, as a write).
             Op::SampleAdvance { logits, temperature, top_k, top_p, seed, stop_ids, .. } => {
                 vec![logits, temperature, top_k, top_p, seed, stop_ids]
             }
@@ -378,9 +393,13 @@ impl Op {
             }
             Op::QkvLinear { outs, .. } => outs.values(),
             Op::Advance { token_ids, positions, counter, control, ring, .. } => vec![token_ids, positions, counter, control, ring],
-            Op::SampleAdvance { out, token_ids, positions, counter, control, ring, .. } => {
-                vec![out, token_ids, positions, counter, control, ring]
+            Op::SampleAdvance { out, token_ids, positions, counter, control, ring, argmax, .. } => {
+                let mut v = vec![out, token_ids, positions, counter, control, ring];
+                v.extend(argmax);
+                v
             }
+            // The key is folded into in place (listed once, as a write).
+            Op::LinearArgmax { out, argmax, .. } => vec![out, argmax],
             Op::AddRmsNorm { sum, out, .. } => vec![sum, out],
         }
     }
@@ -436,6 +455,7 @@ impl Op {
             ],
             Op::Gather { .. }
             | Op::Linear { .. }
+            | Op::LinearArgmax { .. }
             | Op::KvWrite { .. }
             | Op::SwiGlu { .. }
             | Op::Add { .. }

@@ -4,8 +4,9 @@
 //! Invariants checked, in this order:
 //! 1. Every value id an op names exists; value names and op names are unique in a program.
 //! 2. `Weight` values are never written; `Step` and `Ring` values only by `Advance` (the
-//!    device loop's step) or `SampleAdvance`; `State` values only by `KvWrite`; `Output` and `Temp` values
-//!    exactly once.
+//!    device loop's step) or `SampleAdvance`; `State` values only by the KV writes (`KvWrite`,
+//!    `RopeKvWrite`, `QkvRope`) and the argmax key's two ops (`LinearArgmax`, `SampleAdvance`);
+//!    `Output` and `Temp` values exactly once.
 //! 3. A `Temp` or `Output` value is written before it is read; every `Temp` is read at least
 //!    once (a dead temp would waste arena bytes).
 //! 4. Per-op shape and dtype rules (each op's doc in `op.rs`): matching row counts and
@@ -59,8 +60,16 @@ fn verify_inner(p: &Program) -> Result<()> {
                     v.name
                 ),
                 ValueClass::State => ensure!(
-                    matches!(node.op, Op::KvWrite { .. } | Op::RopeKvWrite { .. } | Op::QkvRope { .. }),
-                    "op `{}` ({}) writes state `{}`; only kv_write, rope_kv_write and qkv_rope may",
+                    matches!(
+                        node.op,
+                        Op::KvWrite { .. }
+                            | Op::RopeKvWrite { .. }
+                            | Op::QkvRope { .. }
+                            | Op::LinearArgmax { .. }
+                            | Op::SampleAdvance { argmax: Some(_), .. }
+                    ),
+                    "op `{}` ({}) writes state `{}`; only kv_write, rope_kv_write, qkv_rope and the argmax key's \
+                     linear_argmax and sample_advance may",
                     node.name,
                     node.op.mnemonic(),
                     v.name
@@ -92,6 +101,21 @@ fn verify_inner(p: &Program) -> Result<()> {
             );
         }
     }
+    Ok(())
+}
+
+/// An argmax key (`Op::LinearArgmax`): `u32 [rows, 2]` state.
+fn want_argmax_key(p: &Program, name: &str, op: &Op, key: ValueId, rows: usize) -> Result<()> {
+    let v = p.value(key);
+    ensure!(
+        v.class == ValueClass::State && v.dtype == DType::U32 && v.shape.dims() == [rows, 2],
+        "op `{name}` ({}): the argmax key `{}` must be u32 [{rows}, 2] state, is {} {} {}",
+        op.mnemonic(),
+        v.name,
+        v.class.name(),
+        v.dtype,
+        v.shape
+    );
     Ok(())
 }
 
@@ -195,6 +219,11 @@ fn check_op(p: &Program, name: &str, op: &Op) -> Result<()> {
             want_float(x)?;
             want_float(weight)?;
             want_float(out)?;
+        }
+        Op::LinearArgmax { x, weight, out, argmax } => {
+            check_op(p, name, &Op::Linear { x, weight, bias: None, out })?;
+            want_dtype(out, DType::F32)?;
+            want_argmax_key(p, name, op, argmax, want_2d(out)?.0)?;
         }
         Op::FusedLinear { x, norm, weight, bias, residual, out } => {
             let (r, k) = want_2d(x)?;
@@ -390,7 +419,24 @@ fn check_op(p: &Program, name: &str, op: &Op) -> Result<()> {
             ensure!(v(ring).class == ValueClass::Ring, ctx(format!("`{}` must be a ring value", v(ring).name)));
             ensure!(v(ring).shape.numel() % rows == 0, ctx("ring length is not a multiple of the rows".into()));
         }
-        Op::SampleAdvance { logits, temperature, top_k, top_p, seed, stop_ids, out, token_ids, positions, counter, control, ring } => {
+        Op::SampleAdvance {
+            logits,
+            temperature,
+            top_k,
+            top_p,
+            seed,
+            stop_ids,
+            out,
+            token_ids,
+            positions,
+            counter,
+            control,
+            ring,
+            argmax,
+        } => {
+            if let Some(a) = argmax {
+                want_argmax_key(p, name, op, a, 1)?;
+            }
             // The two ops' rules, and one row (the fused kernel's advance runs in one block).
             check_op(p, name, &Op::Sample { logits, temperature, top_k, top_p, seed, counter, out })?;
             check_op(p, name, &Op::Advance { tokens: out, stop_ids, token_ids, positions, counter, control, ring })?;

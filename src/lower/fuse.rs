@@ -42,6 +42,11 @@
 //!    `SampleAdvance`: the sampler's block that draws the token runs the step's advance, one launch
 //!    boundary fewer at the end of every step (`KILN_FUSE_SAMPLE_ADVANCE=0` at plan time keeps two).
 //!
+//! 9. device loop: the bias-less vocabulary `linear` whose f32 logits only a `SampleAdvance` reads
+//!    -> `LinearArgmax`: each GEMV block folds its logits' argmax into a 64-bit key per row
+//!    (state, `red.max`), so a greedy step's sampler reads one key instead of scanning the
+//!    vocabulary (`KILN_FUSE_ARGMAX=0` at plan time keeps the scan). The logits are still written.
+//!
 //! Values are renumbered densely in order of first use afterwards, so dumps stay canonical.
 //!
 //! Prefill programs take rewrites 4, 6 and the packed form of 5 (RoPE, the KV write, adds and
@@ -65,6 +70,12 @@ pub const NORM_PROLOGUE_MAX_FEATURES: usize = 16384;
 /// for the 3.3 us norm launch it saves), so the limit stays.
 pub fn norm_prologue_max_features() -> usize {
     crate::plan::knob("KILN_NORM_PROLOGUE_MAX").parse::<usize>().unwrap_or(NORM_PROLOGUE_MAX_FEATURES)
+}
+
+/// Whether rewrite 9 runs: on by default; the plan-time knob `KILN_FUSE_ARGMAX=0` keeps the
+/// sampler's scan of the logits (an A/B knob).
+pub fn linear_argmax_enabled() -> bool {
+    crate::plan::knob("KILN_FUSE_ARGMAX") != "0"
 }
 
 /// Whether rewrite 8 runs: on by default; the plan-time knob `KILN_FUSE_SAMPLE_ADVANCE=0` keeps
@@ -345,9 +356,37 @@ pub fn fuse(p: &Program) -> Result<Program> {
                     counter,
                     control,
                     ring,
+                    argmax: None,
                 },
             });
             ops[i] = None;
+        }
+    }
+
+    // 9. A device loop's greedy argmax in the vocabulary projection: the f32 logits of a
+    //    `SampleAdvance` made by a bias-less `linear` read by nothing else -> a `LinearArgmax`
+    //    folding each row's argmax into a key the `SampleAdvance` reads (and zeroes).
+    if p.phase == crate::ir::Phase::DecodeLoop && linear_argmax_enabled() {
+        for i in 0..ops.len() {
+            let Some(OpNode { op: Op::SampleAdvance { logits, argmax: None, .. }, .. }) = ops[i].as_ref() else { continue };
+            let logits = *logits;
+            let Some(j) = producer(&ops, logits) else { continue };
+            let Some(OpNode { name, op: Op::Linear { x, weight, bias: None, out } }) = ops[j].clone() else { continue };
+            if out != logits || readers(&ops, logits) != [i] || p.value(logits).dtype != crate::ir::DType::F32 {
+                continue;
+            }
+            let rows = p.value(logits).shape.dims()[0];
+            let key = ValueId((p.values.len() + extra.len()) as u32);
+            extra.push(Value {
+                name: "argmax_key".to_string(),
+                dtype: crate::ir::DType::U32,
+                shape: Shape::new(&[rows, 2]),
+                class: ValueClass::State,
+            });
+            ops[j] = Some(OpNode { name, op: Op::LinearArgmax { x, weight, out, argmax: key } });
+            if let Some(OpNode { op: Op::SampleAdvance { argmax, .. }, .. }) = ops[i].as_mut() {
+                *argmax = Some(key);
+            }
         }
     }
 
@@ -430,6 +469,7 @@ fn op_values_mut(op: &mut Op) -> Vec<&mut ValueId> {
             v.push(out);
             v
         }
+        Op::LinearArgmax { x, weight, out, argmax } => vec![x, weight, out, argmax],
         Op::FusedLinear { x, norm, weight, bias, residual, out } => {
             let mut v = vec![x];
             v.extend(norm.as_mut().map(|n| &mut n.0));
@@ -476,8 +516,24 @@ fn op_values_mut(op: &mut Op) -> Vec<&mut ValueId> {
         Op::Advance { tokens, stop_ids, token_ids, positions, counter, control, ring } => {
             vec![tokens, stop_ids, token_ids, positions, counter, control, ring]
         }
-        Op::SampleAdvance { logits, temperature, top_k, top_p, seed, stop_ids, out, token_ids, positions, counter, control, ring } => {
-            vec![logits, temperature, top_k, top_p, seed, stop_ids, out, token_ids, positions, counter, control, ring]
+        Op::SampleAdvance {
+            logits,
+            temperature,
+            top_k,
+            top_p,
+            seed,
+            stop_ids,
+            out,
+            token_ids,
+            positions,
+            counter,
+            control,
+            ring,
+            argmax,
+        } => {
+            let mut v = vec![logits, temperature, top_k, top_p, seed, stop_ids, out, token_ids, positions, counter, control, ring];
+            v.extend(argmax.as_mut());
+            v
         }
     }
 }

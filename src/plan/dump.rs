@@ -120,7 +120,10 @@ fn kernel_params(k: &Kernel) -> String {
         Kernel::Gather { rows, dim, table_rows } => format!("rows={rows} dim={dim} table_rows={table_rows}"),
         Kernel::RmsNorm { rows, dim, eps } | Kernel::AddRmsNorm { rows, dim, eps } => format!("rows={rows} dim={dim} eps={eps:e}"),
         Kernel::HeadRmsNorm { rows, heads, head_dim, eps } => format!("rows={rows} heads={heads} head_dim={head_dim} eps={eps:e}"),
-        Kernel::Linear { rows, in_features, out_features, bias } => format!("rows={rows} in={in_features} out={out_features} bias={bias}"),
+        Kernel::Linear { rows, in_features, out_features, bias, argmax } => {
+            let a = if *argmax { " argmax=true" } else { "" };
+            format!("rows={rows} in={in_features} out={out_features} bias={bias}{a}")
+        }
         Kernel::Rope { rows, heads, head_dim, rope } => format!(
             "rows={rows} heads={heads} head_dim={head_dim} style={:?} theta={} rotary_dim={}",
             rope.style, rope.theta, rope.rotary_dim
@@ -167,7 +170,10 @@ fn kernel_params(k: &Kernel) -> String {
         Kernel::SwiGlu { n } | Kernel::Add { n } => format!("n={n}"),
         Kernel::Sample { rows, vocab } => format!("rows={rows} vocab={vocab}"),
         Kernel::Advance { rows, burst, stop_ids } => format!("rows={rows} burst={burst} stop_ids={stop_ids}"),
-        Kernel::SampleAdvance { vocab, burst, stop_ids } => format!("vocab={vocab} burst={burst} stop_ids={stop_ids}"),
+        Kernel::SampleAdvance { vocab, burst, stop_ids, argmax } => {
+            let a = if *argmax { " argmax=true" } else { "" };
+            format!("vocab={vocab} burst={burst} stop_ids={stop_ids}{a}")
+        }
     }
 }
 

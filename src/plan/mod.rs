@@ -165,10 +165,11 @@ pub enum Kernel {
     RmsNorm { rows: u32, dim: u32, eps: f32 },
     /// bufs: x, weight, out.
     HeadRmsNorm { rows: u32, heads: u32, head_dim: u32, eps: f32 },
-    /// bufs: x, weight, `[bias]`, out. Here and in `FusedLinear` and `Gemm`, the weight (and
-    /// the bias) may be several planned tensors laid out back to back, read as one: a packed
-    /// `Op::QkvLinear`'s three projections.
-    Linear { rows: u32, in_features: u32, out_features: u32, bias: bool },
+    /// bufs: x, weight, `[bias]`, out, `[argmax key]`. Here and in `FusedLinear` and `Gemm`, the
+    /// weight (and the bias) may be several planned tensors laid out back to back, read as one: a
+    /// packed `Op::QkvLinear`'s three projections. `argmax`: an `Op::LinearArgmax` (no bias),
+    /// folding each row's argmax into the key.
+    Linear { rows: u32, in_features: u32, out_features: u32, bias: bool, argmax: bool },
     /// bufs: x, `[norm weight]`, weight, `[bias]`, `[residual]`, out (see `Op::FusedLinear`).
     FusedLinear { rows: u32, in_features: u32, out_features: u32, norm: bool, eps: f32, bias: bool, residual: bool },
     /// A prefill `Op::Linear` over more rows than the GEMV path takes, run as a tensor-core
@@ -276,8 +277,9 @@ pub enum Kernel {
     /// temperature, top_k, top_p, seed, stop_ids, out, token_ids, positions, counter, control,
     /// ring. Sample's grid (a cluster of [`geometry::SAMPLE_BLOCKS_PER_ROW`] blocks); the block
     /// that draws the token runs the advance. On a GPU the kernel also takes the device loop's
-    /// conditional handle, as `Advance`. Last, so that adding it kept the plan format.
-    SampleAdvance { vocab: u32, burst: u32, stop_ids: u32 },
+    /// conditional handle, as `Advance`. `argmax`: a last operand, the key of the `LinearArgmax`
+    /// that made the logits (a greedy row's token; zeroed).
+    SampleAdvance { vocab: u32, burst: u32, stop_ids: u32, argmax: bool },
 }
 
 /// Splits (blocks of one cluster) of [`Kernel::AttentionCluster`] (`KILN_ATTN_CLUSTER_SPLITS`).

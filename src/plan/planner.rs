@@ -735,7 +735,9 @@ fn unroll(mut p: ProgramPlan, copies: usize) -> ProgramPlan {
 /// The library GEMM (cuBLASLt) that runs `kernel` instead: a prefill linear over more rows than the GEMV takes.
 fn library_gemm(phase: Phase, kernel: &Kernel) -> Option<Kernel> {
     match (phase, kernel) {
-        (Phase::Prefill, &Kernel::Linear { rows, in_features, out_features, bias }) if rows > super::geometry::LINEAR_GEMV_MAX_ROWS => {
+        (Phase::Prefill, &Kernel::Linear { rows, in_features, out_features, bias, argmax: false })
+            if rows > super::geometry::LINEAR_GEMV_MAX_ROWS =>
+        {
             Some(Kernel::Gemm { rows, in_features, out_features, bias })
         }
         _ => None,
@@ -770,7 +772,11 @@ fn kernel_of(p: &Program, op: &Op) -> Kernel {
         }
         Op::Linear { x, weight, bias, .. } => {
             let (dx, dw) = (dims(x), dims(weight));
-            Kernel::Linear { rows: u(dx[0]), in_features: u(dx[1]), out_features: u(dw[0]), bias: bias.is_some() }
+            Kernel::Linear { rows: u(dx[0]), in_features: u(dx[1]), out_features: u(dw[0]), bias: bias.is_some(), argmax: false }
+        }
+        Op::LinearArgmax { x, weight, .. } => {
+            let (dx, dw) = (dims(x), dims(weight));
+            Kernel::Linear { rows: u(dx[0]), in_features: u(dx[1]), out_features: u(dw[0]), bias: false, argmax: true }
         }
         Op::FusedLinear { x, norm, weight, bias, residual, .. } => {
             let (dx, dw) = (dims(x), dims(weight));
@@ -790,7 +796,7 @@ fn kernel_of(p: &Program, op: &Op) -> Kernel {
             let (rows, in_features) = (u(dx[0]), u(dx[1]));
             let out_features = weights.iter().map(|&w| u(dims(w)[0])).sum();
             match norm {
-                None => Kernel::Linear { rows, in_features, out_features, bias: biases.is_some() },
+                None => Kernel::Linear { rows, in_features, out_features, bias: biases.is_some(), argmax: false },
                 Some((_, eps)) => {
                     Kernel::FusedLinear { rows, in_features, out_features, norm: true, eps, bias: biases.is_some(), residual: false }
                 }
@@ -867,10 +873,11 @@ fn kernel_of(p: &Program, op: &Op) -> Kernel {
             Kernel::Advance { rows: u(rows), burst: u(p.value(ring).shape.numel() / rows), stop_ids: u(p.value(stop_ids).shape.numel()) }
         }
         // One row (the verifier's rule): the ring holds the burst.
-        Op::SampleAdvance { logits, stop_ids, ring, .. } => Kernel::SampleAdvance {
+        Op::SampleAdvance { logits, stop_ids, ring, argmax, .. } => Kernel::SampleAdvance {
             vocab: u(dims(logits)[1]),
             burst: u(p.value(ring).shape.numel()),
             stop_ids: u(p.value(stop_ids).shape.numel()),
+            argmax: argmax.is_some(),
         },
     }
 }

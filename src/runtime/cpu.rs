@@ -35,7 +35,7 @@
 //! grow to their largest use during the first step and are reused afterwards
 //! (`sampling::sample_row` keeps a candidate list of its own).
 
-use super::sampling::sample_row;
+use super::sampling::{argmax_key, argmax_key_token, is_greedy, sample_row};
 use super::weights::fill_weight_region;
 use super::{Executor, StepBlock};
 use crate::ir::{DType, NormOrder, Phase, RopeSpec, RopeStyle};
@@ -463,11 +463,14 @@ fn execute(regions: &mut [Vec<u8>; N_REGIONS], s: &mut Scratch, launch: &Launch)
             store(regions, out, &s.out)
         }
         // A GEMM is a linear with a scratch workspace (the last operand) the CPU does not need.
-        Kernel::Linear { rows, in_features, out_features, bias } | Kernel::Gemm { rows, in_features, out_features, bias } => {
+        // An argmax linear's key (the last operand) takes each row's largest `argmax_key`.
+        Kernel::Linear { rows, in_features, out_features, bias, .. } | Kernel::Gemm { rows, in_features, out_features, bias } => {
             let (rows, k, n) = (rows as usize, in_features as usize, out_features as usize);
             let gemm = launch.kernel.is_library();
-            let bufs = arity(launch, 2 + bias as usize, 1 + gemm as usize)?;
-            let bufs = &bufs[..bufs.len() - gemm as usize];
+            let key = matches!(launch.kernel, Kernel::Linear { argmax: true, .. });
+            let bufs = arity(launch, 2 + bias as usize, 1 + gemm as usize + key as usize)?;
+            let key_b = if key { Some(&bufs[bufs.len() - 1]) } else { None };
+            let bufs = &bufs[..bufs.len() - gemm as usize - key as usize];
             let (x, weight, out) = (&bufs[0], &bufs[1], &bufs[bufs.len() - 1]);
             float_operand(x, "x", rows * k)?;
             float_operand(weight, "weight", n * k)?;
@@ -485,7 +488,19 @@ fn execute(regions: &mut [Vec<u8>; N_REGIONS], s: &mut Scratch, launch: &Launch)
             gemv_each(&s.a, wb, weight.dtype, tiled, k, n, rows, &mut s.row, |r, col, acc| {
                 out_v[r * n + col] = if bias { acc + bias_v[col] } else { acc };
             });
-            store(regions, out, &s.out)
+            store(regions, out, &s.out)?;
+            if let Some(kb) = key_b {
+                typed_operand(out, "logits", DType::F32, rows * n)?;
+                typed_operand(kb, "argmax key", DType::U32, rows * 2)?;
+                // The logits as stored (f32: exactly `s.out`).
+                let keys: Vec<u64> = (0..rows).map(|r| (0..n).map(|i| argmax_key(s.out[r * n + i], i as u32)).max().unwrap_or(0)).collect();
+                let dst = operand_mut(regions, kb)?;
+                for (c, k) in dst.chunks_exact_mut(8).zip(keys) {
+                    let old = u64::from_le_bytes(c[..8].try_into().expect("8 bytes"));
+                    c.copy_from_slice(&old.max(k).to_le_bytes());
+                }
+            }
+            Ok(())
         }
         Kernel::FusedLinear { rows, in_features, out_features, norm, eps, bias, residual } => {
             let (rows, k, n) = (rows as usize, in_features as usize, out_features as usize);
@@ -935,12 +950,30 @@ fn execute(regions: &mut [Vec<u8>; N_REGIONS], s: &mut Scratch, launch: &Launch)
             sample(regions, s, rows as usize, vocab as usize, [logits, temperature, top_k, top_p, seed, counter, out])
         }
         // Word for word the two kernels: the draw reads the counter before the advance moves it.
-        Kernel::SampleAdvance { vocab, burst, stop_ids } => {
-            let [logits, temperature, top_k, top_p, seed, stops, out, token_ids, positions, counter, control, ring] = arity(launch, 6, 6)?
-            else {
+        // With the argmax key: a greedy row's token from the key (kernels/sample.cu's greedy path),
+        // and the key zeroed for the next step's `LinearArgmax`.
+        Kernel::SampleAdvance { vocab, burst, stop_ids, argmax } => {
+            let bufs = arity(launch, 6, 6 + argmax as usize)?;
+            let [logits, temperature, top_k, top_p, seed, stops, out, token_ids, positions, counter, control, ring] = &bufs[..12] else {
                 unreachable!()
             };
-            sample(regions, s, 1, vocab as usize, [logits, temperature, top_k, top_p, seed, counter, out])?;
+            match bufs.get(12) {
+                Some(kb) => {
+                    typed_operand(temperature, "temperature", DType::F32, 1)?;
+                    let t = f32::from_le_bytes(operand(regions, temperature)?[..4].try_into().expect("4 bytes"));
+                    let greedy = is_greedy(t);
+                    typed_operand(kb, "argmax key", DType::U32, 2)?;
+                    let key = u64::from_le_bytes(operand(regions, kb)?[..8].try_into().expect("8 bytes"));
+                    if greedy {
+                        typed_operand(out, "out", DType::I32, 1)?;
+                        operand_mut(regions, out)?.copy_from_slice(&(argmax_key_token(key, vocab as usize) as i32).to_le_bytes());
+                    } else {
+                        sample(regions, s, 1, vocab as usize, [logits, temperature, top_k, top_p, seed, counter, out])?;
+                    }
+                    operand_mut(regions, kb)?.fill(0);
+                }
+                None => sample(regions, s, 1, vocab as usize, [logits, temperature, top_k, top_p, seed, counter, out])?,
+            }
             advance(regions, 1, burst as usize, stop_ids as usize, [out, stops, token_ids, positions, counter, control, ring])
         }
     }

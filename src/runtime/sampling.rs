@@ -37,8 +37,41 @@ pub fn argmax(logits: &[f32]) -> usize {
     best
 }
 
+/// The 64-bit argmax key of logit `x` at index `i` (`Op::LinearArgmax`; `kiln::argmax_key` in
+/// kernels/common.cuh computes the same bits): the value's bits made order-preserving as an
+/// unsigned integer in the high word (-0 taken as +0), `!i` in the low word, and 0 for NaN. The
+/// largest key of a row is its [`argmax`] (the largest value, the lowest index among equal ones,
+/// NaN never while any value is not NaN): a max, so any order of folding gives the same key.
+pub fn argmax_key(x: f32, i: u32) -> u64 {
+    if x.is_nan() {
+        return 0;
+    }
+    let b = if x == 0.0 { 0 } else { x.to_bits() };
+    let ordered = if b & 0x8000_0000 != 0 { !b } else { b | 0x8000_0000 };
+    (ordered as u64) << 32 | (!i) as u64
+}
+
+/// The token of a row whose largest [`argmax_key`] is `key` (0: no key folded in, or only NaN:
+/// index 0, as [`argmax`] of a row of NaN); an index outside the vocabulary gives 0.
+pub fn argmax_key_token(key: u64, vocab: usize) -> usize {
+    if key == 0 {
+        return 0;
+    }
+    let i = !(key as u32) as usize;
+    if i < vocab {
+        i
+    } else {
+        0
+    }
+}
+
+/// Whether a row with this temperature takes the argmax (step 1): `temperature <= 0`, NaN or infinite.
+pub fn is_greedy(temperature: f32) -> bool {
+    temperature.is_nan() || temperature <= 0.0 || !temperature.is_finite()
+}
+
 pub fn sample_row(logits: &[f32], temperature: f32, top_k: i32, top_p: f32, seed: u32, counter: u32) -> usize {
-    if temperature.is_nan() || temperature <= 0.0 || !temperature.is_finite() {
+    if is_greedy(temperature) {
         return argmax(logits);
     }
     let max = logits[argmax(logits)];
@@ -70,4 +103,52 @@ pub fn sample_row(logits: &[f32], temperature: f32, top_k: i32, top_p: f32, seed
         }
     }
     cand.last().map(|c| c.1).unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key_argmax(l: &[f32]) -> usize {
+        let key = l.iter().enumerate().map(|(i, &x)| argmax_key(x, i as u32)).max().unwrap_or(0);
+        argmax_key_token(key, l.len())
+    }
+
+    #[test]
+    fn the_argmax_key_picks_argmaxs_token() {
+        let nan = f32::NAN;
+        let (inf, ninf) = (f32::INFINITY, f32::NEG_INFINITY);
+        let rows: Vec<Vec<f32>> = vec![
+            vec![1.0, 3.0, 2.0],
+            vec![3.0, 1.0, 3.0],
+            vec![-0.0, 0.0, -1.0],
+            vec![-1.0, 0.0, -0.0],
+            vec![nan, nan, nan],
+            vec![nan, -5.0, nan, -5.0],
+            vec![ninf, ninf],
+            vec![nan, ninf, -1e-45],
+            vec![f32::MIN, -f32::MIN_POSITIVE, -1e-45, 1e-45, f32::MAX, inf, inf],
+            vec![-2.0, -3.0, -1.5, -1.5],
+            vec![-0.0, -0.0],
+        ];
+        for l in &rows {
+            assert_eq!(key_argmax(l), argmax(l), "{l:?}");
+        }
+        // Pseudo-random rows with many ties and signs (a fixed generator, no weights baked in).
+        let mut z = 7u64;
+        for n in 1..200usize {
+            let l: Vec<f32> = (0..n)
+                .map(|_| {
+                    z = splitmix64(z);
+                    match z % 11 {
+                        0 => nan,
+                        1 => -0.0,
+                        2 => 0.0,
+                        _ => ((z >> 8) % 17) as f32 - 8.0,
+                    }
+                })
+                .collect();
+            assert_eq!(key_argmax(&l), argmax(&l), "{l:?}");
+        }
+    }
 }

@@ -35,9 +35,11 @@ impl Scalar {
 pub fn symbol(kernel: &Kernel, bufs: &[BufArg]) -> String {
     let first_float = bufs.iter().find(|b| b.dtype.is_float()).map(|b| b.dtype.name()).unwrap_or("f32");
     match kernel {
-        Kernel::Linear { .. } => {
-            let out = bufs.last().map(|b| b.dtype.name()).unwrap_or("f32");
-            format!("kiln_linear_{first_float}_{out}")
+        // The output is the last operand but for the argmax key (u32) after it.
+        Kernel::Linear { argmax, .. } => {
+            let out = bufs.iter().rev().find(|b| b.dtype.is_float()).map(|b| b.dtype.name()).unwrap_or("f32");
+            let a = if *argmax { "argmax_" } else { "" };
+            format!("kiln_linear_{a}{first_float}_{out}")
         }
         Kernel::Sample { .. } => "kiln_sample_f32".to_string(),
         Kernel::Advance { .. } => "kiln_advance".to_string(),
@@ -69,10 +71,11 @@ pub fn scalars(kernel: &Kernel) -> Vec<Scalar> {
         Kernel::AddRmsNorm { rows, dim, eps } => vec![U32(rows), U32(dim), F32(eps)],
         // (x, weight, out, rows, heads, head_dim, eps)
         Kernel::HeadRmsNorm { rows, heads, head_dim, eps } => vec![U32(rows), U32(heads), U32(head_dim), F32(eps)],
-        // (x, weight, [bias,] out, rows, in_features, out_features, has_bias). Without a bias the
-        // pointer list has no bias entry; the kernel takes a bias pointer anyway and the runtime
-        // passes 0 in its place (see `pointer_slots`).
-        Kernel::Linear { rows, in_features, out_features, bias } => {
+        // (x, weight, [bias,] out, [argmax_key,] rows, in_features, out_features, has_bias). Without
+        // a bias the pointer list has no bias entry; the kernel takes a bias pointer anyway and the
+        // runtime passes 0 in its place (see `pointer_slots`). The argmax key only for
+        // `kiln_linear_argmax_*`.
+        Kernel::Linear { rows, in_features, out_features, bias, .. } => {
             vec![U32(rows), U32(in_features), U32(out_features), U32(bias as u32)]
         }
         // A library call (`blaslt`): no kernel parameters.
@@ -179,8 +182,9 @@ pub fn scalars(kernel: &Kernel) -> Vec<Scalar> {
         // (logits, temperature, top_k, top_p, seed, counter, out, rows, vocab)
         Kernel::Sample { rows, vocab } => vec![U32(rows), U32(vocab)],
         // (logits, temperature, top_k, top_p, seed, stop_ids, out, token_ids, positions, counter,
-        //  control, ring, vocab, burst, stop_ids, cond_handle): the handle as `Advance`'s.
-        Kernel::SampleAdvance { vocab, burst, stop_ids } => vec![U32(vocab), U32(burst), U32(stop_ids)],
+        //  control, ring, argmax_key|0, vocab, burst, stop_ids, cond_handle): the handle as
+        //  `Advance`'s; the key's slot is null without one.
+        Kernel::SampleAdvance { vocab, burst, stop_ids, .. } => vec![U32(vocab), U32(burst), U32(stop_ids)],
     }
 }
 
@@ -217,6 +221,7 @@ pub fn pointer_slots(kernel: &Kernel, bufs: &[BufArg]) -> usize {
         Kernel::QkvRope { .. } => 9,
         Kernel::RopeKvWrite { .. } => 8,
         Kernel::GatedLinear { .. } => 5,
+        Kernel::SampleAdvance { .. } => 13,
         _ => bufs.len(),
     }
 }
@@ -235,6 +240,7 @@ pub fn pointers(kernel: &Kernel, bufs: &[BufArg], region_base: &[u64; crate::pla
             return vec![next(true), next(norm), next(true), next(bias), next(residual), next(true)];
         }
         Kernel::GatedLinear { norm: false, .. } => p.insert(1, 0),
+        Kernel::SampleAdvance { argmax: false, .. } => p.push(0),
         // A packed qkv: q, k and v are column ranges of one buffer.
         Kernel::RopeKvWrite { heads, kv_heads, head_dim, packed: true, .. } => {
             let es = bufs[0].dtype.size() as u64;
