@@ -405,7 +405,11 @@ __device__ __forceinline__ void gemv_mma_sum(const float (&c)[Q][4], float* part
 // Tensor-core GEMV for f16 / bf16 (see the header), WARPS = blockDim.x / 32 (8 or 16). Needs
 // in % 8 == 0, x and w 16-byte aligned.
 // ARGMAX (kiln_linear_argmax_*, Op::LinearArgmax): each row's largest argmax_key over the
-// block's stored outputs is folded into argmax[r] with one atomic max per warp that holds the row.
+// block's stored outputs is folded into argmax[r] with one atomic max per warp that holds the row,
+// where it beats the key read at the start of the block's epilogue (KILN_ARGMAX_FILTER).
+#ifndef KILN_ARGMAX_FILTER
+#define KILN_ARGMAX_FILTER 1
+#endif
 template <typename T, typename O, int WARPS, bool ARGMAX>
 __device__ void linear_gemv_mma(const T* x, const T* w, const T* bias,
                                 O* __restrict__ out, unsigned long long* argmax, unsigned int rows, unsigned int in,
@@ -419,6 +423,18 @@ __device__ void linear_gemv_mma(const T* x, const T* w, const T* bias,
   // The block's sum of its warps' tiles for features n0.., and the stores (threads < 128).
   auto store = [&](unsigned int n0, const float (&c)[1][4]) {
     float s[1];
+    // ARGMAX: the row's key as it stands now (ld.cg: where the atomics land), a lower bound of the
+    // final one: a block whose best key is not above it folds nothing in. Loaded before the block's
+    // sum so that the round trip overlaps it. Without the filter (KILN_ARGMAX_FILTER=0) every
+    // block folds: two atomics per row per block on one address, ~16k per step on a 128k
+    // vocabulary, which slowed the Llama-3.2-1B's logits GEMV 115.4 -> 118.2 us (session 36 call A).
+    unsigned long long seen = 0ull;
+#if KILN_ARGMAX_FILTER
+    if constexpr (ARGMAX) {
+      const unsigned int fr = 2 * (threadIdx.x & 3) + ((threadIdx.x >> 5) & 1);
+      if (threadIdx.x < 128 && (threadIdx.x & 31) < 4 && fr < rows) seen = __ldcg(argmax + fr);
+    }
+#endif
     gemv_mma_sum<1, WARPS>(c, partial, s);
     if (threadIdx.x < 128) {
       const unsigned int i = threadIdx.x >> 5, l = threadIdx.x & 31;
@@ -436,7 +452,7 @@ __device__ void linear_gemv_mma(const T* x, const T* w, const T* bias,
           const unsigned long long k2 = __shfl_xor_sync(0xffffffffu, key, o);
           key = k2 > key ? k2 : key;
         }
-        if (l < 4 && r < rows && key != 0ull) atomicMax(argmax + r, key);
+        if (l < 4 && r < rows && key > seen) atomicMax(argmax + r, key);
       }
     }
   };
