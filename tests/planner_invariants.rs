@@ -728,3 +728,53 @@ fn cluster_launch_grids_are_whole_clusters() {
     }
     assert!(seen[0] > 0 && seen[1] > 0, "{seen:?}");
 }
+
+/// Invariant 12: a fused one-row device loop's vocabulary projection folds its argmax into a key
+/// that the copy's `sample_advance` reads and zeroes (`lower::fuse` rewrite 9). The checker
+/// refuses a key no sampler zeroes and a sampler whose key no linear folded into.
+#[test]
+fn argmax_keys_pair_up_with_their_samplers() {
+    use kiln::plan::Kernel;
+    let cfg = ModelConfig::preset("qwen2.5-0.5b").unwrap();
+    let opts =
+        PlanOptions { decode_buckets: vec![1, 2], prefill_buckets: vec![16], max_context: 256, fuse: true, burst: 16, ..small_options() };
+    let plan = build_plan(&cfg, &PlanOptions { dtype: DType::BF16, ..opts }).unwrap();
+    let p = plan.program(Phase::DecodeLoop, 1).unwrap();
+    let keyed = |plan: &Plan, linear: bool| -> Vec<usize> {
+        (0..plan.programs[p].launches.len())
+            .filter(|&i| match plan.programs[p].launches[i].kernel {
+                Kernel::Linear { argmax, .. } => linear && argmax,
+                Kernel::SampleAdvance { argmax, .. } => !linear && argmax,
+                _ => false,
+            })
+            .collect()
+    };
+    let copies = plan.programs[p].loop_copies();
+    assert_eq!((keyed(&plan, true).len(), keyed(&plan, false).len()), (copies, copies));
+    // Only the one-row loop: decode programs and the two-row loop keep `sample`, which scans.
+    for (phase, rows) in [(Phase::Decode, 1), (Phase::DecodeLoop, 2)] {
+        let other = &plan.programs[plan.program(phase, rows).unwrap()];
+        assert!(other.launches.iter().all(|l| !matches!(l.kernel, Kernel::Linear { argmax: true, .. })), "{phase:?} b{rows}");
+    }
+    check_plan(&plan).unwrap();
+    // Every copy's sampler without its key, then every copy's linear without its key.
+    for linear in [false, true] {
+        let mut bad = plan.clone();
+        for i in keyed(&plan, linear) {
+            let l = &mut bad.programs[p].launches[i];
+            l.bufs.pop();
+            match &mut l.kernel {
+                Kernel::Linear { argmax, .. } | Kernel::SampleAdvance { argmax, .. } => *argmax = false,
+                _ => unreachable!(),
+            }
+        }
+        let msg = format!("{:#}", check_plan(&bad).unwrap_err());
+        // (One copy: the key is left folded at the program's end; two or more: the next copy folds into it.)
+        let ok = if linear {
+            msg.contains("no argmax linear folded into")
+        } else {
+            msg.contains("before a sampler zeroed it") || msg.contains("never read and zeroed")
+        };
+        assert!(ok, "{msg}");
+    }
+}

@@ -45,6 +45,9 @@
 //!     `advance` (or `sample_advance`), each later copy the first's launches named `u{c}.` + theirs
 //!     with the same kernel, operands and geometry: the first copy alone is the whole step the
 //!     executors run per pass for a budget that is not a multiple of the copies.
+//! 12. Argmax keys pair up: in program order, each key a `Linear { argmax }` folds into is next
+//!     read (and zeroed) by a `SampleAdvance { argmax }` of that linear's logits, no launch touching
+//!     it in between, and every keyed sampler reads a key folded since it was last zeroed.
 
 use super::geometry::{dense_variant_covers, GEMV_DENSE_BLOCKS_PER_SM, LINEAR_GEMV_THREADS};
 use super::{Access, BufArg, Kernel, Layout, Plan, PlannedTensor, ProgramPlan, RegionKind, ALIGN};
@@ -406,5 +409,50 @@ fn check_program(plan: &Plan, p: &ProgramPlan) -> Result<()> {
             }
         }
     }
+    // 12: argmax keys. In program order, each key a `Linear { argmax }` folds into is next read by
+    // a `SampleAdvance { argmax }` over that linear's logits (which zeroes it), with no other
+    // launch touching the key in between, and every such sampler's key was folded by such a linear
+    // since the key was last zeroed: a key is zero when its linear starts, and a greedy token is
+    // the argmax of the logits next to it.
+    let mut pending: BTreeMap<(RegionKind, u64), (usize, BufArg, u64)> = BTreeMap::new();
+    for (i, l) in p.launches.iter().enumerate() {
+        match l.kernel {
+            super::Kernel::Linear { argmax: true, .. } => {
+                let (key, out) = match l.bufs.as_slice() {
+                    [.., out, key] => (key, out),
+                    _ => bail!("launch {i} `{}`: an argmax linear needs its logits and a key", l.name),
+                };
+                ensure!(
+                    key.dtype == DType::U32 && key.access == Access::Write && out.dtype == DType::F32,
+                    "launch {i} `{}`: an argmax linear writes f32 logits and a u32 key",
+                    l.name
+                );
+                if let Some((j, ..)) = pending.insert((key.region, key.offset), (i, *out, key.bytes)) {
+                    bail!("launch {i} `{}` folds into the argmax key launch {j} folded into before a sampler zeroed it", l.name);
+                }
+            }
+            super::Kernel::SampleAdvance { argmax: true, .. } => {
+                let key = l.bufs.last().filter(|b| b.dtype == DType::U32 && b.access == Access::Write);
+                let Some(key) = key else { bail!("launch {i} `{}`: a keyed sample_advance needs its key last", l.name) };
+                let Some((_, logits, _)) = pending.remove(&(key.region, key.offset)) else {
+                    bail!("launch {i} `{}` reads an argmax key no argmax linear folded into since it was last zeroed", l.name)
+                };
+                ensure!(
+                    l.bufs.first().is_some_and(|b| (b.region, b.offset, b.bytes) == (logits.region, logits.offset, logits.bytes)),
+                    "launch {i} `{}` samples other logits than the ones its argmax key was folded from",
+                    l.name
+                );
+            }
+            _ => {
+                for b in &l.bufs {
+                    let hit = pending.iter().find(|(&(r, o), &(_, _, n))| r == b.region && o < b.offset + b.bytes && b.offset < o + n);
+                    if let Some((&k, (j, ..))) = hit {
+                        bail!("launch {i} `{}` touches the argmax key {:?} between launch {j} and its sampler", l.name, k);
+                    }
+                }
+            }
+        }
+    }
+    ensure!(pending.is_empty(), "an argmax key is folded into but never read and zeroed: {:?}", pending.keys().collect::<Vec<_>>());
     Ok(())
 }
