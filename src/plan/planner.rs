@@ -35,7 +35,8 @@ pub struct PlanOptions {
     /// bucket gets a `loop.b{B}` program with a ring of `burst` tokens per row.
     pub burst: usize,
     /// Run the fusion pass (`lower::fuse`): norm prologues, gated MLP, residual epilogues,
-    /// packed Q/K/V, RoPE with the KV write (in decode, in the Q/K/V epilogue).
+    /// packed Q/K/V, RoPE with the KV write (in decode, in the Q/K/V epilogue), a one-row device
+    /// loop's `sample_advance` and its argmax key in the logits GEMV.
     pub fuse: bool,
 }
 
