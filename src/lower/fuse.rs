@@ -260,13 +260,11 @@ pub fn fuse(p: &Program) -> Result<Program> {
             Some(m) => {
                 let width = outs.iter().map(|&o| p.value(o).shape.last()).sum::<usize>();
                 let rows = p.value(outs[0]).shape.rows();
-                let id = ValueId((p.values.len() + extra.len()) as u32);
-                extra.push(Value {
-                    name: fused_name.clone(),
-                    dtype: dtype(outs[0]),
-                    shape: Shape::new(&[rows, width]),
-                    class: ValueClass::Temp,
-                });
+                let id = add_value(
+                    p,
+                    &mut extra,
+                    Value { name: fused_name.clone(), dtype: dtype(outs[0]), shape: Shape::new(&[rows, width]), class: ValueClass::Temp },
+                );
                 if let Some(Op::RopeKvWrite { qkv, .. }) = ops[m].as_mut().map(|o| &mut o.op) {
                     *qkv = Qkv::Packed(id);
                 }
@@ -376,13 +374,16 @@ pub fn fuse(p: &Program) -> Result<Program> {
                 continue;
             }
             let rows = p.value(logits).shape.dims()[0];
-            let key = ValueId((p.values.len() + extra.len()) as u32);
-            extra.push(Value {
-                name: "argmax_key".to_string(),
-                dtype: crate::ir::DType::U32,
-                shape: Shape::new(&[rows, 2]),
-                class: ValueClass::State,
-            });
+            let key = add_value(
+                p,
+                &mut extra,
+                Value {
+                    name: "argmax_key".to_string(),
+                    dtype: crate::ir::DType::U32,
+                    shape: Shape::new(&[rows, 2]),
+                    class: ValueClass::State,
+                },
+            );
             ops[j] = Some(OpNode { name, op: Op::LinearArgmax { x, weight, out, argmax: key } });
             if let Some(OpNode { op: Op::SampleAdvance { argmax, .. }, .. }) = ops[i].as_mut() {
                 *argmax = Some(key);
@@ -432,6 +433,12 @@ pub fn ablate_attention(p: &Program) -> Result<Program> {
     let ablated = compact(p, &p.values, ops);
     verify(&ablated)?;
     Ok(ablated)
+}
+
+/// Adds `v` to the values made by the pass (`extra`, numbered after `p`'s) and returns its id.
+fn add_value(p: &Program, extra: &mut Vec<Value>, v: Value) -> ValueId {
+    extra.push(v);
+    ValueId((p.values.len() + extra.len() - 1) as u32)
 }
 
 /// A program with only the values `ops` use (ids index `values`), numbered in order of first use.

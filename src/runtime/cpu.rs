@@ -957,20 +957,20 @@ fn execute(regions: &mut [Vec<u8>; N_REGIONS], s: &mut Scratch, launch: &Launch)
             let [logits, temperature, top_k, top_p, seed, stops, out, token_ids, positions, counter, control, ring] = &bufs[..12] else {
                 unreachable!()
             };
-            match bufs.get(12) {
-                Some(kb) => {
-                    typed_operand(temperature, "temperature", DType::F32, 1)?;
-                    let t = f32::from_le_bytes(operand(regions, temperature)?[..4].try_into().expect("4 bytes"));
-                    let greedy = is_greedy(t);
-                    typed_operand(kb, "argmax key", DType::U32, 2)?;
-                    let key = u64::from_le_bytes(operand(regions, kb)?[..8].try_into().expect("8 bytes"));
-                    if greedy {
-                        typed_operand(out, "out", DType::I32, 1)?;
-                        operand_mut(regions, out)?.copy_from_slice(&(argmax_key_token(key, vocab as usize) as i32).to_le_bytes());
-                    } else {
-                        sample(regions, s, 1, vocab as usize, [logits, temperature, top_k, top_p, seed, counter, out])?;
-                    }
-                    operand_mut(regions, kb)?.fill(0);
+            // The key's token for a greedy row (None: scan), the key zeroed either way.
+            let mut keyed = None;
+            if let Some(kb) = bufs.get(12) {
+                typed_operand(temperature, "temperature", DType::F32, 1)?;
+                typed_operand(kb, "argmax key", DType::U32, 2)?;
+                let t = f32::from_le_bytes(operand(regions, temperature)?[..4].try_into().expect("4 bytes"));
+                let key = u64::from_le_bytes(operand(regions, kb)?[..8].try_into().expect("8 bytes"));
+                keyed = is_greedy(t).then(|| argmax_key_token(key, vocab as usize));
+                operand_mut(regions, kb)?.fill(0);
+            }
+            match keyed {
+                Some(token) => {
+                    typed_operand(out, "out", DType::I32, 1)?;
+                    operand_mut(regions, out)?.copy_from_slice(&(token as i32).to_le_bytes());
                 }
                 None => sample(regions, s, 1, vocab as usize, [logits, temperature, top_k, top_p, seed, counter, out])?,
             }
