@@ -1,7 +1,8 @@
 // linear_fused.cu: the fused decode/prefill projections of Op::FusedLinear, Op::GatedLinear,
 // Op::QkvLinear and Op::QkvRope.
-//   kiln_fused_linear_{dt}_{outdt}(x, norm_w, weight, bias, residual, out, rows, in_features,
-//                                  out_features, has_norm, eps, has_bias, has_residual)
+//   kiln_fused_linear_{dt}_{outdt}(x, norm_w, weight, bias, residual, out, l2_prefetch, rows,
+//                                  in_features, out_features, has_norm, eps, has_bias,
+//                                  has_residual, l2_prefetch_bytes)
 //   kiln_gated_linear_{dt}(x, norm_w, gate, up, out, rows, in_features, out_features, has_norm, eps)
 //   kiln_qkv_linear_{dt}(x, norm_w, wq, wk, wv, bq, bk, bv, out_q, out_k, out_v, rows, in_features,
 //                        nq, nk, nv, has_norm, eps, has_bias)   (Op::QkvLinear, near the end)
@@ -617,13 +618,40 @@ __device__ void fused_gemv_mma_walk(const T* x, const T* nw, const T* w,
 #define KILN_FUSED_EARLY_RESIDUAL 1
 #endif
 
+// A planned L2 prefetch (Kernel::FusedLinear's `l2_prefetch`, src/plan/planner.rs
+// `plan_l2_prefetch`): block b asks the L2 for bytes [b * bytes, (b + 1) * bytes) from `p`, the
+// first weights of the launch after this one, before its wait, in 16 KiB pieces
+// (`cp.async.bulk.prefetch.L2`, one per thread: a hint, no value depends on it). The planner
+// plans it for the o projection, whose blocks are resident and idle during the attention it waits
+// for, a window in which the attention leaves the DRAM idle; it keeps the span inside the weight.
+// Measured on the H200 (bench/results/2026-12-04-h200-decode-ab-s38.md, -s39.md).
+struct L2Span {
+  const char* p;
+  unsigned int bytes;
+  __device__ __forceinline__ void issue() const {
+    constexpr unsigned int piece = 16384u;
+    if (p == nullptr || bytes == 0) return;
+    const unsigned int at = threadIdx.x * piece;
+    if (at < bytes)
+      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p + (size_t)blockIdx.x * bytes + at),
+                   "r"(min(piece, bytes - at))
+                   : "memory");
+  }
+};
+
 // An x operand X that also loads, in prepare() (right after kiln::wait_prior_grids() in
-// gemv_mma_ring_start), this thread's epilogue residual element `res` (null: none) into `v`.
+// gemv_mma_ring_start), this thread's epilogue residual element `res` (null: none) into `v`, and
+// issues the launch's planned L2 prefetch `pf` in prefetch() (before the wait, after the ring's
+// first weight loads).
 template <typename X, typename O> struct EarlyResidualX {
   X x;
   const O* res;
   float v;
-  __device__ __forceinline__ void prefetch() { x.prefetch(); }
+  L2Span pf;
+  __device__ __forceinline__ void prefetch() {
+    x.prefetch();
+    pf.issue();
+  }
   __device__ __forceinline__ void prepare() {
     x.prepare();
     if (res != nullptr) v = to_f32(*res);
@@ -635,7 +663,7 @@ template <typename X, typename O> struct EarlyResidualX {
 template <typename T, typename O, bool GATED, int WARPS, bool NORM, bool STAGED>
 __device__ void fused_gemv_mma_tile(const T* x, const T* nw, const T* w,
                                const T* wu, const T* bias, const O* residual,
-                               O* __restrict__ out, unsigned int rows, unsigned int in, unsigned int outf, float eps, bool has_bias, bool has_res, float* inv_s, float* smem, T* hs) {
+                               O* __restrict__ out, unsigned int rows, unsigned int in, unsigned int outf, float eps, bool has_bias, bool has_res, float* inv_s, float* smem, T* hs, L2Span pf) {
   constexpr int Q = GATED ? 2 : 1;
   const unsigned int g = (threadIdx.x & 31) >> 2;
   const unsigned int n0 = blockIdx.x * KILN_FUSED_GEMV_FEATURES;
@@ -658,7 +686,7 @@ __device__ void fused_gemv_mma_tile(const T* x, const T* nw, const T* w,
       const unsigned int rx = g < rows ? g : 0;
       // x as fused_gemv_sums reads it without a norm (FusedNormX<T, false>: the same loads).
       EarlyResidualX<GemvPlainX<T>, O> xop{GemvPlainX<T>{x + (size_t)rx * in + gemv_mma_first<WARPS, U>()},
-                                           mine ? residual + idx : nullptr, 0.0f};
+                                           mine ? residual + idx : nullptr, 0.0f, pf};
       float c[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
       gemv_mma_loop<T, 1, WARPS, D, UU, KILN_LINEAR_GEMV_XPRE != 0>(wq, ra, rb, in, xop, c);
       float s1[1];
@@ -675,7 +703,7 @@ template <typename T, typename O, bool GATED, bool WIDE, int WARPS, bool NORM, b
 __device__ __forceinline__ void fused_gemv_mma(const T* x, const T* nw, const T* w, const T* wu, const T* bias,
                                                const O* residual, O* __restrict__ out, unsigned int rows,
                                                unsigned int in, unsigned int outf, float eps, bool has_bias,
-                                               bool has_res, float* inv_s, float* smem, T* hs) {
+                                               bool has_res, float* inv_s, float* smem, T* hs, L2Span pf) {
 #if KILN_GEMV_WALK
   // KILN_GEMV_WALK bits (linear.cu): 1 the default gated kernel, 8 the dense one, 4 the other fused
   // ones; 256-thread blocks only (a grid of 512-thread blocks has fewer blocks than SMs).
@@ -686,7 +714,7 @@ __device__ __forceinline__ void fused_gemv_mma(const T* x, const T* nw, const T*
 #endif
   {
     fused_gemv_mma_tile<T, O, GATED, WARPS, NORM, STAGED>(x, nw, w, wu, bias, residual, out, rows, in, outf, eps,
-                                                          has_bias, has_res, inv_s, smem, hs);
+                                                          has_bias, has_res, inv_s, smem, hs, pf);
   }
 }
 
@@ -858,7 +886,7 @@ __device__ void fused_tiled(const T* x, const T* nw, const T* w,
 template <typename T, typename O, bool GATED, bool WIDE, bool UNSTAGED = false>
 __device__ void fused_linear(const T* x, const T* nw, const T* w, const T* wu, const T* bias, const O* residual, O* out,
                              unsigned int rows, unsigned int in, unsigned int outf, unsigned int has_norm_u, float eps,
-                             unsigned int has_bias_u, unsigned int has_res_u) {
+                             unsigned int has_bias_u, unsigned int has_res_u, L2Span pf = L2Span{nullptr, 0u}) {
   __shared__ __align__(16) float smem[KILN_FUSED_SMEM];
   __shared__ float inv_s[KILN_FUSED_TILE];
   KILN_ABLATED(GATED ? 1 : 2);
@@ -881,7 +909,7 @@ __device__ void fused_linear(const T* x, const T* nw, const T* w, const T* wu, c
     const bool staged = fused_staged<T, WIDE>(rows, in);
 #define KILN_FUSED_GEMV_CALL(WARPS, NORM, STAGED)                                                               \
   fused_gemv_mma<T, O, GATED, WIDE, WARPS, NORM, STAGED>(x, nw, w, wu, bias, residual, out, rows, in, outf, eps,     \
-                                                         has_bias, has_res, inv_s, smem, reinterpret_cast<T*>(stage))
+                                                         has_bias, has_res, inv_s, smem, reinterpret_cast<T*>(stage), pf)
     if (rows != 0 && rows <= KILN_FUSED_GEMV_MAX_ROWS && in != 0 && in % 8 == 0 && aligned) {
       if constexpr (WIDE) {
         KILN_FUSED_GEMV_DISPATCH(true, has_norm, staged, KILN_FUSED_GEMV_CALL)
@@ -1284,12 +1312,13 @@ __device__ void qkv_rope(const T* x, const T* nw, const T* w, const T* bias, con
 // also as `_o3u` (dense, a norm not staged).
 #define KILN_FUSED_LINEAR_VARIANT(dt, T, outdt, O, SUFFIX, BOUNDS, WIDE, UNSTAGED)                                \
   extern "C" __global__ void BOUNDS kiln_fused_linear_##dt##_##outdt##SUFFIX(                                   \
-      const T* x, const T* norm_w, const T* weight, const T* bias, const O* residual, O* out, unsigned int rows,   \
-      unsigned int in_features, unsigned int out_features, unsigned int has_norm, float eps,                      \
-      unsigned int has_bias, unsigned int has_residual) {                                                         \
+      const T* x, const T* norm_w, const T* weight, const T* bias, const O* residual, O* out,                     \
+      const char* l2_prefetch, unsigned int rows, unsigned int in_features, unsigned int out_features,            \
+      unsigned int has_norm, float eps, unsigned int has_bias, unsigned int has_residual,                         \
+      unsigned int l2_prefetch_bytes) {                                                                           \
     kiln::fused_linear<T, O, false, WIDE, UNSTAGED>(x, norm_w, weight, nullptr, bias, residual, out, rows,        \
                                                     in_features, out_features, has_norm, eps, has_bias,           \
-                                                    has_residual);                                                \
+                                                    has_residual, kiln::L2Span{l2_prefetch, l2_prefetch_bytes});  \
   }
 #define KILN_FUSED_LINEAR_OUT(dt, T, outdt, O)                                                                     \
   KILN_FUSED_LINEAR_VARIANT(dt, T, outdt, O, , KILN_FUSED_BOUNDS, true, false)                                    \

@@ -353,9 +353,10 @@ class Checker:
         b = self.dev(dt.store(self.rand(N)))
         res = self.dev(dt.store(self.rand(R, N)))
         cases = [
-            (f"kiln_fused_linear_{dt.name}_{dt.name}", lambda o: (x, nw, w, b, res, o, np.uint32(R), np.uint32(K),
-                                                                  np.uint32(N), np.uint32(1), np.float32(eps),
-                                                                  np.uint32(1), np.uint32(1))),
+            (f"kiln_fused_linear_{dt.name}_{dt.name}", lambda o: (x, nw, w, b, res, o, np.uint64(0), np.uint32(R),
+                                                                  np.uint32(K), np.uint32(N), np.uint32(1),
+                                                                  np.float32(eps), np.uint32(1), np.uint32(1),
+                                                                  np.uint32(0))),
             (f"kiln_gated_linear_{dt.name}", lambda o: (x, nw, w, wu, o, np.uint32(R), np.uint32(K), np.uint32(N),
                                                         np.uint32(1), np.float32(eps))),
         ]
@@ -453,7 +454,8 @@ class Checker:
                 (f"kiln_linear_{d}_{d}", "_o3", lambda w, wu, ws: (x, w, b, o, u(R), u(K), u(N), u(1)), [o]),
                 (f"kiln_linear_{d}_f32", "_o3", lambda w, wu, ws: (x, w, b, of, u(R), u(K), u(N), u(1)), [of]),
                 (f"kiln_fused_linear_{d}_{d}", "_o3" if staged else "_o3u",
-                 lambda w, wu, ws: (x, nw, w, b, res, o, u(R), u(K), u(N), u(1), np.float32(eps), u(1), u(1)), [o]),
+                 lambda w, wu, ws: (x, nw, w, b, res, o, np.uint64(0), u(R), u(K), u(N), u(1), np.float32(eps), u(1), u(1),
+                                    u(0)), [o]),
                 (f"kiln_gated_linear_{d}", "_o3" if staged else None,
                  lambda w, wu, ws: (x, nw, w, wu, o, u(R), u(K), u(N), u(1), np.float32(eps)), [o]),
                 (f"kiln_qkv_linear_{d}", "_o3",
@@ -626,13 +628,20 @@ class Checker:
                 b = dt.store(self.rand(N))
                 res = outdt.store(self.rand(R, N))
                 results = []
-                for _ in range(2):
+                # The second run asks the L2 for a planned prefetch span (Kernel::FusedLinear's
+                # l2_prefetch: here the weight itself, at most 32 KiB per block, inside it): a hint
+                # that must change no bit of the output.
+                blocks = -(-N // 16)
+                pf_bytes = min(32768, (w.nbytes // blocks) // 16 * 16)
+                for run in range(2):
                     out = self.dev(outdt.poison((R, N)))
+                    pf = (self.dev(w), np.uint32(pf_bytes)) if run == 1 else (np.uint64(0), np.uint32(0))
                     self.launch(f"kiln_fused_linear_{dt.name}_{outdt.name}", "fused_linear",
                                 (self.dev(x), self.dev(nw) if has_norm else np.uint64(0), self.dev(w),
                                  self.dev(b) if has_bias else np.uint64(0), self.dev(res) if has_res else np.uint64(0),
-                                 out, np.uint32(R), np.uint32(K), np.uint32(N), np.uint32(int(has_norm)),
-                                 np.float32(eps), np.uint32(int(has_bias)), np.uint32(int(has_res))),
+                                 out, pf[0], np.uint32(R), np.uint32(K), np.uint32(N),
+                                 np.uint32(int(has_norm)), np.float32(eps), np.uint32(int(has_bias)),
+                                 np.uint32(int(has_res)), pf[1]),
                                 rows=R, out_features=N, in_features=K)
                     results.append(out.get())
                 acc = (h @ dt.load(w).T) * sc
@@ -646,7 +655,8 @@ class Checker:
                 self.report.compare(name, f"{dt.name}->{outdt.name}", outdt.load(results[0]), ref, tol,
                                     2e-5 + (4 * dt.unit if has_norm and dt is not F32 else 0))
                 self.report.record(f"{name}: deterministic", f"{dt.name}->{outdt.name}",
-                                   results[0].tobytes() == results[1].tobytes(), "two runs, bitwise")
+                                   results[0].tobytes() == results[1].tobytes(),
+                                   "two runs (the second with an L2 prefetch span), bitwise")
         for R, K, N, has_norm, _, _ in cases:
             x = dt.store(self.rand(R, K, scale=2.0))
             nw = dt.store(self.rand(K) * 0.5 + 1.0)
@@ -861,8 +871,8 @@ class Checker:
                 self.fn(f"kiln_fused_linear_{dt.name}_{dt.name}")(
                     (blocks, 1, 1), (threads, 1, 1),
                     (x, nw if has_norm else np.uint64(0), wd, bd if has_bias else np.uint64(0), np.uint64(0), qkv,
-                     np.uint32(R), np.uint32(K), np.uint32(N), np.uint32(int(has_norm)), np.float32(eps),
-                     np.uint32(int(has_bias)), np.uint32(0)))
+                     np.uint64(0), np.uint32(R), np.uint32(K), np.uint32(N), np.uint32(int(has_norm)),
+                     np.float32(eps), np.uint32(int(has_bias)), np.uint32(0), np.uint32(0)))
                 ref_q, ref_k, ref_v = self.dev(dt.poison((R, nq))), self.dev(kc0), self.dev(vc0)
                 p0 = qkv.data.ptr
                 self.launch(f"kiln_rope_kv_write_{dt.name}", "rope_kv_write",
@@ -1440,9 +1450,9 @@ class Checker:
                         elif kind in ("fused", "fusedres"):
                             f = module.get_function(f"kiln_fused_linear_bf16_{outdt}")
                             argf = lambda w, nrm=int(kind == "fused"): (
-                                x, nw if nrm else np.uint64(0), w[0], np.uint64(0), res, out, np.uint32(R),
-                                np.uint32(in_f), np.uint32(out_f), np.uint32(nrm), np.float32(1e-5), np.uint32(0),
-                                np.uint32(1))
+                                x, nw if nrm else np.uint64(0), w[0], np.uint64(0), res, out, np.uint64(0),
+                                np.uint32(R), np.uint32(in_f), np.uint32(out_f), np.uint32(nrm), np.float32(1e-5),
+                                np.uint32(0), np.uint32(1), np.uint32(0))
                         else:
                             f = module.get_function("kiln_gated_linear_bf16")
                             argf = lambda w: (x, nw, w[0], w[1], out, np.uint32(R), np.uint32(in_f), np.uint32(out_f),

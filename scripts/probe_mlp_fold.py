@@ -151,8 +151,8 @@ def main():
             chain.append(lambda i=i, ly=ly: pdl(f_g, (gg, 1, 1), (gt, 1, 1), (
                 xs[i], ly["nw"], ly["kg"], ly["ku"], ly["h"], u32(1), u32(H), u32(I), u32(1), f32(EPS))))
             chain.append(lambda i=i, ly=ly: pdl(f_d, (dg, 1, 1), (dt, 1, 1), (
-                ly["h"], null, ly["kd"], null, xs[i], xs[i + 1], u32(1), u32(I), u32(H), u32(0), f32(EPS), u32(0),
-                u32(1))))
+                ly["h"], null, ly["kd"], null, xs[i], xs[i + 1], null, u32(1), u32(I), u32(H), u32(0), f32(EPS),
+                u32(0), u32(1), u32(0))))
         cp.cuda.Device().synchronize()
         sec = pp.graph_time(cp, chain)
         kiln_out = pp.bf16_to_f32(cp, xs[L])

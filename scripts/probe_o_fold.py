@@ -96,8 +96,8 @@ def main():
                             ly["q"], ly["kc"], ly["vc"], pos, cb, ly["att"], u32(1), u32(H), u32(KVH), u32(HD),
                             scale, u32(KV_ROWS), u32(SPLIT_LEN), u32(MIN_SPLIT), u32(1), u32(1))))
                         out.append(lambda ly=ly: pdl(f_o, gl, bl, (
-                            ly["att"], np.uint64(0), ly["w"], np.uint64(0), ly["res"], ly["y"], u32(1), u32(K),
-                            u32(hidden), u32(0), np.float32(0.0), u32(0), u32(1))))
+                            ly["att"], np.uint64(0), ly["w"], np.uint64(0), ly["res"], ly["y"], np.uint64(0), u32(1),
+                            u32(K), u32(hidden), u32(0), np.float32(0.0), u32(0), u32(1), u32(0))))
                     else:
                         stage = {"fold": 1, "fold-l2": 0, "no-red": 1, "no-red-l2": 0}[kind] | (2 if kind.startswith("no-red") else 0)
                         out.append(lambda ly=ly, stage=stage: pdl(f_fold, (H, 8, 1), (256, 1, 1), (

@@ -483,6 +483,7 @@ fn dense_fused_gemv_only_where_a_variant_has_its_path() {
         eps: 1e-6,
         bias: false,
         residual: true,
+        l2_prefetch: 0,
     };
     let plain = Kernel::Linear { rows: 8, in_features: 4096, out_features: 4864, bias: false, argmax: false };
     assert_eq!(launch_geometry(&plain, &[]).occupancy, 3, "the grid itself takes the dense variant");
@@ -776,5 +777,60 @@ fn argmax_keys_pair_up_with_their_samplers() {
             msg.contains("before a sampler zeroed it") || msg.contains("never read and zeroed")
         };
         assert!(ok, "{msg}");
+    }
+}
+
+/// The planned L2 prefetch (`planner::plan_l2_prefetch`): in every fused decode program of the
+/// reference shapes, each o projection (the GEMV right after an attention launch) and no other
+/// launch asks the L2 for the first grid x `L2_PREFETCH_BYTES` of the next launch's gate weight,
+/// its span operand right before `out`; the checker refuses a span that is larger (rule 13); the
+/// CPU reference reads nothing there (`tests/fusion.rs`, `tests/cpu_numerics.rs` run these plans).
+#[test]
+fn o_projections_prefetch_the_gate_weights_first_bytes() {
+    use kiln::plan::planner::L2_PREFETCH_BYTES;
+    use kiln::plan::Kernel;
+    for shape in ["qwen2.5-0.5b", "llama3.2-1b", "llama3.1-8b"] {
+        let cfg = ModelConfig::preset(shape).unwrap();
+        let opts = PlanOptions {
+            decode_buckets: vec![1, 4],
+            prefill_buckets: vec![16],
+            max_context: 256,
+            fuse: true,
+            burst: 16,
+            dtype: DType::BF16,
+            ..small_options()
+        };
+        let plan = build_plan(&cfg, &opts).unwrap();
+        check_plan(&plan).unwrap();
+        for (phase, bucket) in [(Phase::Decode, 1), (Phase::Decode, 4), (Phase::DecodeLoop, 1)] {
+            let program = &plan.programs[plan.program(phase, bucket).unwrap()];
+            let launches = &program.launches;
+            let mut planned = 0;
+            for (i, l) in launches.iter().enumerate() {
+                let Kernel::FusedLinear { l2_prefetch, .. } = l.kernel else { continue };
+                let o = matches!(launches[i - 1].kernel, Kernel::AttentionCluster { .. } | Kernel::AttentionMerge { .. });
+                if !o {
+                    assert_eq!(l2_prefetch, 0, "{shape} {phase:?} b{bucket} {}", l.name);
+                    continue;
+                }
+                assert_eq!(l2_prefetch, L2_PREFETCH_BYTES, "{shape} {phase:?} b{bucket} {}", l.name);
+                let Kernel::GatedLinear { norm: true, .. } = launches[i + 1].kernel else { panic!("{shape}: {}", launches[i + 1].name) };
+                let (span, gate) = (&l.bufs[l.bufs.len() - 2], &launches[i + 1].bufs[2]);
+                assert_eq!((span.region, span.offset), (gate.region, gate.offset), "{shape} {}", l.name);
+                assert_eq!(span.bytes, l.grid[0] as u64 * L2_PREFETCH_BYTES as u64, "{shape} {}", l.name);
+                assert!(span.bytes <= gate.bytes);
+                planned += 1;
+            }
+            assert_eq!(planned, cfg.n_layers * program.loop_copies(), "{shape} {phase:?} b{bucket}");
+        }
+        // Rule 13: a span one block's bytes short of what the grid asks for is refused.
+        let mut bad = plan.clone();
+        let p = plan.program(Phase::Decode, 1).unwrap();
+        let i = bad.programs[p].launches.iter().position(|l| matches!(l.kernel, Kernel::FusedLinear { l2_prefetch: 1.., .. })).unwrap();
+        let l = &mut bad.programs[p].launches[i];
+        let at = l.bufs.len() - 2;
+        l.bufs[at].bytes -= L2_PREFETCH_BYTES as u64;
+        let msg = format!("{:#}", check_plan(&bad).unwrap_err());
+        assert!(msg.contains("L2 prefetch span"), "{msg}");
     }
 }

@@ -48,6 +48,10 @@
 //! 12. Argmax keys pair up: in program order, each key a `Linear { argmax }` folds into is next
 //!     read (and zeroed) by a `SampleAdvance { argmax }` of that linear's logits, no launch touching
 //!     it in between, and every keyed sampler reads a key folded since it was last zeroed.
+//! 13. A planned L2 prefetch (`FusedLinear { l2_prefetch }` > 0, a multiple of 16 bytes) has its
+//!     span operand right before `out`: read-only, in the weights, exactly grid x `l2_prefetch`
+//!     bytes, so that every block's span lies inside it (the kernel asks the L2 for
+//!     `[b * l2_prefetch, (b + 1) * l2_prefetch)` from its start).
 
 use super::geometry::{dense_variant_covers, GEMV_DENSE_BLOCKS_PER_SM, LINEAR_GEMV_THREADS};
 use super::{Access, BufArg, Kernel, Layout, Plan, PlannedTensor, ProgramPlan, RegionKind, ALIGN};
@@ -206,6 +210,27 @@ fn check_program(plan: &Plan, p: &ProgramPlan) -> Result<()> {
                     "launch {i} `{}` reads operand {k} before its wait, but launch {j} `{}` writes it and may still run (no launch that waits before releasing its dependents stands between them)",
                     l.name,
                     p.launches[j].name
+                );
+            }
+        }
+        // 13: planned L2 prefetch spans.
+        if let Kernel::FusedLinear { norm, bias, residual, l2_prefetch, .. } = l.kernel {
+            if l2_prefetch > 0 {
+                let want = 4 + norm as usize + bias as usize + residual as usize;
+                ensure!(
+                    l.bufs.len() == want && l2_prefetch.is_multiple_of(16),
+                    "launch {i} `{}` plans an L2 prefetch of {l2_prefetch} bytes per block but has {} operands (want {want}) or a span not in 16-byte pieces",
+                    l.name,
+                    l.bufs.len()
+                );
+                let b = &l.bufs[want - 2];
+                ensure!(
+                    b.access == Access::Read && b.region == RegionKind::Weights && b.bytes == l.grid[0] as u64 * l2_prefetch as u64,
+                    "launch {i} `{}`: its L2 prefetch span ({} bytes of region {}) is no read-only weight span of {} blocks x {l2_prefetch} bytes",
+                    l.name,
+                    b.bytes,
+                    b.region.name(),
+                    l.grid[0]
                 );
             }
         }

@@ -128,8 +128,9 @@ fn kernel_params(k: &Kernel) -> String {
             "rows={rows} heads={heads} head_dim={head_dim} style={:?} theta={} rotary_dim={}",
             rope.style, rope.theta, rope.rotary_dim
         ),
-        Kernel::FusedLinear { rows, in_features, out_features, norm, eps, bias, residual } => {
-            format!("rows={rows} in={in_features} out={out_features} norm={norm} eps={eps:e} bias={bias} residual={residual}")
+        Kernel::FusedLinear { rows, in_features, out_features, norm, eps, bias, residual, l2_prefetch } => {
+            let pf = if *l2_prefetch > 0 { format!(" l2_prefetch={l2_prefetch}") } else { String::new() };
+            format!("rows={rows} in={in_features} out={out_features} norm={norm} eps={eps:e} bias={bias} residual={residual}{pf}")
         }
         Kernel::Gemm { rows, in_features, out_features, bias } => format!("rows={rows} in={in_features} out={out_features} bias={bias}"),
         Kernel::QkvLinear { rows, in_features, out_features: [q, k, v], norm, eps, bias } => {

@@ -170,8 +170,12 @@ pub enum Kernel {
     /// packed `Op::QkvLinear`'s three projections. `argmax`: an `Op::LinearArgmax` (no bias),
     /// folding each row's argmax into the key.
     Linear { rows: u32, in_features: u32, out_features: u32, bias: bool, argmax: bool },
-    /// bufs: x, `[norm weight]`, weight, `[bias]`, `[residual]`, out (see `Op::FusedLinear`).
-    FusedLinear { rows: u32, in_features: u32, out_features: u32, norm: bool, eps: f32, bias: bool, residual: bool },
+    /// bufs: x, `[norm weight]`, weight, `[bias]`, `[residual]`, `[prefetch]`, out (see
+    /// `Op::FusedLinear`). `l2_prefetch` > 0: the launch's block b asks the L2, before it waits
+    /// for the launches before it, for bytes `[b * l2_prefetch, (b + 1) * l2_prefetch)` of the
+    /// `prefetch` operand, the first weight of a launch after it (`planner::plan_l2_prefetch`);
+    /// a hint no value depends on (the CPU reference reads nothing there).
+    FusedLinear { rows: u32, in_features: u32, out_features: u32, norm: bool, eps: f32, bias: bool, residual: bool, l2_prefetch: u32 },
     /// A prefill `Op::Linear` over more rows than the GEMV path takes, run as a tensor-core
     /// GEMM by a library (cuBLASLt on a GPU) with a planned workspace. Semantics of `Linear`:
     /// `out[r, n] = OutT(sum_k x[r, k] w[n, k] (+ bias[n]))`, f32 accumulate, rounded once.

@@ -669,7 +669,73 @@ fn plan_program(p: &Program, persistent: &BTreeMap<&str, &PlannedTensor>, max_co
         planned = unroll(planned, copies);
     }
     plan_early_reads(&mut planned);
+    plan_l2_prefetch(&mut planned);
     Ok(planned)
+}
+
+/// Bytes per block of a planned L2 prefetch ([`plan_l2_prefetch`]), unless the plan-time knob
+/// `KILN_L2_PREFETCH=<bytes>` says otherwise (`0`: none). Measured on the H200 (batch 1, context
+/// 128, two rounds each, same machine, against no prefetch; bench/results/2026-12-04-h200-decode-ab-s38.md
+/// and -s39.md, where it was a compile-time probe, `KILN_O_L2PF`): 32 KiB per block took the
+/// Llama-3.2-1B shape +0.5% and +0.7% on two machines, the Qwen2.5-0.5B +0.2% / +0.3%, the
+/// Llama-3.1-8B +0.05% / +0.2%; 48-64 KiB gained less on the 1B and lost up to 0.9% on the others,
+/// 128 KiB lost 0.2-3.2%, 256 KiB 4-7%. Bytes parked in the L2 for a later reader cost the weight
+/// streams running meanwhile, so the span stays small.
+pub const L2_PREFETCH_BYTES: u32 = 32 * 1024;
+
+/// The planned L2 prefetch: a decode o projection (a tensor-core GEMV `FusedLinear` with a
+/// residual and no norm, one block per tile, right after an attention launch) gets the first
+/// weight of the next GEMV-family launch (the gate/up) as an operand, `l2_prefetch` bytes per
+/// block: its blocks, resident and idle at their wait while the attention runs and leaves the
+/// DRAM idle, ask the L2 for the first `grid x l2_prefetch` bytes of that weight (the tiles the
+/// gate/up's first blocks read first) before they wait. A hint: no value depends on it, the CPU
+/// reference ignores it, and the kernel issues it only on the path planned here
+/// (`kernels/linear_fused.cu` `L2Span`).
+fn plan_l2_prefetch(p: &mut ProgramPlan) {
+    let per_block = super::knob("KILN_L2_PREFETCH").parse::<u32>().unwrap_or(L2_PREFETCH_BYTES) / 16 * 16;
+    if per_block == 0 {
+        return;
+    }
+    for i in 1..p.launches.len() {
+        let after_attention =
+            matches!(p.launches[i - 1].kernel, Kernel::Attention { .. } | Kernel::AttentionCluster { .. } | Kernel::AttentionMerge { .. });
+        let l = &p.launches[i];
+        let Kernel::FusedLinear { rows, in_features, norm: false, residual: true, l2_prefetch: 0, .. } = l.kernel else {
+            continue;
+        };
+        let half = l.bufs.first().is_some_and(|b| matches!(b.dtype, DType::F16 | DType::BF16));
+        let tensor_cores = rows <= super::geometry::LINEAR_GEMV_MAX_ROWS && half && in_features % 8 == 0;
+        let one_per_tile = super::geometry::gemv_tiles(&l.kernel) == Some(l.grid[0]);
+        if !after_attention || !tensor_cores || !one_per_tile {
+            continue;
+        }
+        let Some(next) = p.launches[i + 1..].iter().find_map(gemv_matrix) else { continue };
+        let blocks = l.grid[0] as u64;
+        let bytes = (per_block as u64).min(next.bytes / blocks / 16 * 16);
+        if bytes == 0 {
+            continue;
+        }
+        let span = BufArg { region: next.region, offset: next.offset, bytes: blocks * bytes, dtype: next.dtype, access: Access::Read };
+        let l = &mut p.launches[i];
+        let out = l.bufs.len() - 1;
+        l.bufs.insert(out, span);
+        if let Kernel::FusedLinear { l2_prefetch, .. } = &mut l.kernel {
+            *l2_prefetch = bytes as u32;
+        }
+    }
+}
+
+/// The (first) weight matrix a GEMV-family launch reads, where its operands list it.
+fn gemv_matrix(l: &Launch) -> Option<BufArg> {
+    let at = match l.kernel {
+        Kernel::Linear { .. } => 1,
+        Kernel::FusedLinear { norm, .. }
+        | Kernel::GatedLinear { norm, .. }
+        | Kernel::QkvLinear { norm, .. }
+        | Kernel::QkvRope { norm, .. } => 1 + norm as usize,
+        _ => return None,
+    };
+    l.bufs.get(at).filter(|b| b.region == RegionKind::Weights).cloned()
 }
 
 /// Planned early reads: operands whose writers are complete whenever the launch starts
@@ -789,6 +855,7 @@ fn kernel_of(p: &Program, op: &Op) -> Kernel {
                 eps: norm.map(|n| n.1).unwrap_or(0.0),
                 bias: bias.is_some(),
                 residual: residual.is_some(),
+                l2_prefetch: 0,
             }
         }
         // Packed: one linear over the three weights, laid out back to back (`layout_persistent`).
@@ -798,9 +865,16 @@ fn kernel_of(p: &Program, op: &Op) -> Kernel {
             let out_features = weights.iter().map(|&w| u(dims(w)[0])).sum();
             match norm {
                 None => Kernel::Linear { rows, in_features, out_features, bias: biases.is_some(), argmax: false },
-                Some((_, eps)) => {
-                    Kernel::FusedLinear { rows, in_features, out_features, norm: true, eps, bias: biases.is_some(), residual: false }
-                }
+                Some((_, eps)) => Kernel::FusedLinear {
+                    rows,
+                    in_features,
+                    out_features,
+                    norm: true,
+                    eps,
+                    bias: biases.is_some(),
+                    residual: false,
+                    l2_prefetch: 0,
+                },
             }
         }
         Op::QkvLinear { x, norm, weights, biases, outs: Qkv::Split(_) } => {

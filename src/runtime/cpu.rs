@@ -502,9 +502,10 @@ fn execute(regions: &mut [Vec<u8>; N_REGIONS], s: &mut Scratch, launch: &Launch)
             }
             Ok(())
         }
-        Kernel::FusedLinear { rows, in_features, out_features, norm, eps, bias, residual } => {
+        // The prefetch operand (`l2_prefetch` > 0) is a hint for the GPU's L2: nothing reads it here.
+        Kernel::FusedLinear { rows, in_features, out_features, norm, eps, bias, residual, l2_prefetch } => {
             let (rows, k, n) = (rows as usize, in_features as usize, out_features as usize);
-            let bufs = arity(launch, 2 + norm as usize + bias as usize + residual as usize, 1)?;
+            let bufs = arity(launch, 2 + norm as usize + bias as usize + residual as usize + (l2_prefetch > 0) as usize, 1)?;
             let mut next = bufs.iter();
             let x = next.next().expect("arity checked");
             let norm_w = if norm { next.next() } else { None };

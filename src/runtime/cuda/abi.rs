@@ -104,11 +104,19 @@ pub fn scalars(kernel: &Kernel) -> Vec<Scalar> {
         | Kernel::AttentionPrefill { rows, heads, kv_heads, head_dim, scale, kv_rows } => {
             vec![U32(rows), U32(heads), U32(kv_heads), U32(head_dim), F32(scale), U32(kv_rows)]
         }
-        // (x, norm_w|0, weight, bias|0, residual|0, out, rows, in_features, out_features, has_norm,
-        //  eps, has_bias, has_residual); absent operands are null pointer slots (`pointers`).
-        Kernel::FusedLinear { rows, in_features, out_features, norm, eps, bias, residual } => {
-            vec![U32(rows), U32(in_features), U32(out_features), U32(norm as u32), F32(eps), U32(bias as u32), U32(residual as u32)]
-        }
+        // (x, norm_w|0, weight, bias|0, residual|0, out, prefetch|0, rows, in_features, out_features,
+        //  has_norm, eps, has_bias, has_residual, l2_prefetch); absent operands are null pointer
+        //  slots (`pointers`).
+        Kernel::FusedLinear { rows, in_features, out_features, norm, eps, bias, residual, l2_prefetch } => vec![
+            U32(rows),
+            U32(in_features),
+            U32(out_features),
+            U32(norm as u32),
+            F32(eps),
+            U32(bias as u32),
+            U32(residual as u32),
+            U32(l2_prefetch),
+        ],
         // (x, norm_w|0, wq, wk, wv, bq|0, bk|0, bv|0, out_q, out_k, out_v, rows, in_features,
         //  nq, nk, nv, has_norm, eps, has_bias)
         Kernel::QkvLinear { rows, in_features, out_features: [q, k, v], norm, eps, bias } => {
@@ -216,7 +224,7 @@ fn rope_scalars(rope: &crate::ir::RopeSpec) -> Vec<Scalar> {
 pub fn pointer_slots(kernel: &Kernel, bufs: &[BufArg]) -> usize {
     match kernel {
         Kernel::Linear { bias: false, .. } => bufs.len() + 1,
-        Kernel::FusedLinear { .. } => 6,
+        Kernel::FusedLinear { .. } => 7,
         Kernel::QkvLinear { .. } => 11,
         Kernel::QkvRope { .. } => 9,
         Kernel::RopeKvWrite { .. } => 8,
@@ -233,11 +241,14 @@ pub fn pointers(kernel: &Kernel, bufs: &[BufArg], region_base: &[u64; crate::pla
     let mut p: Vec<u64> = bufs.iter().map(|b| region_base[b.region.index()] + b.offset).collect();
     match *kernel {
         Kernel::Linear { bias: false, .. } => p.insert(2, 0),
-        // Fixed slots x, norm_w, weight, bias, residual, out; absent ones are null.
-        Kernel::FusedLinear { norm, bias, residual, .. } => {
+        // Fixed slots x, norm_w, weight, bias, residual, out, prefetch; absent ones are null (the
+        // operands list the prefetch span before out).
+        Kernel::FusedLinear { norm, bias, residual, l2_prefetch, .. } => {
             let mut it = p.into_iter();
             let mut next = |present: bool| if present { it.next().unwrap_or(0) } else { 0 };
-            return vec![next(true), next(norm), next(true), next(bias), next(residual), next(true)];
+            let head = [next(true), next(norm), next(true), next(bias), next(residual)];
+            let prefetch = next(l2_prefetch > 0);
+            return [head.to_vec(), vec![next(true), prefetch]].concat();
         }
         Kernel::GatedLinear { norm: false, .. } => p.insert(1, 0),
         Kernel::SampleAdvance { argmax: false, .. } => p.push(0),
