@@ -14,8 +14,9 @@ use crate::plan::{Access, Kernel, Plan, ProgramPlan, RegionKind};
 use anyhow::{ensure, Context, Result};
 use std::collections::BTreeSet;
 
-/// Weight bytes one run of `program` reads: each weight operand once (spans read by two
-/// launches counted once), the gather's table only for the rows it gathers.
+/// Weight bytes one run of `program` reads: each weight byte once (the union of the weight
+/// operands' byte ranges: a span read by two launches, or a planned L2 prefetch span inside the
+/// weight its next launch reads, counts once), the gather's table only for the rows it gathers.
 pub fn weight_bytes_read(program: &ProgramPlan) -> u64 {
     let mut spans = BTreeSet::new();
     let mut gathered = 0u64;
@@ -33,7 +34,17 @@ pub fn weight_bytes_read(program: &ProgramPlan) -> u64 {
             }
         }
     }
-    spans.iter().map(|&(_, bytes)| bytes).sum::<u64>() + gathered
+    // The union of [offset, offset + bytes) over the spans, in offset order.
+    let (mut total, mut end) = (0u64, 0u64);
+    for &(offset, bytes) in &spans {
+        let start = offset.max(end);
+        let stop = offset + bytes;
+        if stop > start {
+            total += stop - start;
+            end = stop;
+        }
+    }
+    total + gathered
 }
 
 /// Bytes of K and V over all layers for one token row of one sequence:
@@ -147,6 +158,27 @@ mod tests {
             // Every tensor once (the table through the output projection) + `batch` rows.
             assert_eq!(weight_bytes_read(p), table_bytes(&cfg, "") + batch as u64 * row, "batch {batch}");
         }
+    }
+
+    /// A fused plan's decode reads the same weight bytes: the o projections' planned L2
+    /// prefetch spans lie inside the gate weights the next launches read, and count once.
+    #[test]
+    fn prefetch_spans_add_no_bytes() {
+        let cfg = crate::gate::random_config("qwen2").unwrap();
+        let opts = PlanOptions {
+            decode_buckets: vec![1],
+            prefill_buckets: vec![16],
+            max_context: 64,
+            dtype: DType::BF16,
+            memory_budget: None,
+            burst: 0,
+            fuse: true,
+        };
+        let plan = build_plan(&cfg, &opts).unwrap();
+        let p = &plan.programs[plan.program(Phase::Decode, 1).unwrap()];
+        let prefetching = p.launches.iter().filter(|l| matches!(l.kernel, Kernel::FusedLinear { l2_prefetch: 1.., .. })).count();
+        assert_eq!(prefetching, cfg.n_layers, "one o projection per layer");
+        assert_eq!(weight_bytes_read(p), table_bytes(&cfg, "") + cfg.hidden_size as u64 * 2);
     }
 
     #[test]
