@@ -130,6 +130,10 @@ mod tests {
     use crate::plan::{build_plan, PlanOptions};
 
     fn plan_of(cfg: &ModelConfig, decode: Vec<usize>, prefill: Vec<usize>) -> Plan {
+        plan_fused(cfg, decode, prefill, false)
+    }
+
+    fn plan_fused(cfg: &ModelConfig, decode: Vec<usize>, prefill: Vec<usize>, fuse: bool) -> Plan {
         let opts = PlanOptions {
             decode_buckets: decode,
             prefill_buckets: prefill,
@@ -137,7 +141,7 @@ mod tests {
             dtype: DType::BF16,
             memory_budget: None,
             burst: 0,
-            fuse: false,
+            fuse,
         };
         build_plan(cfg, &opts).unwrap()
     }
@@ -165,16 +169,7 @@ mod tests {
     #[test]
     fn prefetch_spans_add_no_bytes() {
         let cfg = crate::gate::random_config("qwen2").unwrap();
-        let opts = PlanOptions {
-            decode_buckets: vec![1],
-            prefill_buckets: vec![16],
-            max_context: 64,
-            dtype: DType::BF16,
-            memory_budget: None,
-            burst: 0,
-            fuse: true,
-        };
-        let plan = build_plan(&cfg, &opts).unwrap();
+        let plan = plan_fused(&cfg, vec![1], vec![16], true);
         let p = &plan.programs[plan.program(Phase::Decode, 1).unwrap()];
         let prefetching = p.launches.iter().filter(|l| matches!(l.kernel, Kernel::FusedLinear { l2_prefetch: 1.., .. })).count();
         assert_eq!(prefetching, cfg.n_layers, "one o projection per layer");
