@@ -159,18 +159,22 @@ pub fn gemv_tiles(kernel: &Kernel) -> Option<u32> {
     }
 }
 
-fn gemv_walk_blocks(kernel: &Kernel, bufs: &[BufArg], blocks: u32, threads: u32, occupancy: u32) -> u32 {
+/// Whether a `linear`, `fused_linear` or `gated_linear` launch over `bufs` takes the tensor-core
+/// GEMV path (at most [`LINEAR_GEMV_MAX_ROWS`] rows is [`gemv_tiles`]' test): 16-bit storage and
+/// in % 8 == 0 (the planner's offsets are aligned). False for other kernels.
+pub fn gemv_tensor_cores(kernel: &Kernel, bufs: &[BufArg]) -> bool {
     let in_features = match *kernel {
         Kernel::Linear { in_features, .. } | Kernel::FusedLinear { in_features, .. } | Kernel::GatedLinear { in_features, .. } => {
             in_features
         }
-        _ => return blocks,
+        _ => return false,
     };
-    // The tensor-core path, the only one that walks: 16-bit storage, in % 8 == 0 (the planner's
-    // offsets are aligned).
-    let tensor_cores =
-        bufs.first().is_some_and(|b| matches!(b.dtype, crate::ir::DType::F16 | crate::ir::DType::BF16)) && in_features % 8 == 0;
-    if gemv_walk_define() & gemv_walk_bit(kernel, occupancy) == 0 || !tensor_cores || threads != LINEAR_GEMV_THREADS {
+    bufs.first().is_some_and(|b| matches!(b.dtype, crate::ir::DType::F16 | crate::ir::DType::BF16)) && in_features % 8 == 0
+}
+
+fn gemv_walk_blocks(kernel: &Kernel, bufs: &[BufArg], blocks: u32, threads: u32, occupancy: u32) -> u32 {
+    // The tensor-core path is the only one that walks.
+    if gemv_walk_define() & gemv_walk_bit(kernel, occupancy) == 0 || !gemv_tensor_cores(kernel, bufs) || threads != LINEAR_GEMV_THREADS {
         return blocks;
     }
     let per_sm = if occupancy == GEMV_DENSE_BLOCKS_PER_SM { GEMV_DENSE_BLOCKS_PER_SM } else { GEMV_BLOCKS_PER_SM };

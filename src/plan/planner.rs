@@ -700,13 +700,12 @@ fn plan_l2_prefetch(p: &mut ProgramPlan) {
         let after_attention =
             matches!(p.launches[i - 1].kernel, Kernel::Attention { .. } | Kernel::AttentionCluster { .. } | Kernel::AttentionMerge { .. });
         let l = &p.launches[i];
-        let Kernel::FusedLinear { rows, in_features, norm: false, residual: true, l2_prefetch: 0, .. } = l.kernel else {
+        let Kernel::FusedLinear { norm: false, residual: true, l2_prefetch: 0, .. } = l.kernel else {
             continue;
         };
-        let half = l.bufs.first().is_some_and(|b| matches!(b.dtype, DType::F16 | DType::BF16));
-        let tensor_cores = rows <= super::geometry::LINEAR_GEMV_MAX_ROWS && half && in_features % 8 == 0;
+        // The GEMV (`gemv_tiles`: at most 8 rows), one block per tile, on its tensor-core path.
         let one_per_tile = super::geometry::gemv_tiles(&l.kernel) == Some(l.grid[0]);
-        if !after_attention || !tensor_cores || !one_per_tile {
+        if !after_attention || !one_per_tile || !super::geometry::gemv_tensor_cores(&l.kernel, &l.bufs) {
             continue;
         }
         let Some(next) = p.launches[i + 1..].iter().find_map(gemv_matrix) else { continue };
