@@ -1118,6 +1118,7 @@ struct QkvRopeArgs {
   const int* cache_base;
   unsigned int kv_rows, rotary_dim, scaling_kind, orig;
   float theta, factor, low, high;
+  const float* inv_freq;  // the host's table (RopeFreqs), or null: rope_inv_freq
 };
 
 // What one epilogue thread needs of its row: the position, the cache row (-1: no KV write) and,
@@ -1158,8 +1159,10 @@ __device__ __forceinline__ QkvRopeLane qkv_rope_lane_rows(const QkvRopeArgs& a, 
 __device__ __forceinline__ void qkv_rope_lane_angle(const QkvRopeTile& tile, const QkvRopeArgs& a, unsigned int j,
                                                     QkvRopeLane& l) {
   if (l.p >= 0 && tile.rotated(blockIdx.x))
-    l.a = rope_angle(l.p, tile.pair(blockIdx.x, j), a.rotary_dim, a.theta, a.scaling_kind, a.factor, a.low, a.high,
-                     a.orig);
+    l.a = a.inv_freq != nullptr
+              ? rope_angle_at(l.p, a.inv_freq[tile.pair(blockIdx.x, j)], a.scaling_kind, a.factor)
+              : rope_angle(l.p, tile.pair(blockIdx.x, j), a.rotary_dim, a.theta, a.scaling_kind, a.factor, a.low, a.high,
+                           a.orig);
 }
 
 __device__ __forceinline__ QkvRopeLane qkv_rope_lane(const QkvRopeTile& tile, const QkvRopeArgs& a, unsigned int j,
@@ -1221,7 +1224,7 @@ __device__ void qkv_rope(const T* x, const T* nw, const T* w, const T* bias, con
                          unsigned int heads, unsigned int kv_heads, unsigned int head_dim, unsigned int kv_rows,
                          unsigned int has_norm_u, float eps, unsigned int has_bias_u, unsigned int early,
                          unsigned int rotary_dim, unsigned int interleaved, float theta, unsigned int scaling_kind,
-                         float factor, float low, float high, unsigned int orig) {
+                         float factor, float low, float high, unsigned int orig, const RopeFreqs& freqs) {
   __shared__ __align__(16) float smem[KILN_FUSED_SMEM];
   __shared__ float inv_s[KILN_FUSED_TILE];
   __shared__ float acc[KILN_FUSED_GEMV_FEATURES][KILN_FUSED_GEMV_MAX_ROWS];
@@ -1229,7 +1232,8 @@ __device__ void qkv_rope(const T* x, const T* nw, const T* w, const T* bias, con
   const bool has_norm = has_norm_u != 0 && nw != nullptr && !((KILN_ABLATE) & 256);
   const bool has_bias = has_bias_u != 0 && bias != nullptr;
   const QkvRopeTile tile{heads, kv_heads, head_dim, interleaved};
-  const QkvRopeArgs a{positions, cache_base, kv_rows, rotary_dim, scaling_kind, orig, theta, factor, low, high};
+  const float* inv_freq = 2 * freqs.n >= rotary_dim ? freqs.v : nullptr;
+  const QkvRopeArgs a{positions, cache_base, kv_rows, rotary_dim, scaling_kind, orig, theta, factor, low, high, inv_freq};
   // Shapes the fusion pass never emits: nothing to do (the plan checker refuses them first).
   if (head_dim == 0 || head_dim % 16 != 0 || rotary_dim != head_dim || rows == 0 || in == 0 ||
       blockIdx.x >= (heads + 2 * kv_heads) * head_dim / 16) {
@@ -1299,7 +1303,8 @@ __device__ void qkv_rope(const T* x, const T* nw, const T* w, const T* bias, con
     bool active;
     qkv_rope_slot(tile, nr, j, rl, active);
     if (active) {
-      const QkvRopeArgs ar{positions + r0, cache_base + r0, kv_rows, rotary_dim, scaling_kind, orig, theta, factor, low, high};
+      const QkvRopeArgs ar{positions + r0, cache_base + r0, kv_rows, rotary_dim, scaling_kind, orig, theta, factor, low, high,
+                           inv_freq};
       qkv_rope_store<T>(acc, bias, tile, qkv_rope_lane(tile, ar, j, rl), j, rl, r0 + rl, has_bias, q_out, k_cache, v_cache);
     }
     __syncthreads();  // acc and inv_s are rewritten for the next 8 rows
@@ -1359,7 +1364,8 @@ KILN_FOR_EACH_DTYPE(KILN_QKV_LINEAR)
 
 // (x, norm_w|0, weight, bias|0, positions, cache_base, q_out, k_cache, v_cache, rows, in_features,
 //  heads, kv_heads, head_dim, kv_rows, has_norm, eps, has_bias, early, rotary_dim, interleaved,
-//  theta, scaling_kind, factor, low_freq_factor, high_freq_factor, original_max_position):
+//  theta, scaling_kind, factor, low_freq_factor, high_freq_factor, original_max_position, freqs (RopeFreqs,
+//  by value)):
 //  Op::QkvRope, weight [(heads + 2 kv_heads) * head_dim, in_features] (q | k | v rows), grid
 //  ((heads + 2 kv_heads) * head_dim / 16).
 #define KILN_QKV_ROPE_VARIANT(dt, T, SUFFIX, BOUNDS, WIDE)                                                            \
@@ -1369,10 +1375,10 @@ KILN_FOR_EACH_DTYPE(KILN_QKV_LINEAR)
       unsigned int kv_heads, unsigned int head_dim, unsigned int kv_rows, unsigned int has_norm, float eps,       \
       unsigned int has_bias, unsigned int early, unsigned int rotary_dim, unsigned int interleaved, float theta,  \
       unsigned int scaling_kind, float factor, float low_freq_factor, float high_freq_factor,                     \
-      unsigned int original_max_position) {                                                                       \
+      unsigned int original_max_position, const __grid_constant__ kiln::RopeFreqs freqs) {                        \
     kiln::qkv_rope<T, WIDE>(x, norm_w, weight, bias, positions, cache_base, q_out, k_cache, v_cache, rows, in_features,  \
                       heads, kv_heads, head_dim, kv_rows, has_norm, eps, has_bias, early, rotary_dim, interleaved, \
-                      theta, scaling_kind, factor, low_freq_factor, high_freq_factor, original_max_position);      \
+                      theta, scaling_kind, factor, low_freq_factor, high_freq_factor, original_max_position, freqs); \
   }
 // Default and `_o3` variants, as qkv_linear: the dense one reads its early lanes into shared
 // memory and computes the RoPE angle in the epilogue (see qkv_rope), 80 registers with ~12 bytes of

@@ -29,16 +29,32 @@ __device__ __forceinline__ float rope_inv_freq(unsigned int i, unsigned int rota
 struct RopeAngle {
   float s, c;
 };
-__device__ __forceinline__ RopeAngle rope_angle(int p, unsigned int i, unsigned int rotary_dim, float theta,
-                                                unsigned int scaling_kind, float factor, float low, float high,
-                                                unsigned int orig) {
+// The same with inv_freq(i) given (RopeFreqs).
+__device__ __forceinline__ RopeAngle rope_angle_at(int p, float inv_freq, unsigned int scaling_kind, float factor) {
   const float pos = scaling_kind == 2 ? __fdiv_rn((float)p, factor) : (float)p;
-  const float inv_freq = rope_inv_freq(i, rotary_dim, theta, scaling_kind, factor, low, high, orig);
   const float angle = __fmul_rn(pos, inv_freq);
   double sd, cd;
   sincos((double)angle, &sd, &cd);
   return RopeAngle{(float)sd, (float)cd};
 }
+__device__ __forceinline__ RopeAngle rope_angle(int p, unsigned int i, unsigned int rotary_dim, float theta,
+                                                unsigned int scaling_kind, float factor, float low, float high,
+                                                unsigned int orig) {
+  return rope_angle_at(p, rope_inv_freq(i, rotary_dim, theta, scaling_kind, factor, low, high, orig), scaling_kind,
+                       factor);
+}
+
+// The inverse frequencies of a launch's rotary pairs, computed on the host (RopeSpec::inv_freq, the
+// CPU reference's own values) and passed by value as a `__grid_constant__` kernel parameter
+// (src/runtime/cuda/abi.rs `rope_table_slots`): v[i] for i < n; n = 0 (more pairs than
+// KILN_ROPE_TABLE) leaves them to rope_inv_freq. The kernel reads one word from the constant bank
+// instead of an f64 pow and up to eight IEEE divisions, a ~1 us dependent chain that every
+// rotating block of Op::QkvRope ran before its first weight loads (session 40's block trace).
+#define KILN_ROPE_TABLE 64
+struct RopeFreqs {
+  unsigned int n;
+  float v[KILN_ROPE_TABLE];
+};
 
 // The rotated pair (a, b) -> (a cos - b sin, a sin + b cos), f32 without FMA contraction, as
 // rope_pair stores it (before rounding to storage).

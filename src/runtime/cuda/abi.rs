@@ -220,6 +220,29 @@ fn rope_scalars(rope: &crate::ir::RopeSpec) -> Vec<Scalar> {
     ]
 }
 
+/// Pairs of the inverse-frequency table a `qkv_rope` launch takes by value (kernels/rope.cuh
+/// `KILN_ROPE_TABLE`).
+pub const ROPE_TABLE: usize = 64;
+
+/// The by-value parameter after a launch's scalars, as consecutive 8-byte slots holding its bytes
+/// (little-endian; `LaunchParams` hands the driver a pointer to the first, and the driver copies
+/// the parameter's size from there): for `qkv_rope`, kernels/rope.cuh `RopeFreqs` { n, v[64] }
+/// with v[i] = `RopeSpec::inv_freq(i)`, the CPU reference's own values, and n = rotary_dim / 2, or
+/// n = 0 (the kernel computes them) when the rope has more pairs than the table. Empty for every
+/// other kernel.
+pub fn by_value_slots(kernel: &Kernel) -> Vec<u64> {
+    let Kernel::QkvRope { rope, .. } = kernel else { return Vec::new() };
+    let pairs = rope.rotary_dim as usize / 2;
+    let mut words = vec![0u32; 1 + ROPE_TABLE];
+    if pairs <= ROPE_TABLE {
+        words[0] = pairs as u32;
+        for (i, w) in words[1..=pairs].iter_mut().enumerate() {
+            *w = rope.inv_freq(i).to_bits();
+        }
+    }
+    words.chunks(2).map(|c| c[0] as u64 | (c.get(1).copied().unwrap_or(0) as u64) << 32).collect()
+}
+
 /// Number of pointer parameters the CUDA kernel takes (Linear always takes a bias slot).
 pub fn pointer_slots(kernel: &Kernel, bufs: &[BufArg]) -> usize {
     match kernel {

@@ -60,7 +60,9 @@ impl Mode {
 
 /// Parameter values of one launch, one 8-byte slot each, in the kernel's parameter order:
 /// operand pointers (with the null bias slot of a bias-less linear), then the scalars as their
-/// 4 little-endian bytes in the low half of the slot; `advance` (and `sample_advance`) then takes the device loop's
+/// 4 little-endian bytes in the low half of the slot, then a by-value parameter's bytes in as many
+/// slots as it needs (`abi::by_value_slots`: `qkv_rope`'s inverse frequencies; the driver reads it
+/// from its first slot's pointer, the slots after it are contiguous); `advance` (and `sample_advance`) then takes the device loop's
 /// conditional handle (`unsigned long long`), 0 here: the graph of a loop puts the real handle
 /// into its own copy of the blob. Pure; the ABI test checks it.
 pub fn param_slots(kernel: &Kernel, bufs: &[BufArg], region_base: &[u64; crate::plan::N_REGIONS]) -> Vec<u64> {
@@ -69,6 +71,7 @@ pub fn param_slots(kernel: &Kernel, bufs: &[BufArg], region_base: &[u64; crate::
     for s in abi::scalars(kernel) {
         slots.push(u32::from_le_bytes(s.to_le_bytes()) as u64);
     }
+    slots.extend(abi::by_value_slots(kernel));
     if let Kernel::Advance { .. } | Kernel::SampleAdvance { .. } = kernel {
         slots.push(0);
     }
