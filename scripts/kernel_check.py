@@ -510,7 +510,7 @@ class Checker:
                     m.get_function(f"kiln_qkv_rope_{d}{variant}")(
                         (N // 16, 1, 1), (256, 1, 1),
                         (x, nw, w, np.uint64(0), pd, cd, q_out, kc, vc, u(R), u(K), u(H), u(KVH), u(HD), u(KVR), u(1),
-                         np.float32(eps), u(0), u(1), *rope_args))
+                         np.float32(eps), u(0), u(1), *rope_args, rope_table(HD, 5e5, 1, 8.0, 1.0, 4.0, 8192)))
                     cp.cuda.Device().synchronize()
                     outs.append(q_out.get().tobytes() + kc.get().tobytes() + vc.get().tobytes())
                 self.report.record(f"tiles qkv_rope{variant} {name} {R}x{K}", d, outs[0] == outs[1],
@@ -882,18 +882,22 @@ class Checker:
                 ref = (ref_q.get().tobytes(), ref_k.get().tobytes(), ref_v.get().tobytes())
                 # At 256 threads also the dense variant (`_o3`: three blocks per SM, 80 registers;
                 # the same sums as the default's 8-warp paths).
-                for early, variant in [(e, v) for v in ("", "_o3") if v == "" or threads == 256 for e in (0, 1)]:
+                # The inverse frequencies from the host (RopeFreqs, as the runtime passes them) and
+                # from the kernel (n = 0): both must give rope_kv_write's bits.
+                for early, variant, host in [(e, v, h) for v in ("", "_o3") if v == "" or threads == 256 for e in (0, 1)
+                                             for h in (True, False)]:
                     q_out, kc, vc = self.dev(dt.poison((R, nq))), self.dev(kc0), self.dev(vc0)
                     self.fn(f"kiln_qkv_rope_{dt.name}{variant}")(
                         (blocks, 1, 1), (threads, 1, 1),
                         (x, nw if has_norm else np.uint64(0), wd, bd if has_bias else np.uint64(0), pd, cd, q_out, kc,
                          vc, np.uint32(R), np.uint32(K), np.uint32(H), np.uint32(KVH), np.uint32(HD), np.uint32(KVR),
                          np.uint32(int(has_norm)), np.float32(eps), np.uint32(int(has_bias)), np.uint32(early),
-                         *rope_args))
+                         *rope_args, rope_table(HD, theta, kind, factor, low, high, orig, host)))
                     self.cp.cuda.Device().synchronize()
                     got = (q_out.get().tobytes(), kc.get().tobytes(), vc.get().tobytes())
-                    self.report.record(f"qkv_rope{variant} {name} {R}x{K} {threads}t early={early}", dt.name, got == ref,
-                                       "q_out, k_cache, v_cache == fused_linear + rope_kv_write, bitwise")
+                    table = "host table" if host else "kernel's"
+                    self.report.record(f"qkv_rope{variant} {name} {R}x{K} {threads}t early={early} {table}", dt.name,
+                                       got == ref, "q_out, k_cache, v_cache == fused_linear + rope_kv_write, bitwise")
 
     # kv_write -------------------------------------------------------------------------------
     def kv_write(self, dt):
@@ -1747,6 +1751,34 @@ def nvrtc_cubin(cp, arch, only=None, defines=()):
     opts = [f"--gpu-architecture={arch}", "-std=c++17", "-lineinfo", f"--include-path={cuda_include()}"]
     opts += [f"-D{d}" for d in defines]
     return compile_unit(unit, "kiln_kernels.cu", headers, opts)
+
+
+ROPE_TABLE = 64  # kernels/rope.cuh KILN_ROPE_TABLE
+
+
+def rope_table(head_dim, theta, kind, factor, low, high, orig, host=True):
+    """qkv_rope's by-value `RopeFreqs` {n, v[64]} as a NumPy structured scalar: with `host`, the
+    inverse frequencies in f32 as src/ir/op.rs `RopeSpec::inv_freq` computes them (what the runtime
+    passes); else n = 0, and the kernel computes them (kernels/rope.cuh rope_inv_freq)."""
+    rec = np.zeros((), dtype=np.dtype([("n", "<u4"), ("v", "<f4", ROPE_TABLE)]))
+    pairs = head_dim // 2
+    if not host or pairs > ROPE_TABLE:
+        return rec[()]
+    f = np.float32
+    rec["n"] = pairs
+    for i in range(pairs):
+        base = f(1.0) / (f(theta) ** (f(2 * i) / f(head_dim)))
+        if kind == 1:  # llama3
+            old = f(orig)
+            low_wl, high_wl = old / f(low), old / f(high)
+            wavelen = f(2.0) * f(np.pi) / base
+            if wavelen > low_wl:
+                base = base / f(factor)
+            elif wavelen >= high_wl:
+                smooth = (old / wavelen - f(low)) / (f(high) - f(low))
+                base = (f(1.0) - smooth) * base / f(factor) + smooth * base
+        rec["v"][i] = base
+    return rec[()]
 
 
 def load_module(cp, report, only=None, defines=()):

@@ -124,7 +124,7 @@ pub fn scalars(kernel: &Kernel) -> Vec<Scalar> {
         }
         // (x, norm_w|0, weight, bias|0, positions, cache_base, q_out, k_cache, v_cache, rows,
         //  in_features, heads, kv_heads, head_dim, kv_rows, has_norm, eps, has_bias, early, then
-        //  Rope's rotary_dim .. original_max_position)
+        //  Rope's rotary_dim .. original_max_position, then RopeFreqs by value: by_value_slots)
         Kernel::QkvRope { rows, in_features, heads, kv_heads, head_dim, kv_rows, norm, eps, bias, early, rope } => [
             vec![
                 U32(rows),
