@@ -8,7 +8,7 @@
 //                        nq, nk, nv, has_norm, eps, has_bias)   (Op::QkvLinear, near the end)
 //   kiln_qkv_rope_{dt}(x, norm_w, weight, bias, positions, cache_base, q_out, k_cache, v_cache, rows,
 //                      in_features, heads, kv_heads, head_dim, kv_rows, has_norm, eps, has_bias,
-//                      early, <rope scalars>)   (Op::QkvRope, at the end)
+//                      early, <rope scalars>, RopeFreqs by value)   (Op::QkvRope, at the end)
 //   Absent operands are null pointers (see src/runtime/cuda/abi.rs `pointers`). x, norm_w,
 //   weight / gate / up and bias are dt; out and residual are outdt (gated: dt).
 //
