@@ -1758,26 +1758,15 @@ ROPE_TABLE = 64  # kernels/rope.cuh KILN_ROPE_TABLE
 
 def rope_table(head_dim, theta, kind, factor, low, high, orig, host=True):
     """qkv_rope's by-value `RopeFreqs` {n, v[64]} as a NumPy structured scalar: with `host`, the
-    inverse frequencies in f32 as src/ir/op.rs `RopeSpec::inv_freq` computes them (what the runtime
-    passes); else n = 0, and the kernel computes them (kernels/rope.cuh rope_inv_freq)."""
+    inverse frequencies of the CPU reference (`Checker.inv_freq`, src/ir/op.rs `RopeSpec::inv_freq`:
+    what the runtime passes); else n = 0, and the kernel computes them (kernels/rope.cuh rope_inv_freq)."""
     rec = np.zeros((), dtype=np.dtype([("n", "<u4"), ("v", "<f4", ROPE_TABLE)]))
     pairs = head_dim // 2
     if not host or pairs > ROPE_TABLE:
         return rec[()]
-    f = np.float32
     rec["n"] = pairs
     for i in range(pairs):
-        base = f(1.0) / (f(theta) ** (f(2 * i) / f(head_dim)))
-        if kind == 1:  # llama3
-            old = f(orig)
-            low_wl, high_wl = old / f(low), old / f(high)
-            wavelen = f(2.0) * f(np.pi) / base
-            if wavelen > low_wl:
-                base = base / f(factor)
-            elif wavelen >= high_wl:
-                smooth = (old / wavelen - f(low)) / (f(high) - f(low))
-                base = (f(1.0) - smooth) * base / f(factor) + smooth * base
-        rec["v"][i] = base
+        rec["v"][i] = Checker.inv_freq(i, head_dim, theta, kind, factor, low, high, orig)
     return rec[()]
 
 
