@@ -8,6 +8,10 @@ Run on a machine with an NVIDIA GPU and CuPy (cupy-cuda13x), from anywhere:
     python3 scripts/kernel_check.py --compile-only  # no GPU, no CuPy: NVRTC build, warnings fail
     python3 scripts/kernel_check.py --compile-only --gemv-cubins DIR --gemv-variant r80=KILN_LINEAR_MAXNREG=80
                                                     # no GPU: GEMV tuning variants as DIR/NAME.cubin
+    KILN_CHECK_CACHE=DIR python3 scripts/kernel_check.py --compile-only
+                                                    # no GPU: the default unit's CUBIN kept in DIR; a GPU
+                                                    # run with the same KILN_CHECK_CACHE loads it (and
+                                                    # any variant found there) instead of compiling (~100 s)
 
 It compiles the kernels the way kiln does (one translation unit including every *.cu;
 -std=c++17; the CUDA include directory from KILN_CUDA_INCLUDE, CUDA_HOME or
@@ -1750,7 +1754,30 @@ def nvrtc_cubin(cp, arch, only=None, defines=()):
     headers = [(n, open(os.path.join(KERNELS, n), "rb").read()) for n in files]
     opts = [f"--gpu-architecture={arch}", "-std=c++17", "-lineinfo", f"--include-path={cuda_include()}"]
     opts += [f"-D{d}" for d in defines]
-    return compile_unit(unit, "kiln_kernels.cu", headers, opts)
+    # KILN_CHECK_CACHE=DIR: CUBINs kept by a hash of the unit, the kernel sources and the options
+    # (the CUDA include directory left out, so a --compile-only run on a machine without a GPU can
+    # fill it for a GPU machine with the same CUDA version): a GPU run then skips NVRTC's ~100 s.
+    cache = os.environ.get("KILN_CHECK_CACHE")
+    path = None
+    if cache:
+        import hashlib
+
+        h = hashlib.sha256(unit)
+        for n, text in headers:
+            h.update(n.encode() + b"\0" + text + b"\0")
+        for o in opts:
+            if not o.startswith("--include-path="):
+                h.update(o.encode() + b"\0")
+        path = os.path.join(cache, f"check-{h.hexdigest()[:24]}.cubin")
+        if os.path.exists(path):
+            with open(path, "rb") as f:
+                return f.read(), ""
+    cubin, log = compile_unit(unit, "kiln_kernels.cu", headers, opts)
+    if path:
+        os.makedirs(cache, exist_ok=True)
+        with open(path, "wb") as f:
+            f.write(cubin)
+    return cubin, log
 
 
 ROPE_TABLE = 64  # kernels/rope.cuh KILN_ROPE_TABLE
