@@ -1,6 +1,6 @@
 // rope.cu: kiln_rope_{f32,f16,bf16}(x, positions, out, rows, heads, head_dim, rotary_dim,
 //          interleaved, theta, scaling_kind, factor, low_freq_factor, high_freq_factor,
-//          original_max_position)
+//          original_max_position, freqs)
 //
 // Check on a GPU: python3 scripts/kernel_check.py --only rope   (NVRTC build, no GPU:
 // cargo test --test kernels_compile)
@@ -24,10 +24,12 @@
 //   for r, h, i: (a, b) = pair(x[r, h]); th = pos(p) * inv_freq(i)
 //                out = (a*cos(th) - b*sin(th), a*sin(th) + b*cos(th))
 //
-// Agreement with the CPU: the f32 steps use the *_rn intrinsics so the compiler never fuses
-// them into an FMA (Rust never does); theta^e and sin/cos are evaluated in f64 and rounded to
-// f32, which gives the correctly rounded f32 result that a good libm (the CPU side) returns
-// in nearly all cases.
+// Agreement with the CPU: inv_freq(i) comes from `freqs` (rope.cuh RopeFreqs, by value: the CPU
+// reference's own `RopeSpec::inv_freq` values, src/runtime/cuda/abi.rs by_value_slots) for the
+// pairs it holds (all of them up to KILN_ROPE_TABLE pairs), else from rope_inv_freq, which follows
+// the CPU's steps; the f32 steps use the *_rn intrinsics so the compiler never fuses them into an
+// FMA (Rust never does); theta^e and sin/cos are evaluated in f64 and rounded to f32, which gives
+// the correctly rounded f32 result that a good libm (the CPU side) returns in nearly all cases.
 //
 // Geometry: grid (rows, ceil(heads / H)), block 128, H = src/plan/geometry.rs rope_heads_per_block
 // (8, or 2 for decode's few rows); a block takes one row and ceil(heads / gridDim.y) heads.
@@ -73,7 +75,7 @@ template <typename T, typename Src, typename Dst>
 __device__ __forceinline__ void rope_heads(unsigned int h0, unsigned int h1, int p, unsigned int head_dim,
                                            unsigned int rotary_dim, unsigned int interleaved, float theta,
                                            unsigned int scaling_kind, float factor, float low, float high,
-                                           unsigned int orig, Src src, Dst dst) {
+                                           unsigned int orig, const RopeFreqs& freqs, Src src, Dst dst) {
   if (rotary_dim > head_dim) rotary_dim = head_dim;
   const unsigned int half = rotary_dim / 2;
   const unsigned int nh = h1 - h0;
@@ -93,11 +95,12 @@ __device__ __forceinline__ void rope_heads(unsigned int h0, unsigned int h1, int
       T* oh = dst(h);
       if (xh == nullptr || oh == nullptr) continue;
       for (unsigned int i = threadIdx.x; i < half; i += blockDim.x)
-        rope_pair<T>(xh, oh, i, half, interleaved, rope_angle(p, i, rotary_dim, theta, scaling_kind, factor, low, high, orig));
+        rope_pair<T>(xh, oh, i, half, interleaved,
+                     rope_angle_of(freqs, p, i, rotary_dim, theta, scaling_kind, factor, low, high, orig));
     }
   } else if (threadIdx.x < per_pass * half) {
     const unsigned int i = threadIdx.x % half;
-    const RopeAngle a = rope_angle(p, i, rotary_dim, theta, scaling_kind, factor, low, high, orig);
+    const RopeAngle a = rope_angle_of(freqs, p, i, rotary_dim, theta, scaling_kind, factor, low, high, orig);
     for (unsigned int h = h0 + threadIdx.x / half; h < h1; h += per_pass) {
       const T* xh = src(h);
       T* oh = dst(h);
@@ -117,14 +120,14 @@ template <typename T>
 __device__ void rope(const T* x, const int* positions, T* __restrict__ out,
                      unsigned int rows, unsigned int heads, unsigned int head_dim, unsigned int rotary_dim,
                      unsigned int interleaved, float theta, unsigned int scaling_kind, float factor,
-                     float low, float high, unsigned int orig) {
+                     float low, float high, unsigned int orig, const RopeFreqs& freqs) {
   const unsigned int per_block = rope_block_heads(heads);
   const unsigned int r = blockIdx.x, h0 = blockIdx.y * per_block;
   if (r >= rows || h0 >= heads) return;
   const unsigned int h1 = min(heads, h0 + per_block);
   const size_t row = (size_t)r * heads * head_dim;
   rope_heads<T>(h0, h1, positions[r], head_dim, rotary_dim, interleaved, theta, scaling_kind, factor, low, high, orig,
-                [&](unsigned int h) -> const T* { return x + row + (size_t)h * head_dim; },
+                freqs, [&](unsigned int h) -> const T* { return x + row + (size_t)h * head_dim; },
                 [&](unsigned int h) -> T* { return out + row + (size_t)h * head_dim; });
 }
 
@@ -137,7 +140,7 @@ __device__ void rope_kv_write(const T* q, const T* k, const T* v, const int* pos
                               T* __restrict__ q_out, T* __restrict__ k_cache, T* __restrict__ v_cache, unsigned int rows,
                               unsigned int heads, unsigned int kv_heads, unsigned int head_dim, unsigned int kv_rows,
                               unsigned int q_stride, unsigned int kv_stride, unsigned int rotary_dim, unsigned int interleaved, float theta, unsigned int scaling_kind,
-                              float factor, float low, float high, unsigned int orig) {
+                              float factor, float low, float high, unsigned int orig, const RopeFreqs& freqs) {
   const unsigned int total = heads + kv_heads;
   const unsigned int per_block = rope_block_heads(total);
   const unsigned int r = blockIdx.x, h0 = blockIdx.y * per_block;
@@ -153,7 +156,7 @@ __device__ void rope_kv_write(const T* q, const T* k, const T* v, const int* pos
     if (row < 0 || row >= (long long)kv_rows) row = -1;
   }
   const size_t dst = row < 0 ? 0 : (size_t)row * kv_dim;
-  rope_heads<T>(h0, h1, p, head_dim, rotary_dim, interleaved, theta, scaling_kind, factor, low, high, orig,
+  rope_heads<T>(h0, h1, p, head_dim, rotary_dim, interleaved, theta, scaling_kind, factor, low, high, orig, freqs,
                 [&](unsigned int h) -> const T* {
                   return h < heads ? q + qsrc + (size_t)h * head_dim : k + src + (size_t)(h - heads) * head_dim;
                 },
@@ -176,16 +179,16 @@ __device__ void rope_kv_write(const T* q, const T* k, const T* v, const int* pos
       const T* x, const int* positions, T* out, unsigned int rows, unsigned int heads,               \
       unsigned int head_dim, unsigned int rotary_dim, unsigned int interleaved, float theta,         \
       unsigned int scaling_kind, float factor, float low_freq_factor, float high_freq_factor,        \
-      unsigned int original_max_position) {                                                          \
+      unsigned int original_max_position, const __grid_constant__ kiln::RopeFreqs freqs) {           \
     kiln::wait_prior_grids();                                                                        \
     kiln::rope<T>(x, positions, out, rows, heads, head_dim, rotary_dim, interleaved, theta, scaling_kind, \
-            factor, low_freq_factor, high_freq_factor, original_max_position);                       \
+            factor, low_freq_factor, high_freq_factor, original_max_position, freqs);                \
   }
 KILN_FOR_EACH_DTYPE(KILN_ROPE)
 
 // (q, k, v, positions, cache_base, q_out, k_cache, v_cache, rows, heads, kv_heads, head_dim, kv_rows,
 //  q_stride, kv_stride, rotary_dim, interleaved, theta, scaling_kind, factor, low_freq_factor,
-//  high_freq_factor, original_max_position); grid (rows, ceil((heads + kv_heads) / H)),
+//  high_freq_factor, original_max_position, freqs); grid (rows, ceil((heads + kv_heads) / H)),
 //  block 128.
 #define KILN_ROPE_KV_WRITE(dt, T)                                                                       \
   extern "C" __global__ void __launch_bounds__(128) kiln_rope_kv_write_##dt(                            \
@@ -194,10 +197,10 @@ KILN_FOR_EACH_DTYPE(KILN_ROPE)
       unsigned int head_dim, unsigned int kv_rows, unsigned int q_stride, unsigned int kv_stride,         \
       unsigned int rotary_dim, unsigned int interleaved, float theta,                                     \
       unsigned int scaling_kind, float factor, float low_freq_factor, float high_freq_factor, \
-      unsigned int original_max_position) {                                                               \
+      unsigned int original_max_position, const __grid_constant__ kiln::RopeFreqs freqs) {                \
     kiln::wait_prior_grids();                                                                             \
     kiln::rope_kv_write<T>(q, k, v, positions, cache_base, q_out, k_cache, v_cache, rows, heads, kv_heads, \
                            head_dim, kv_rows, q_stride, kv_stride, rotary_dim, interleaved, theta, scaling_kind, factor,       \
-                           low_freq_factor, high_freq_factor, original_max_position);                     \
+                           low_freq_factor, high_freq_factor, original_max_position, freqs);              \
   }
 KILN_FOR_EACH_DTYPE(KILN_ROPE_KV_WRITE)

@@ -46,15 +46,23 @@ __device__ __forceinline__ RopeAngle rope_angle(int p, unsigned int i, unsigned 
 
 // The inverse frequencies of a launch's rotary pairs, computed on the host (RopeSpec::inv_freq, the
 // CPU reference's own values) and passed by value as a `__grid_constant__` kernel parameter
-// (src/runtime/cuda/abi.rs `rope_table_slots`): v[i] for i < n; n = 0 (more pairs than
-// KILN_ROPE_TABLE) leaves them to rope_inv_freq. The kernel reads one word from the constant bank
-// instead of an f64 pow and up to eight IEEE divisions, a ~1 us dependent chain that every
-// rotating block of Op::QkvRope ran before its first weight loads (session 40's block trace).
+// (src/runtime/cuda/abi.rs `by_value_slots`) to every rotating kernel (qkv_rope, rope,
+// rope_kv_write): v[i] for i < n; n = 0 (more pairs than KILN_ROPE_TABLE) leaves them to
+// rope_inv_freq. The kernel reads one word from the constant bank instead of an f64 pow and up to
+// eight IEEE divisions, a ~1 us dependent chain that every rotating block of Op::QkvRope ran
+// before its first weight loads (session 40's block trace).
 #define KILN_ROPE_TABLE 64
 struct RopeFreqs {
   unsigned int n;
   float v[KILN_ROPE_TABLE];
 };
+// The rotation of pair i at position p from the table where it holds pair i, else computed.
+__device__ __forceinline__ RopeAngle rope_angle_of(const RopeFreqs& freqs, int p, unsigned int i,
+                                                   unsigned int rotary_dim, float theta, unsigned int scaling_kind,
+                                                   float factor, float low, float high, unsigned int orig) {
+  return i < freqs.n ? rope_angle_at(p, freqs.v[i], scaling_kind, factor)
+                     : rope_angle(p, i, rotary_dim, theta, scaling_kind, factor, low, high, orig);
+}
 
 // The rotated pair (a, b) -> (a cos - b sin, a sin + b cos), f32 without FMA contraction, as
 // rope_pair stores it (before rounding to storage).

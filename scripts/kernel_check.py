@@ -743,15 +743,24 @@ class Checker:
         R, H = len(positions), 3
         for name, inter, theta, HD, rot, kind, factor, low, high, orig in configs:
             x = dt.store(self.rand(R, H * HD))
-            out = self.dev(dt.poison((R, H * HD)))
-            self.launch(f"kiln_rope_{dt.name}", "rope",
-                        (self.dev(x), self.dev(positions), out, np.uint32(R), np.uint32(H), np.uint32(HD),
-                         np.uint32(rot), np.uint32(inter), np.float32(theta), np.uint32(kind), np.float32(factor),
-                         np.float32(low), np.float32(high), np.uint32(orig)), rows=R, heads=H)
             ref = self.rope_ref(dt.load(x).reshape(R, H, HD), positions, inter, theta, rot, kind, factor, low, high,
                                 orig)
-            self.report.compare(f"rope {name}", dt.name, dt.load(out.get()), ref.reshape(R, H * HD),
-                                1.5 * dt.unit + 1e-6, 2e-6)
+            # The inverse frequencies from the host (RopeFreqs, as the runtime passes them) and from
+            # the kernel (n = 0): each within the tolerance, and the same bits.
+            outs = []
+            for host in (True, False):
+                out = self.dev(dt.poison((R, H * HD)))
+                self.launch(f"kiln_rope_{dt.name}", "rope",
+                            (self.dev(x), self.dev(positions), out, np.uint32(R), np.uint32(H), np.uint32(HD),
+                             np.uint32(rot), np.uint32(inter), np.float32(theta), np.uint32(kind), np.float32(factor),
+                             np.float32(low), np.float32(high), np.uint32(orig),
+                             rope_table(rot, theta, kind, factor, low, high, orig, host)), rows=R, heads=H)
+                outs.append(out.get())
+                table = "host table" if host else "kernel's"
+                self.report.compare(f"rope {name} {table}", dt.name, dt.load(outs[-1]), ref.reshape(R, H * HD),
+                                    1.5 * dt.unit + 1e-6, 2e-6)
+            self.report.record(f"rope {name}: host table == kernel's", dt.name, outs[0].tobytes() == outs[1].tobytes(),
+                               "bitwise")
 
     def rope_ref(self, xs, positions, inter, theta, rot, kind, factor, low, high, orig):
         """Op::Rope on xs [rows, heads, head_dim] in f64 from f32 angles (padding rows copied)."""
@@ -782,7 +791,6 @@ class Checker:
                 geo = {"hpb": hpb} if hpb else {}
                 q, k, v = dt.store(self.rand(R, H * HD)), dt.store(self.rand(R, KVH * HD)), dt.store(self.rand(R, KVH * HD))
                 kc0, vc0 = dt.store(self.rand(KVR, KVH * HD)), dt.store(self.rand(KVR, KVH * HD))
-                qo, kc, vc = self.dev(dt.poison((R, H * HD))), self.dev(kc0), self.dev(vc0)
                 if layout == "split":  # three tensors
                     qkv_args, strides = (self.dev(q), self.dev(k), self.dev(v)), (H * HD, KVH * HD)
                 else:  # one packed [R, (H + 2 KVH) * HD] tensor: q, k, v are column ranges
@@ -790,12 +798,22 @@ class Checker:
                     es = packed.itemsize
                     qkv_args = tuple(np.uint64(packed.data.ptr + off * es) for off in (0, H * HD, (H + KVH) * HD))
                     strides = ((H + 2 * KVH) * HD,) * 2
-                self.launch(f"kiln_rope_kv_write_{dt.name}", "rope_kv_write",
-                            (*qkv_args, self.dev(positions), self.dev(base), qo, kc, vc,
-                             np.uint32(R), np.uint32(H), np.uint32(KVH), np.uint32(HD), np.uint32(KVR),
-                             np.uint32(strides[0]), np.uint32(strides[1]), np.uint32(rot),
-                             np.uint32(inter), np.float32(theta), np.uint32(kind), np.float32(factor), np.float32(low),
-                             np.float32(high), np.uint32(orig)), rows=R, heads=H, kv_heads=KVH, **geo)
+                # The kernel's own inverse frequencies (n = 0) first, then the host's table (as the
+                # runtime passes it), which must give the same bits; the host's run is compared below.
+                got = []
+                for host in (False, True):
+                    qo, kc, vc = self.dev(dt.poison((R, H * HD))), self.dev(kc0), self.dev(vc0)
+                    self.launch(f"kiln_rope_kv_write_{dt.name}", "rope_kv_write",
+                                (*qkv_args, self.dev(positions), self.dev(base), qo, kc, vc,
+                                 np.uint32(R), np.uint32(H), np.uint32(KVH), np.uint32(HD), np.uint32(KVR),
+                                 np.uint32(strides[0]), np.uint32(strides[1]), np.uint32(rot),
+                                 np.uint32(inter), np.float32(theta), np.uint32(kind), np.float32(factor),
+                                 np.float32(low), np.float32(high), np.uint32(orig),
+                                 rope_table(rot, theta, kind, factor, low, high, orig, host)),
+                                rows=R, heads=H, kv_heads=KVH, **geo)
+                    got.append(b"".join(a.get().tobytes() for a in (qo, kc, vc)))
+                self.report.record(f"rope_kv_write {name_l}: host table == kernel's", dt.name, got[0] == got[1],
+                                   "q_out, k_cache, v_cache bitwise")
                 spec = (inter, theta, rot, kind, factor, low, high, orig)
                 rq = self.rope_ref(dt.load(q).reshape(R, H, HD), positions, *spec).reshape(R, H * HD)
                 rkr = dt.round(self.rope_ref(dt.load(k).reshape(R, KVH, HD), positions, *spec).reshape(R, KVH * HD))
@@ -882,7 +900,8 @@ class Checker:
                 self.launch(f"kiln_rope_kv_write_{dt.name}", "rope_kv_write",
                             (np.uint64(p0), np.uint64(p0 + nq * es), np.uint64(p0 + (nq + nk) * es), pd, cd, ref_q,
                              ref_k, ref_v, np.uint32(R), np.uint32(H), np.uint32(KVH), np.uint32(HD), np.uint32(KVR),
-                             np.uint32(N), np.uint32(N), *rope_args), rows=R, heads=H, kv_heads=KVH)
+                             np.uint32(N), np.uint32(N), *rope_args,
+                             rope_table(HD, theta, kind, factor, low, high, orig, False)), rows=R, heads=H, kv_heads=KVH)
                 ref = (ref_q.get().tobytes(), ref_k.get().tobytes(), ref_v.get().tobytes())
                 # At 256 threads also the dense variant (`_o3`: three blocks per SM, 80 registers;
                 # the same sums as the default's 8-warp paths).
@@ -1784,7 +1803,8 @@ ROPE_TABLE = 64  # kernels/rope.cuh KILN_ROPE_TABLE
 
 
 def rope_table(head_dim, theta, kind, factor, low, high, orig, host=True):
-    """qkv_rope's by-value `RopeFreqs` {n, v[64]} as a NumPy structured scalar: with `host`, the
+    """The rotating kernels' by-value `RopeFreqs` {n, v[64]} (qkv_rope, rope, rope_kv_write; `head_dim`:
+    the rotary width) as a NumPy structured scalar: with `host`, the
     inverse frequencies of the CPU reference (`Checker.inv_freq`, src/ir/op.rs `RopeSpec::inv_freq`:
     what the runtime passes); else n = 0, and the kernel computes them (kernels/rope.cuh rope_inv_freq)."""
     rec = np.zeros((), dtype=np.dtype([("n", "<u4"), ("v", "<f4", ROPE_TABLE)]))

@@ -144,47 +144,57 @@ fn synth_directory_round_trips_through_the_loader() {
     }
 }
 
-/// `qkv_rope` takes its rotary pairs' inverse frequencies by value (kernels/rope.cuh `RopeFreqs`):
-/// the CPU reference's `RopeSpec::inv_freq` bits, after the scalars, packed two words per slot;
-/// a rope with more pairs than the table sends n = 0 and the kernel computes them.
+/// The kernels that rotate (`qkv_rope` in fused decode, `rope_kv_write` in fused prefill, `rope`
+/// in plain plans) take their rotary pairs' inverse frequencies by value (kernels/rope.cuh
+/// `RopeFreqs`): the CPU reference's `RopeSpec::inv_freq` bits, after the scalars, packed two words
+/// per slot; a rope with more pairs than the table sends n = 0 and the kernel computes them.
 #[test]
-fn qkv_rope_params_carry_the_cpu_inverse_frequencies() {
+fn rotating_kernels_params_carry_the_cpu_inverse_frequencies() {
     use kiln::runtime::cuda::abi::{by_value_slots, pointer_slots, scalars, ROPE_TABLE};
     let cfg = kiln::model::ModelConfig::preset("llama3.2-1b").unwrap();
-    let opts = PlanOptions {
-        decode_buckets: vec![1],
-        prefill_buckets: vec![16],
-        max_context: 256,
-        dtype: DType::BF16,
-        memory_budget: None,
-        burst: 0,
-        fuse: true,
-    };
-    let plan = build_plan(&cfg, &opts).unwrap();
     let base = [0x1000_0000u64, 0x2000_0000, 0x3000_0000, 0x4000_0000, 0x5000_0000, 0x6000_0000];
-    let mut seen = 0;
-    for l in plan.programs.iter().flat_map(|p| &p.launches) {
-        let Kernel::QkvRope { rope, .. } = l.kernel else { continue };
-        seen += 1;
-        let slots = param_slots(&l.kernel, &l.bufs, &base);
-        let table = &slots[pointer_slots(&l.kernel, &l.bufs) + scalars(&l.kernel).len()..];
-        assert_eq!(table.len(), (1 + ROPE_TABLE).div_ceil(2), "{}", l.name);
-        let words: Vec<u32> = table.iter().flat_map(|s| [*s as u32, (*s >> 32) as u32]).collect();
-        let pairs = rope.rotary_dim as usize / 2;
-        assert_eq!(words[0] as usize, pairs, "{}", l.name);
-        for i in 0..ROPE_TABLE {
-            let want = if i < pairs { rope.inv_freq(i).to_bits() } else { 0 };
-            assert_eq!(words[1 + i], want, "{} pair {i}", l.name);
+    let mut seen = std::collections::BTreeMap::new();
+    let mut rotating = Vec::new();
+    for fuse in [true, false] {
+        let opts = PlanOptions {
+            decode_buckets: vec![1],
+            prefill_buckets: vec![16],
+            max_context: 256,
+            dtype: DType::BF16,
+            memory_budget: None,
+            burst: 0,
+            fuse,
+        };
+        let plan = build_plan(&cfg, &opts).unwrap();
+        for l in plan.programs.iter().flat_map(|p| &p.launches) {
+            let rope = match &l.kernel {
+                Kernel::QkvRope { rope, .. } | Kernel::Rope { rope, .. } | Kernel::RopeKvWrite { rope, .. } => rope,
+                _ => continue,
+            };
+            *seen.entry(l.kernel.name()).or_insert(0) += 1;
+            let slots = param_slots(&l.kernel, &l.bufs, &base);
+            let table = &slots[pointer_slots(&l.kernel, &l.bufs) + scalars(&l.kernel).len()..];
+            assert_eq!(table.len(), (1 + ROPE_TABLE).div_ceil(2), "{}", l.name);
+            let words: Vec<u32> = table.iter().flat_map(|s| [*s as u32, (*s >> 32) as u32]).collect();
+            let pairs = rope.rotary_dim as usize / 2;
+            assert_eq!(words[0] as usize, pairs, "{}", l.name);
+            for i in 0..ROPE_TABLE {
+                let want = if i < pairs { rope.inv_freq(i).to_bits() } else { 0 };
+                assert_eq!(words[1 + i], want, "{} pair {i}", l.name);
+            }
+            // Llama 3's scaled frequencies: the table is not the plain theta^(-2i/d).
+            assert!(matches!(rope.scaling, kiln::ir::RopeScaling::Llama3 { .. }));
+            rotating.push(l.kernel.clone());
         }
-        // Llama 3's scaled frequencies: the table is not the plain theta^(-2i/d).
-        assert!(matches!(rope.scaling, kiln::ir::RopeScaling::Llama3 { .. }));
     }
-    assert!(seen > 0, "the fused decode plan has qkv_rope launches");
+    for name in ["qkv_rope", "rope_kv_write", "rope"] {
+        assert!(seen.get(name).is_some_and(|&n| n > 0), "no {name} launch in the plans: {seen:?}");
+    }
     // A head too wide for the table: n = 0.
-    let mut wide =
-        plan.programs.iter().flat_map(|p| &p.launches).find(|l| matches!(l.kernel, Kernel::QkvRope { .. })).unwrap().kernel.clone();
-    if let Kernel::QkvRope { ref mut rope, .. } = wide {
-        rope.rotary_dim = 2 * ROPE_TABLE as u32 + 2;
+    for mut wide in rotating {
+        if let Kernel::QkvRope { ref mut rope, .. } | Kernel::Rope { ref mut rope, .. } | Kernel::RopeKvWrite { ref mut rope, .. } = wide {
+            rope.rotary_dim = 2 * ROPE_TABLE as u32 + 2;
+        }
+        assert!(by_value_slots(&wide).iter().all(|&s| s == 0));
     }
-    assert!(by_value_slots(&wide).iter().all(|&s| s == 0));
 }

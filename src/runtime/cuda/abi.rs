@@ -82,11 +82,12 @@ pub fn scalars(kernel: &Kernel) -> Vec<Scalar> {
         Kernel::Gemm { .. } => vec![],
         // (x, positions, out, rows, heads, head_dim, rotary_dim, interleaved, theta,
         //  scaling_kind (0 none, 1 llama3, 2 linear), factor, low_freq_factor, high_freq_factor,
-        //  original_max_position)
+        //  original_max_position, then RopeFreqs by value: by_value_slots)
         Kernel::Rope { rows, heads, head_dim, rope } => [vec![U32(rows), U32(heads), U32(head_dim)], rope_scalars(&rope)].concat(),
         // (q, k, v, positions, cache_base, q_out, k_cache, v_cache, rows, heads, kv_heads,
-        //  head_dim, kv_rows, q_stride, kv_stride, then Rope's rotary_dim .. original_max_position):
-        //  the strides are the elements between rows of q and of k / v (a packed qkv's width).
+        //  head_dim, kv_rows, q_stride, kv_stride, then Rope's rotary_dim .. original_max_position,
+        //  then RopeFreqs by value: by_value_slots): the strides are the elements between rows of q
+        //  and of k / v (a packed qkv's width).
         Kernel::RopeKvWrite { rows, heads, kv_heads, head_dim, kv_rows, rope, packed } => {
             let (q_stride, kv_stride) = if packed {
                 let w = (heads + 2 * kv_heads) * head_dim;
@@ -226,12 +227,14 @@ pub const ROPE_TABLE: usize = 64;
 
 /// The by-value parameter after a launch's scalars, as consecutive 8-byte slots holding its bytes
 /// (little-endian; `LaunchParams` hands the driver a pointer to the first, and the driver copies
-/// the parameter's size from there): for `qkv_rope`, kernels/rope.cuh `RopeFreqs` { n, v[64] }
-/// with v[i] = `RopeSpec::inv_freq(i)`, the CPU reference's own values, and n = rotary_dim / 2, or
-/// n = 0 (the kernel computes them) when the rope has more pairs than the table. Empty for every
-/// other kernel.
+/// the parameter's size from there): for the kernels that rotate (`qkv_rope`, `rope`,
+/// `rope_kv_write`), kernels/rope.cuh `RopeFreqs` { n, v[64] } with v[i] = `RopeSpec::inv_freq(i)`,
+/// the CPU reference's own values, and n = rotary_dim / 2, or n = 0 (the kernel computes them)
+/// when the rope has more pairs than the table. Empty for every other kernel.
 pub fn by_value_slots(kernel: &Kernel) -> Vec<u64> {
-    let Kernel::QkvRope { rope, .. } = kernel else { return Vec::new() };
+    let (Kernel::QkvRope { rope, .. } | Kernel::Rope { rope, .. } | Kernel::RopeKvWrite { rope, .. }) = kernel else {
+        return Vec::new();
+    };
     let pairs = rope.rotary_dim as usize / 2;
     let mut words = vec![0u32; 1 + ROPE_TABLE];
     if pairs <= ROPE_TABLE {

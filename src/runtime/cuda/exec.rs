@@ -61,7 +61,7 @@ impl Mode {
 /// Parameter values of one launch, one 8-byte slot each, in the kernel's parameter order:
 /// operand pointers (with the null bias slot of a bias-less linear), then the scalars as their
 /// 4 little-endian bytes in the low half of the slot, then a by-value parameter's bytes in as many
-/// slots as it needs (`abi::by_value_slots`: `qkv_rope`'s inverse frequencies; the driver reads it
+/// slots as it needs (`abi::by_value_slots`: the rotating kernels' inverse frequencies; the driver reads it
 /// from its first slot's pointer, the slots after it are contiguous); `advance` (and `sample_advance`) then takes the device loop's
 /// conditional handle (`unsigned long long`), 0 here: the graph of a loop puts the real handle
 /// into its own copy of the blob. Pure; the ABI test checks it.
