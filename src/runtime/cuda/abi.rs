@@ -221,7 +221,7 @@ fn rope_scalars(rope: &crate::ir::RopeSpec) -> Vec<Scalar> {
     ]
 }
 
-/// Pairs of the inverse-frequency table a `qkv_rope` launch takes by value (kernels/rope.cuh
+/// Pairs of the inverse-frequency table a rotating launch (`qkv_rope`, `rope`, `rope_kv_write`) takes by value (kernels/rope.cuh
 /// `KILN_ROPE_TABLE`).
 pub const ROPE_TABLE: usize = 64;
 
