@@ -221,8 +221,8 @@ fn rope_scalars(rope: &crate::ir::RopeSpec) -> Vec<Scalar> {
     ]
 }
 
-/// Pairs of the inverse-frequency table a rotating launch (`qkv_rope`, `rope`, `rope_kv_write`) takes by value (kernels/rope.cuh
-/// `KILN_ROPE_TABLE`).
+/// Pairs of the inverse-frequency table a rotating launch (`qkv_rope`, `rope`, `rope_kv_write`)
+/// takes by value (kernels/rope.cuh `KILN_ROPE_TABLE`).
 pub const ROPE_TABLE: usize = 64;
 
 /// The by-value parameter after a launch's scalars, as consecutive 8-byte slots holding its bytes
