@@ -1118,7 +1118,7 @@ struct QkvRopeArgs {
   const int* cache_base;
   unsigned int kv_rows, rotary_dim, scaling_kind, orig;
   float theta, factor, low, high;
-  const float* inv_freq;  // the host's table (RopeFreqs), or null: rope_inv_freq
+  const float* inv_freq;  // the host's table (rope_table), or null: rope_inv_freq
 };
 
 // What one epilogue thread needs of its row: the position, the cache row (-1: no KV write) and,
@@ -1159,10 +1159,8 @@ __device__ __forceinline__ QkvRopeLane qkv_rope_lane_rows(const QkvRopeArgs& a, 
 __device__ __forceinline__ void qkv_rope_lane_angle(const QkvRopeTile& tile, const QkvRopeArgs& a, unsigned int j,
                                                     QkvRopeLane& l) {
   if (l.p >= 0 && tile.rotated(blockIdx.x))
-    l.a = a.inv_freq != nullptr
-              ? rope_angle_at(l.p, a.inv_freq[tile.pair(blockIdx.x, j)], a.scaling_kind, a.factor)
-              : rope_angle(l.p, tile.pair(blockIdx.x, j), a.rotary_dim, a.theta, a.scaling_kind, a.factor, a.low, a.high,
-                           a.orig);
+    l.a = rope_angle_or(a.inv_freq, l.p, tile.pair(blockIdx.x, j), a.rotary_dim, a.theta, a.scaling_kind, a.factor,
+                        a.low, a.high, a.orig);
 }
 
 __device__ __forceinline__ QkvRopeLane qkv_rope_lane(const QkvRopeTile& tile, const QkvRopeArgs& a, unsigned int j,
@@ -1232,7 +1230,7 @@ __device__ void qkv_rope(const T* x, const T* nw, const T* w, const T* bias, con
   const bool has_norm = has_norm_u != 0 && nw != nullptr && !((KILN_ABLATE) & 256);
   const bool has_bias = has_bias_u != 0 && bias != nullptr;
   const QkvRopeTile tile{heads, kv_heads, head_dim, interleaved};
-  const float* inv_freq = 2 * freqs.n >= rotary_dim ? freqs.v : nullptr;
+  const float* inv_freq = rope_table(freqs, rotary_dim);
   const QkvRopeArgs a{positions, cache_base, kv_rows, rotary_dim, scaling_kind, orig, theta, factor, low, high, inv_freq};
   // Shapes the fusion pass never emits: nothing to do (the plan checker refuses them first).
   if (head_dim == 0 || head_dim % 16 != 0 || rotary_dim != head_dim || rows == 0 || in == 0 ||

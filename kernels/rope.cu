@@ -77,6 +77,7 @@ __device__ __forceinline__ void rope_heads(unsigned int h0, unsigned int h1, int
                                            unsigned int scaling_kind, float factor, float low, float high,
                                            unsigned int orig, const RopeFreqs& freqs, Src src, Dst dst) {
   if (rotary_dim > head_dim) rotary_dim = head_dim;
+  const float* table = rope_table(freqs, rotary_dim);
   const unsigned int half = rotary_dim / 2;
   const unsigned int nh = h1 - h0;
   if (p < 0 || half == 0) {
@@ -96,11 +97,11 @@ __device__ __forceinline__ void rope_heads(unsigned int h0, unsigned int h1, int
       if (xh == nullptr || oh == nullptr) continue;
       for (unsigned int i = threadIdx.x; i < half; i += blockDim.x)
         rope_pair<T>(xh, oh, i, half, interleaved,
-                     rope_angle_of(freqs, p, i, rotary_dim, theta, scaling_kind, factor, low, high, orig));
+                     rope_angle_or(table, p, i, rotary_dim, theta, scaling_kind, factor, low, high, orig));
     }
   } else if (threadIdx.x < per_pass * half) {
     const unsigned int i = threadIdx.x % half;
-    const RopeAngle a = rope_angle_of(freqs, p, i, rotary_dim, theta, scaling_kind, factor, low, high, orig);
+    const RopeAngle a = rope_angle_or(table, p, i, rotary_dim, theta, scaling_kind, factor, low, high, orig);
     for (unsigned int h = h0 + threadIdx.x / half; h < h1; h += per_pass) {
       const T* xh = src(h);
       T* oh = dst(h);

@@ -56,12 +56,17 @@ struct RopeFreqs {
   unsigned int n;
   float v[KILN_ROPE_TABLE];
 };
-// The rotation of pair i at position p from the table where it holds pair i, else computed.
-__device__ __forceinline__ RopeAngle rope_angle_of(const RopeFreqs& freqs, int p, unsigned int i,
-                                                   unsigned int rotary_dim, float theta, unsigned int scaling_kind,
-                                                   float factor, float low, float high, unsigned int orig) {
-  return i < freqs.n ? rope_angle_at(p, freqs.v[i], scaling_kind, factor)
-                     : rope_angle(p, i, rotary_dim, theta, scaling_kind, factor, low, high, orig);
+// A launch's table of inverse frequencies: freqs.v when it holds every pair of the rotary width,
+// else null (the kernel computes them).
+__device__ __forceinline__ const float* rope_table(const RopeFreqs& freqs, unsigned int rotary_dim) {
+  return 2 * freqs.n >= rotary_dim ? freqs.v : nullptr;
+}
+// The rotation of pair i at position p: from `table` (rope_table), or computed where it is null.
+__device__ __forceinline__ RopeAngle rope_angle_or(const float* table, int p, unsigned int i, unsigned int rotary_dim,
+                                                   float theta, unsigned int scaling_kind, float factor, float low,
+                                                   float high, unsigned int orig) {
+  return table != nullptr ? rope_angle_at(p, table[i], scaling_kind, factor)
+                          : rope_angle(p, i, rotary_dim, theta, scaling_kind, factor, low, high, orig);
 }
 
 // The rotated pair (a, b) -> (a cos - b sin, a sin + b cos), f32 without FMA contraction, as
