@@ -1776,6 +1776,7 @@ def nvrtc_cubin(cp, arch, only=None, defines=()):
     # KILN_CHECK_CACHE=DIR: CUBINs kept by a hash of the unit, the kernel sources and the options
     # (the CUDA include directory left out, so a --compile-only run on a machine without a GPU can
     # fill it for a GPU machine with the same CUDA version): a GPU run then skips NVRTC's ~100 s.
+    # NVRTC's log is kept beside it, so a cached build reports the warnings its compile gave.
     cache = os.environ.get("KILN_CHECK_CACHE")
     path = None
     if cache:
@@ -1790,12 +1791,17 @@ def nvrtc_cubin(cp, arch, only=None, defines=()):
         path = os.path.join(cache, f"check-{h.hexdigest()[:24]}.cubin")
         if os.path.exists(path):
             with open(path, "rb") as f:
-                return f.read(), ""
+                cubin = f.read()
+            log_path = path + ".log"
+            return cubin, open(log_path).read() if os.path.exists(log_path) else ""
     cubin, log = compile_unit(unit, "kiln_kernels.cu", headers, opts)
     if path:
         os.makedirs(cache, exist_ok=True)
         with open(path, "wb") as f:
             f.write(cubin)
+        if log:
+            with open(path + ".log", "w") as f:
+                f.write(log)
     return cubin, log
 
 
@@ -1804,9 +1810,9 @@ ROPE_TABLE = 64  # kernels/rope.cuh KILN_ROPE_TABLE
 
 def rope_table(head_dim, theta, kind, factor, low, high, orig, host=True):
     """The rotating kernels' by-value `RopeFreqs` {n, v[64]} (qkv_rope, rope, rope_kv_write; `head_dim`:
-    the rotary width) as a NumPy structured scalar: with `host`, the
-    inverse frequencies of the CPU reference (`Checker.inv_freq`, src/ir/op.rs `RopeSpec::inv_freq`:
-    what the runtime passes); else n = 0, and the kernel computes them (kernels/rope.cuh rope_inv_freq)."""
+    the rotary width) as a NumPy structured scalar: with `host`, the inverse frequencies of the CPU
+    reference (`Checker.inv_freq`, src/ir/op.rs `RopeSpec::inv_freq`: what the runtime passes); else
+    n = 0, and the kernel computes them (kernels/rope.cuh rope_inv_freq)."""
     rec = np.zeros((), dtype=np.dtype([("n", "<u4"), ("v", "<f4", ROPE_TABLE)]))
     pairs = head_dim // 2
     if not host or pairs > ROPE_TABLE:
