@@ -1,8 +1,10 @@
 //! The CUDA executor of a plan, eager or graph. `load` does everything that allocates or
-//! decides: one device allocation per non-empty region, weights uploaded once through pinned
-//! staging buffers, kernels compiled and loaded, one parameter blob per launch (pointers =
-//! region base + planned offset, then the kernel's scalars, per `abi`), the pinned step block
-//! and output mirror, and in graph mode one instantiated graph per program.
+//! decides: one device allocation per non-empty region (in the order, and with the padding, that
+//! the measurement knobs of [`super::placement`] ask for; unset, `RegionKind::ALL`'s order and no
+//! padding), weights uploaded once through pinned staging buffers, kernels compiled and loaded,
+//! one parameter blob per launch (pointers = region base + planned offset, then the kernel's
+//! scalars, per `abi`), the pinned step block and output mirror, and in graph mode one
+//! instantiated graph per program.
 //!
 //! `run` then only copies the step bytes into the pinned step block and either launches the
 //! program's graph (one driver call) or, in eager mode, the same records one by one with the
@@ -28,6 +30,7 @@ use super::blaslt::{self, Blas, GemmCall};
 use super::counters::{Counters, Snapshot};
 use super::driver::{self, call, CUfunction, Device, DeviceBuffer, Event, MappedBuffer, Module, PinnedBuffer, Stream};
 use super::graph::{self, CopyEnds, ProgramGraph};
+use super::placement::Placement;
 use crate::ir::Phase;
 use crate::lower::names;
 use crate::model::WeightSource;
@@ -347,6 +350,16 @@ impl CudaExecutor {
         let counters = Counters::default();
         let device = Device::open(ordinal, &counters)?;
         let (free, _total) = device.mem_info(&counters)?;
+        let placement = Placement::from_env()?;
+        let pad_bytes = placement.pad_before + placement.pad_after.iter().sum::<u64>();
+        ensure!(
+            pad_bytes == 0 || plan.total_bytes() + pad_bytes <= free,
+            "the placement knobs (KILN_ALLOC_PAD_MB / KILN_ALLOC_PAD_AFTER) ask for {} of pads beside the plan's {}, \
+             more than the GPU's {} free: use smaller pads",
+            fmt_bytes(pad_bytes),
+            fmt_bytes(plan.total_bytes()),
+            fmt_bytes(free)
+        );
         let need = plan.total_bytes();
         if need > free {
             bail!(
@@ -360,14 +373,18 @@ impl CudaExecutor {
         }
         let stream = Stream::new(&counters)?;
 
-        // One allocation per non-empty region; the ring is host memory the device writes.
-        let mut regions = Vec::new();
+        // One allocation per non-empty region, in the placement's order with its pads (the default:
+        // `RegionKind::ALL`, none); the ring is host memory the device writes.
+        let mut regions: Vec<Option<DeviceBuffer>> = (0..crate::plan::N_REGIONS).map(|_| None).collect();
+        let mut pads: Vec<DeviceBuffer> = Vec::new();
+        if placement.pad_before > 0 {
+            pads.push(DeviceBuffer::alloc(&counters, placement.pad_before, "placement pad")?);
+        }
         let mut ring = None;
         let mut region_base = [0u64; crate::plan::N_REGIONS];
-        for r in RegionKind::ALL {
+        for &r in &placement.order {
             let bytes = plan.region_bytes[r.index()];
             if bytes == 0 {
-                regions.push(None);
                 continue;
             }
             if r == RegionKind::Ring {
@@ -375,17 +392,25 @@ impl CudaExecutor {
                 buf.fill_words(0, bytes as usize / 4, RING_EMPTY);
                 region_base[r.index()] = buf.device_ptr;
                 ring = Some(buf);
-                regions.push(None);
-                continue;
+            } else {
+                let buf = DeviceBuffer::alloc(&counters, bytes, r.name())?;
+                region_base[r.index()] = buf.ptr;
+                if r != RegionKind::Weights {
+                    // Deterministic start: the KV cache, step block, outputs and arena begin zeroed.
+                    call(&counters, "cuMemsetD8Async", unsafe { sys::cuMemsetD8Async(buf.ptr, 0, bytes as usize, stream.0) })?;
+                }
+                regions[r.index()] = Some(buf);
             }
-            let buf = DeviceBuffer::alloc(&counters, bytes, r.name())?;
-            region_base[r.index()] = buf.ptr;
-            if r != RegionKind::Weights {
-                // Deterministic start: the KV cache, step block, outputs and arena begin zeroed.
-                call(&counters, "cuMemsetD8Async", unsafe { sys::cuMemsetD8Async(buf.ptr, 0, bytes as usize, stream.0) })?;
+            if placement.pad_after[r.index()] > 0 {
+                pads.push(DeviceBuffer::alloc(&counters, placement.pad_after[r.index()], "placement pad")?);
             }
-            regions.push(Some(buf));
         }
+        if !placement.is_default() {
+            let bases: Vec<String> = RegionKind::ALL.iter().map(|r| format!("{} {:#x}", r.name(), region_base[r.index()])).collect();
+            eprintln!("placement knobs set: region bases {}", bases.join(", "));
+        }
+        // The pads live as long as the regions.
+        regions.extend(pads.into_iter().map(Some));
 
         // Kernels: one function per symbol the plan uses.
         let image = compile_kernels(&device, &plan)?;

@@ -7,6 +7,7 @@ pub mod counters;
 pub mod driver;
 pub mod exec;
 pub mod graph;
+pub mod placement;
 
 pub use driver::cuda_available;
 pub use exec::{CudaExecutor, Mode};
