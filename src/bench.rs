@@ -158,6 +158,7 @@ pub fn main(args: &BenchArgs) -> Result<()> {
         date: utc_now(),
         commit: commit(args),
         command: command_line(),
+        environment: report::kiln_environment(std::env::vars()),
         gpu: None,
         bandwidth: None,
         bandwidth_error: None,

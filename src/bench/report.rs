@@ -31,8 +31,27 @@ pub struct Report {
     pub gemm: Option<Gemm>,
     pub torch_versions: BTreeMap<String, String>,
     pub settings: Settings,
+    /// Every `KILN_*` environment variable the run saw ([`kiln_environment`]); empty when none.
+    #[serde(default)]
+    pub environment: BTreeMap<String, String>,
     pub models: Vec<ModelReport>,
     pub seconds: f64,
+}
+
+/// `KILN_*` variables that say where things are or how much is logged, never what is planned,
+/// compiled or run: a run with only these set measures the defaults.
+pub const NEUTRAL_ENVIRONMENT: [&str; 6] =
+    ["KILN_CACHE_DIR", "KILN_CUDA_INCLUDE", "KILN_COMMIT", "KILN_LOG", "KILN_REQUIRE_NVRTC", "KILN_CUDA_DEVICE"];
+
+/// The `KILN_*` variables of `vars` (a process's environment), so that a report says which
+/// measurement knobs (plan-time, compile-time, placement) its numbers were taken with.
+pub fn kiln_environment(vars: impl IntoIterator<Item = (String, String)>) -> BTreeMap<String, String> {
+    vars.into_iter().filter(|(k, _)| k.starts_with("KILN_")).collect()
+}
+
+/// The variables of `env` that are knobs (not in [`NEUTRAL_ENVIRONMENT`]), as `K=V` in name order.
+pub fn knobs(env: &BTreeMap<String, String>) -> Vec<String> {
+    env.iter().filter(|(k, _)| !NEUTRAL_ENVIRONMENT.contains(&k.as_str())).map(|(k, v)| format!("{k}={v}")).collect()
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -278,6 +297,12 @@ pub fn preamble(report: &Report) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "kiln bench ({}) {} commit {}", report.kind, report.date, report.commit);
     let _ = writeln!(s, "command: {}", report.command);
+    let knobs = knobs(&report.environment);
+    if knobs.is_empty() {
+        s.push_str("knobs: none (no KILN_* measurement variable set: the default plans and kernels)\n");
+    } else {
+        let _ = writeln!(s, "knobs: {} (measurement settings, not the defaults)", knobs.join(" "));
+    }
     match &report.gpu {
         Some(g) => {
             let _ = writeln!(
@@ -593,6 +618,7 @@ mod tests {
                 dtype: "bf16".into(),
                 seed: 1,
             },
+            environment: BTreeMap::new(),
             models: vec![ModelReport {
                 name: "qwen2.5-0.5b".into(),
                 decode: vec![row(1, 128, Some(1000.0)), row(2, 128, Some(1800.0)), row(1, 4096, None)],
@@ -614,6 +640,24 @@ mod tests {
         assert!(t.contains("decode by batch bucket") && t.contains("decode by context"));
         let back: Report = serde_json::from_str(&serde_json::to_string(&r).unwrap()).unwrap();
         assert_eq!(back.models[0].decode.len(), 3);
+    }
+
+    #[test]
+    fn the_report_says_which_knobs_its_numbers_were_taken_with() {
+        let mut r = report();
+        assert!(text(&r).contains("knobs: none"), "{}", text(&r));
+        let vars = [("KILN_CACHE_DIR", "/c"), ("PATH", "/bin"), ("KILN_LOOP_UNROLL", "4"), ("KILN_ALLOC_PAD_MB", "64")];
+        r.environment = kiln_environment(vars.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        assert_eq!(r.environment.len(), 3, "only KILN_* variables: {:?}", r.environment);
+        let t = text(&r);
+        assert!(t.contains("knobs: KILN_ALLOC_PAD_MB=64 KILN_LOOP_UNROLL=4 (measurement settings"), "{t}");
+        assert!(!t.contains("KILN_CACHE_DIR=/c"), "a cache path is not a knob:\n{t}");
+        let back: Report = serde_json::from_str(&serde_json::to_string(&r).unwrap()).unwrap();
+        assert_eq!(back.environment, r.environment);
+        // A report written before the field existed still reads.
+        let mut old = serde_json::to_value(&r).unwrap();
+        old.as_object_mut().unwrap().remove("environment");
+        assert!(serde_json::from_value::<Report>(old).unwrap().environment.is_empty());
     }
 
     #[test]
