@@ -98,7 +98,11 @@ def main():
     if len(sys.argv) != 3:
         print(__doc__, file=sys.stderr)
         return 2
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError:
+        print("bench_chart.py: matplotlib is not installed (pip install matplotlib); no PNG", file=sys.stderr)
+        return 3
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
