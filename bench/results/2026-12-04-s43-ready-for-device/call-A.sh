@@ -1,0 +1,43 @@
+#!/bin/bash
+# Written in session 43 (no device lent that session; never run). The next session's first call:
+# (1) which region's placement moves the 1B (session 42's call H, now on main's knobs), (2) the device
+# loop's copies per pass (KILN_LOOP_UNROLL 2 = default, 4, 8) A/B'd with the placement averaged out
+# (scripts/ab_placement.py): session 37 measured "nothing" for more copies in one placement, while
+# session 42's trace puts ~6.6 us on every pass's first step (the WHILE node's re-launch).
+# Carry: [".device/bin/kiln-s43.xz", ".device/kc42a"] (binary = main 97b28e5 or later with the same
+# kernels; kc42a = both kernel modules, a cache hit for these kernel sources).
+# ~16 + 12 runs of ~6-9 s: ~300 s plus the start.
+set -u
+T0=$(date +%s)
+mkdir -p target
+xz -d -c .device/bin/kiln-s43.xz > target/kiln && chmod +x target/kiln; (cd .device/kc42a && xz -d -f *.xz 2>/dev/null)
+export KILN_CUDA_INCLUDE=/usr/local/cuda/include KILN_CACHE_DIR=$PWD/.device/kc42a
+S=$OUT/a-summary.txt; date -u > $S
+el() { echo $(( $(date +%s) - T0 )); }
+for M in llama3.2-1b qwen2.5-0.5b; do
+  [ -f target/synth/$M-seed1/config.json ] || timeout 100 target/kiln synth --shape $M --seed 1 --out target/synth/$M-seed1 > $OUT/log-synth-$M.txt 2>&1
+done
+echo "synth ready at $(el) s" >> $S
+M=llama3.2-1b
+i=0
+# after:<region> pads 64 MiB right after it (moves the regions allocated later: weights, state, step, output,
+# arena in that order); order:<list> allocates those first; before:1024 is session 42's fast setting.
+for C in after:none after:weights after:state after:step after:output order:step,output,arena,state,weights \
+         order:weights,step,output,arena,state before:1024 after:none after:state after:output after:step after:weights \
+         order:step,output,arena,state,weights order:weights,step,output,arena,state before:1024; do
+  i=$((i+1))
+  K=${C%%:*}; V=${C#*:}
+  case $K in after) E="KILN_ALLOC_PAD_AFTER=$V:64";; order) E="KILN_ALLOC_ORDER=$V";; before) E="KILN_ALLOC_PAD_MB=$V";; esac
+  [ "$V" = none ] && E="KILN_NONE=1"
+  env $E timeout 40 target/kiln bench --shapes $M --synth-root target/synth --batches 1 --contexts 128 \
+    --repeats 3 --fuse --out /tmp/b43a-$i > $OUT/bench-$i.txt 2>&1
+  echo "$C rc $? at $(el) s: $(grep -a -E "^$M +1 " $OUT/bench-$i.txt | cut -c1-90) $(grep -a -m1 'region bases' $OUT/bench-$i.txt | cut -c1-200)" >> $S
+done
+echo "placement probe end $(el) s" >> $S
+timeout $(( 560 - $(el) )) python3 scripts/ab_placement.py --arm u2=target/kiln --arm u4=target/kiln:KILN_LOOP_UNROLL=4 \
+  --arm u8=target/kiln:KILN_LOOP_UNROLL=8 --pads 0,32,64,1024 --rounds 1 --timeout 60 --out /tmp/ab43a -- \
+  --shapes qwen2.5-0.5b,llama3.2-1b --synth-root target/synth --batches 1 --contexts 128 --repeats 3 --fuse >> $S 2>&1
+echo "end $(el) s" >> $S
+cp /tmp/ab43a/*.log $OUT/ 2>/dev/null
+cd $OUT && tar czf extra.tgz log-*.txt bench-*.txt run*.log 2>/dev/null; rm -f log-*.txt bench-*.txt run*.log
+cat $S
