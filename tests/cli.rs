@@ -35,6 +35,25 @@ fn run_bundled_greedy() {
 }
 
 #[test]
+fn run_refuses_sampling_values_it_would_reinterpret() {
+    // A negative temperature, a top-p outside (0, 1] or a negative top-k would silently mean
+    // greedy or no cut under the sampling rule; the CLI refuses them by name instead.
+    for (flag, value, says) in [
+        ("--temperature=-1", None, "temperature -1"),
+        ("--temperature", Some("NaN"), "temperature NaN"),
+        ("--top-p", Some("1.5"), "top-p 1.5"),
+        ("--top-p", Some("0"), "top-p 0"),
+        ("--top-k=-3", None, "top-k -3"),
+    ] {
+        let mut args = vec!["run", "--device", "cpu", "--max-tokens", "3", flag];
+        args.extend(value);
+        let err = fails(&args);
+        assert!(err.contains(says), "{args:?}: {err}");
+        assert!(err.contains("--top-p"), "the error names the flags to check: {err}");
+    }
+}
+
+#[test]
 fn plan_then_run_from_the_plan_file() {
     let tmp = tempfile::tempdir().unwrap();
     let plan = tmp.path().join("x.plan");

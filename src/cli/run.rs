@@ -33,13 +33,13 @@ pub struct RunCmd {
     /// Most new tokens to generate.
     #[arg(long, default_value_t = 256)]
     pub max_tokens: usize,
-    /// 0 = greedy.
+    /// 0 = greedy; otherwise a positive finite value.
     #[arg(long, default_value_t = 0.8)]
     pub temperature: f32,
     /// Keep only the K most likely tokens (0 = off).
     #[arg(long, default_value_t = 0)]
     pub top_k: i32,
-    /// Nucleus sampling mass (1 = off).
+    /// Nucleus sampling mass, in (0, 1] (1 = off).
     #[arg(long, default_value_t = 0.95)]
     pub top_p: f32,
     /// Sampling seed; the same seed gives the same text [default: from the clock].
@@ -127,6 +127,8 @@ pub fn run_main(cmd: &RunCmd) -> Result<()> {
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos() ^ d.as_secs() as u32).unwrap_or(0)
     });
     let sampling = Sampling { temperature: cmd.temperature, top_k: cmd.top_k, top_p: cmd.top_p, seed };
+    // Before the executor loads (seconds on a GPU): a bad value fails at once.
+    sampling.check().context("check --temperature, --top-k and --top-p")?;
     let t_load = std::time::Instant::now();
     let mut exec = make_executor(&cmd.device, plan, &m)?;
     let load_secs = t_load.elapsed().as_secs_f64();

@@ -32,6 +32,24 @@ impl Sampling {
     pub fn greedy() -> Sampling {
         Sampling { temperature: 0.0, top_k: 0, top_p: 1.0, seed: 0 }
     }
+
+    /// Refuses values the sampling rule would silently reinterpret (`runtime::sampling`: a
+    /// negative or non-finite temperature would mean greedy, a top-p outside (0, 1) or a
+    /// negative top-k no cut), so that a typo is an error, not a different kind of decoding.
+    pub fn check(&self) -> Result<()> {
+        ensure!(
+            self.temperature.is_finite() && self.temperature >= 0.0,
+            "temperature {} is not allowed: use 0 for greedy decoding or a positive finite value",
+            self.temperature
+        );
+        ensure!(self.top_k >= 0, "top-k {} is not allowed: use 0 for no top-k cut or a positive count", self.top_k);
+        ensure!(
+            self.top_p > 0.0 && self.top_p <= 1.0,
+            "top-p {} is not allowed: it must be in (0, 1]; use 1 for no nucleus cut",
+            self.top_p
+        );
+        Ok(())
+    }
 }
 
 /// Why generation ended.
@@ -233,6 +251,7 @@ pub fn generate(
     on_token: impl FnMut(u32) -> bool,
 ) -> Result<Generated> {
     ensure!(!prompt.is_empty(), "the prompt has no tokens (not even BOS); give --prompt text or use a model with a BOS token");
+    sampling.check()?;
     let plan = exec.plan().clone();
     let max_context = plan.options.max_context;
     if prompt.len() > max_context {
