@@ -54,6 +54,25 @@ fn run_refuses_sampling_values_it_would_reinterpret() {
 }
 
 #[test]
+fn run_refuses_plans_it_cannot_finish_before_the_prompt_runs() {
+    // No decode bucket of 1: refused before prefill prints the first token.
+    let out = kiln(&["run", "--device", "cpu", "--max-tokens", "3", "--decode-buckets", "2,4"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(out.stdout.is_empty(), "nothing is generated first: {:?}", String::from_utf8_lossy(&out.stdout));
+    assert!(err.contains("no decode bucket of 1") && err.contains("--decode-buckets 1"), "{err}");
+    // One token needs no decode step: prefill alone gives it.
+    let out = kiln(&["run", "--device", "cpu", "--max-tokens", "1", "--decode-buckets", "2", "--temperature", "0"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // A prefill bucket the user gave that exceeds the (default) context is an error, not dropped.
+    let err = fails(&["run", "--device", "cpu", "--max-tokens", "3", "--prefill-buckets", "16,4096"]);
+    assert!(err.contains("prefill bucket 4096 is larger than the max context 2048"), "{err}");
+    // The default buckets are cut to the context silently: a small context still plans.
+    let out = kiln(&["run", "--device", "cpu", "--max-tokens", "3", "--max-context", "32", "--temperature", "0"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
 fn plan_then_run_from_the_plan_file() {
     let tmp = tempfile::tempdir().unwrap();
     let plan = tmp.path().join("x.plan");

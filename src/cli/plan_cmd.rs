@@ -7,6 +7,9 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use std::path::{Path, PathBuf};
 
+/// `--prefill-buckets` when not given.
+pub const DEFAULT_PREFILL_BUCKETS: &str = "16,64,256";
+
 /// Options that shape a plan; shared by `kiln plan` and `kiln run`.
 #[derive(Args, Debug, Clone)]
 pub struct PlanArgs {
@@ -14,9 +17,10 @@ pub struct PlanArgs {
     /// [default: 1,2,4,8 for `plan`, 1 for `run`].
     #[arg(long)]
     pub decode_buckets: Option<String>,
-    /// Prefill token buckets, comma-separated; longer prompts are chunked.
-    #[arg(long, default_value = "16,64,256")]
-    pub prefill_buckets: String,
+    /// Prefill token buckets, comma-separated; longer prompts are chunked [default: 16,64,256,
+    /// without those larger than the max context].
+    #[arg(long)]
+    pub prefill_buckets: Option<String>,
     /// Tokens of context per sequence [default: the model's, capped at 4096].
     #[arg(long)]
     pub max_context: Option<usize>,
@@ -44,12 +48,13 @@ pub struct PlanArgs {
 
 impl PlanArgs {
     pub fn options(&self, cfg: &ModelConfig, source_dtype: Option<crate::model::SrcDType>) -> Result<PlanOptions> {
-        let mut prefill = parse_buckets(&self.prefill_buckets)?;
         let max_context = self.max_context.unwrap_or(cfg.max_position_embeddings.min(4096));
-        if self.max_context.is_none() {
-            // Default buckets larger than the default context are dropped, not an error.
-            prefill.retain(|&b| b <= max_context);
-        }
+        let prefill = match &self.prefill_buckets {
+            Some(given) => parse_buckets(given)?,
+            // Default buckets larger than the context are dropped, not an error; buckets the user
+            // gave are kept, and the planner refuses one that no prompt could fill.
+            None => parse_buckets(DEFAULT_PREFILL_BUCKETS)?.into_iter().filter(|&b| b <= max_context).collect(),
+        };
         Ok(PlanOptions {
             decode_buckets: parse_buckets(self.decode_buckets.as_deref().unwrap_or("1,2,4,8"))?,
             prefill_buckets: prefill,

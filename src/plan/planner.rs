@@ -66,7 +66,18 @@ fn check_options(cfg: &ModelConfig, o: &PlanOptions) -> Result<()> {
         cfg.max_position_embeddings
     );
     if let Some(&big) = o.prefill_buckets.last() {
-        ensure!(big <= o.max_context, "prefill bucket {big} is larger than the max context {}", o.max_context);
+        if big > o.max_context {
+            let or_context = if o.max_context < cfg.max_position_embeddings {
+                format!(" or a larger --max-context (the model allows {})", cfg.max_position_embeddings)
+            } else {
+                String::new()
+            };
+            bail!(
+                "prefill bucket {big} is larger than the max context {} (no prompt can fill it); use prefill buckets of at most {}{or_context}",
+                o.max_context,
+                o.max_context
+            );
+        }
     }
     ensure!(o.dtype.is_float(), "plan dtype must be f32, f16 or bf16, not {}", o.dtype);
     // Limits of the CUDA kernels (kernels/attention.cu keeps a head in registers; the sampler

@@ -271,6 +271,12 @@ pub fn generate(
         decode.is_some() || largest_prefill.is_some(),
         "the plan has neither a decode bucket of 1 nor a prefill bucket; re-plan with --decode-buckets 1"
     );
+    let burst_loop = if plan.options.burst > 0 { plan.program(Phase::DecodeLoop, 1) } else { None };
+    // Refused before the prompt runs, not after its first token is out.
+    ensure!(
+        max_tokens <= 1 || decode.is_some() || burst_loop.is_some(),
+        "the plan has no decode bucket of 1, so it cannot generate more than the prompt's first token; re-plan with --decode-buckets 1 (or a list that includes 1)"
+    );
     let mut step = StepBlock::new(&plan);
     let set_sampling = |step: &mut StepBlock, counter: u32| -> Result<()> {
         step.set_f32(&plan, names::TEMPERATURE, &[sampling.temperature])?;
@@ -325,7 +331,6 @@ pub fn generate(
     exec.trace_begin()?;
 
     let t1 = std::time::Instant::now();
-    let burst_loop = if plan.options.burst > 0 { plan.program(Phase::DecodeLoop, 1) } else { None };
     let mut stop_ids = vec![-1i32; MAX_STOP_IDS];
     for (slot, &t) in stop_ids.iter_mut().zip(stop_tokens) {
         // More stop tokens than slots: the loop runs past the others and the host stops there.
