@@ -150,8 +150,17 @@ pub fn main(args: &BenchArgs) -> Result<()> {
     if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
-    let targets = targets(args)?;
     let cuda = args.device != "cpu";
+    if cuda {
+        // Before any synthetic model is written (gigabytes, seconds each).
+        if let Err(e) = crate::runtime::cuda::cuda_available() {
+            anyhow::bail!(
+                "kiln bench measures a GPU: {} (`--device cpu` runs the bench on the CPU executor, to test the bench itself)",
+                crate::runtime::cuda::driver::without_cpu_hint(&e)
+            );
+        }
+    }
+    let targets = targets(args)?;
     let mut report = Report {
         format: report::FORMAT,
         kind: kind.into(),

@@ -1080,7 +1080,12 @@ pub fn main(args: &GateArgs) -> Result<()> {
     if args.cpu_stand_in {
         println!("kiln gate with the CPU standing in for the GPU (tests the gate, proves nothing about CUDA)");
     } else {
-        crate::runtime::cuda::cuda_available().context("kiln gate runs on an NVIDIA GPU")?;
+        if let Err(e) = crate::runtime::cuda::cuda_available() {
+            bail!(
+                "kiln gate runs on an NVIDIA GPU: {} (`kiln gate --cpu-stand-in` runs the gate's own code on the CPU, which proves nothing about CUDA)",
+                crate::runtime::cuda::driver::without_cpu_hint(&e)
+            );
+        }
         let probe = crate::runtime::cuda::driver::Device::open(0, &Default::default())?;
         println!("kiln gate on {}", probe.describe());
     }

@@ -246,3 +246,22 @@ fn inspect_into_a_closed_pipe() {
     assert!(!err.contains("panicked"), "kiln inspect panicked on a closed pipe:\n{err}");
     assert!(out.status.success(), "kiln inspect into a closed pipe: {:?}\n{err}", out.status);
 }
+
+#[test]
+fn gpu_commands_without_a_driver_say_so_first() {
+    // SAFETY: only tries to dlopen libcuda.
+    if unsafe { cudarc::driver::sys::is_culib_present() } {
+        eprintln!("libcuda is present here; the no-driver path cannot be exercised");
+        return;
+    }
+    // The gate has no --device: its message points at --cpu-stand-in, not at `--device cpu`.
+    let err = fails(&["gate"]);
+    assert!(err.contains("no NVIDIA driver found") && err.contains("--cpu-stand-in"), "{err}");
+    assert!(!err.contains("run with --device cpu"), "{err}");
+    // The bench refuses before it writes any synthetic model.
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("synth");
+    let err = fails(&["bench", "--shapes", "llama3.2-1b", "--synth-root", root.to_str().unwrap()]);
+    assert!(err.contains("kiln bench measures a GPU") && err.contains("--device cpu"), "{err}");
+    assert!(!root.exists(), "nothing was synthesized before the driver check");
+}

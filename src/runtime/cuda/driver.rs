@@ -22,7 +22,16 @@ pub use sys::{CUdeviceptr, CUfunction, CUgraph, CUgraphExec, CUgraphNode, CUstre
 /// Oldest driver kiln runs on, as `cuDriverGetVersion` reports it (1000 * major + 10 * minor).
 pub const MIN_DRIVER_VERSION: i32 = 13000;
 
+/// How the driver errors end: the hint for `kiln run`, whose `--device cpu` needs no GPU.
+pub const CPU_HINT: &str = "; run with --device cpu";
+
 pub const NO_DRIVER: &str = "no NVIDIA driver found (libcuda.so.1 could not be loaded); run with --device cpu";
+
+/// `e`'s text without [`CPU_HINT`], for commands that have no `--device cpu` (`kiln gate`).
+pub fn without_cpu_hint(e: &anyhow::Error) -> String {
+    let text = format!("{e:#}");
+    text.strip_suffix(CPU_HINT).map(str::to_string).unwrap_or(text)
+}
 
 /// `13000` -> `13.0`.
 pub fn version_string(v: i32) -> String {
