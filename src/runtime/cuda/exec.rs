@@ -1,7 +1,7 @@
 //! The CUDA executor of a plan, eager or graph. `load` does everything that allocates or
 //! decides: one device allocation per non-empty region (in the order, and with the padding, that
 //! the measurement knobs of [`super::placement`] ask for; unset, `RegionKind::ALL`'s order and no
-//! padding), weights uploaded once through pinned staging buffers, kernels compiled and loaded,
+//! padding; with `KILN_ALLOC_SINGLE=1` one allocation holding them all), weights uploaded once through pinned staging buffers, kernels compiled and loaded,
 //! one parameter blob per launch (pointers = region base + planned offset, then the kernel's
 //! scalars, per `abi`), the pinned step block and output mirror, and in graph mode one
 //! instantiated graph per program.
@@ -382,9 +382,36 @@ impl CudaExecutor {
         }
         let mut ring = None;
         let mut region_base = [0u64; crate::plan::N_REGIONS];
+        // KILN_ALLOC_SINGLE=1: every device region inside one allocation at its layout offset.
+        let single = if placement.single {
+            let (offsets, total) = placement.single_layout(&plan.region_bytes);
+            ensure!(
+                total <= free,
+                "KILN_ALLOC_SINGLE=1 needs one allocation of {} (the regions on 2 MiB boundaries, with their pads), more than the GPU's {} free",
+                fmt_bytes(total),
+                fmt_bytes(free)
+            );
+            let buf = DeviceBuffer::alloc(&counters, total, "regions (one allocation)")?;
+            let base = buf.ptr;
+            pads.push(buf);
+            Some((offsets, base))
+        } else {
+            None
+        };
         for &r in &placement.order {
             let bytes = plan.region_bytes[r.index()];
             if bytes == 0 {
+                continue;
+            }
+            if let Some((offsets, base)) = single.filter(|_| r != RegionKind::Ring) {
+                let Some(offset) = offsets[r.index()] else {
+                    bail!("internal: the single-allocation layout has no offset for the non-empty region {}", r.name());
+                };
+                region_base[r.index()] = base + offset;
+                if r != RegionKind::Weights {
+                    // Deterministic start, as below.
+                    call(&counters, "cuMemsetD8Async", unsafe { sys::cuMemsetD8Async(base + offset, 0, bytes as usize, stream.0) })?;
+                }
                 continue;
             }
             if r == RegionKind::Ring {
