@@ -4,13 +4,15 @@
 # loop's copies per pass (KILN_LOOP_UNROLL 2 = default, 4, 8) A/B'd with the placement averaged out
 # (scripts/ab_placement.py): session 37 measured "nothing" for more copies in one placement, while
 # session 42's trace puts ~6.6 us on every pass's first step (the WHILE node's re-launch).
-# Carry: [".device/bin/kiln-s43.xz", ".device/kc42a"] (binary = main 97b28e5 or later with the same
-# kernels; kc42a = both kernel modules, a cache hit for these kernel sources).
-# ~16 + 12 runs of ~6-9 s: ~300 s plus the start.
+# Updated in session 44 (again no device lent): the binary is main's session-44 head (same kernels: kc42a's
+# two modules are still the cache keys, checked with `kiln kernels --modules both`), which adds
+# KILN_ALLOC_SINGLE=1 (every device region in one allocation): two runs of it per round in part 1.
+# Carry: [".device/bin/kiln-s44.xz", ".device/kc42a"].
+# ~20 + 12 runs of ~6-9 s: ~330 s plus the start.
 set -u
 T0=$(date +%s)
 mkdir -p target
-xz -d -c .device/bin/kiln-s43.xz > target/kiln && chmod +x target/kiln; (cd .device/kc42a && xz -d -f *.xz 2>/dev/null)
+xz -d -c .device/bin/kiln-s44.xz > target/kiln && chmod +x target/kiln; (cd .device/kc42a && xz -d -f *.xz 2>/dev/null)
 export KILN_CUDA_INCLUDE=/usr/local/cuda/include KILN_CACHE_DIR=$PWD/.device/kc42a
 S=$OUT/a-summary.txt; date -u > $S
 el() { echo $(( $(date +%s) - T0 )); }
@@ -23,11 +25,14 @@ i=0
 # after:<region> pads 64 MiB right after it (moves the regions allocated later: weights, state, step, output,
 # arena in that order); order:<list> allocates those first; before:1024 is session 42's fast setting.
 for C in after:none after:weights after:state after:step after:output order:step,output,arena,state,weights \
-         order:weights,step,output,arena,state before:1024 after:none after:state after:output after:step after:weights \
-         order:step,output,arena,state,weights order:weights,step,output,arena,state before:1024; do
+         order:weights,step,output,arena,state before:1024 single:1 single:step,output,arena,state,weights \
+         after:none after:state after:output after:step after:weights \
+         order:step,output,arena,state,weights order:weights,step,output,arena,state before:1024 \
+         single:step,output,arena,state,weights single:1; do
   i=$((i+1))
   K=${C%%:*}; V=${C#*:}
-  case $K in after) E="KILN_ALLOC_PAD_AFTER=$V:64";; order) E="KILN_ALLOC_ORDER=$V";; before) E="KILN_ALLOC_PAD_MB=$V";; esac
+  case $K in after) E="KILN_ALLOC_PAD_AFTER=$V:64";; order) E="KILN_ALLOC_ORDER=$V";; before) E="KILN_ALLOC_PAD_MB=$V";;
+    single) E="KILN_ALLOC_SINGLE=1"; [ "$V" = 1 ] || E="KILN_ALLOC_SINGLE=1 KILN_ALLOC_ORDER=$V";; esac
   [ "$V" = none ] && E="KILN_NONE=1"
   env $E timeout 40 target/kiln bench --shapes $M --synth-root target/synth --batches 1 --contexts 128 \
     --repeats 3 --fuse --out /tmp/b43a-$i > $OUT/bench-$i.txt 2>&1
