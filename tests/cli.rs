@@ -265,3 +265,44 @@ fn gpu_commands_without_a_driver_say_so_first() {
     assert!(err.contains("kiln bench measures a GPU") && err.contains("--device cpu"), "{err}");
     assert!(!root.exists(), "nothing was synthesized before the driver check");
 }
+
+#[test]
+fn run_plans_within_the_gpus_free_memory() {
+    // `kiln run` on a GPU plans within its free memory (`cli::run::plan_for`'s `gpu_free`): the
+    // tile-packed second copy of the GEMV weights when it fits, row-major when only that fits,
+    // and an error naming the free memory when nothing does. Shown here without a GPU.
+    use kiln::cli::plan_cmd::PlanArgs;
+    use kiln::cli::run::{plan_for, GPU_HEADROOM};
+    // The gate's small Llama whose 16-bit GEMV weights tile-pack (stories260K's do not).
+    let config = kiln::gate::random_config("llama-tiles").unwrap();
+    let m = kiln::model::LoadedModel {
+        weights: Box::new(kiln::synth::MemWeights::random(&config, 1, kiln::model::SrcDType::BF16)),
+        config,
+        tokenizer: None,
+        source: "llama-tiles (random)".into(),
+    };
+    let args = PlanArgs {
+        decode_buckets: None,
+        prefill_buckets: None,
+        max_context: Some(256),
+        dtype: "bf16".into(),
+        memory_budget: None,
+        burst: 64,
+        fuse: true,
+    };
+    let roomy = plan_for(&m, None, &args, "1", Some(1 << 40)).unwrap();
+    let (tiled, twin_bytes) = roomy.gemv_tiles_bytes();
+    assert!(tiled > 0 && twin_bytes > 0, "bf16 GEMV weights are tile-packed when they fit");
+    let row_major = plan_for(&m, None, &args, "1", Some(roomy.total_bytes() + GPU_HEADROOM - 1)).unwrap();
+    assert_eq!(row_major.gemv_tiles_bytes().0, 0, "one byte short of the tiled plan: planned row-major");
+    assert!(row_major.total_bytes() < roomy.total_bytes());
+    let err = plan_for(&m, None, &args, "1", Some(GPU_HEADROOM + 4096)).unwrap_err();
+    let msg = format!("{err:#}");
+    assert!(msg.contains("GPU's") && msg.contains("free memory") && msg.contains("--memory-budget"), "{msg}");
+    // An explicit --memory-budget is the limit, whatever the GPU has free.
+    let budget = PlanArgs { memory_budget: Some("1GiB".into()), ..args.clone() };
+    let p = plan_for(&m, None, &budget, "1", Some(GPU_HEADROOM + 4096)).unwrap();
+    assert!(p.gemv_tiles_bytes().0 > 0);
+    // Without a GPU nothing limits the plan.
+    assert_eq!(plan_for(&m, None, &args, "1", None).unwrap().total_bytes(), roomy.total_bytes());
+}

@@ -27,7 +27,9 @@ pub struct PlanArgs {
     /// Storage dtype: f32, f16, bf16, or auto (the model file's float type; bf16 for --config).
     #[arg(long, default_value = "auto")]
     pub dtype: String,
-    /// Fail if the plan needs more device memory than this (e.g. 24GiB).
+    /// Fail if the plan needs more device memory than this (e.g. 24GiB); a plan over it leaves
+    /// out the tile-packed copy of the GEMV weights first [default: none; `kiln run` on a GPU:
+    /// the GPU's free memory less 512 MiB].
     #[arg(long)]
     pub memory_budget: Option<String>,
     /// Tokens per row one device-loop launch may generate (0: no device loops; decode then

@@ -1,4 +1,5 @@
-//! `kiln run`: load a model, plan it (or load a plan file), pick an executor, stream text.
+//! `kiln run`: load a model, plan it (or load a plan file; on a GPU within its free memory), pick an
+//! executor, stream text.
 
 use super::plan_cmd::PlanArgs;
 use crate::model::LoadedModel;
@@ -62,8 +63,22 @@ pub fn open_model(model: Option<&PathBuf>, tokenizer: Option<&PathBuf>) -> Resul
     }
 }
 
-/// The plan for `m`: loaded from `plan_path` (checked against the model) or built now.
-pub fn plan_for(m: &LoadedModel, plan_path: Option<&PathBuf>, args: &PlanArgs, default_decode: &str) -> Result<Plan> {
+/// Device memory a plan built for a GPU leaves free beside itself, for what the driver allocates
+/// at load outside the plan (kernel modules, instantiated graphs, library handles).
+pub const GPU_HEADROOM: u64 = 512 << 20;
+
+/// The plan for `m`: loaded from `plan_path` (checked against the model) or built now. A plan
+/// built now for a GPU with `gpu_free` bytes free (and no `--memory-budget`) is planned within
+/// them less [`GPU_HEADROOM`]: the tile-packed second copy of the GEMV weights is left out when
+/// it would not fit (`plan::build_plan`), and a model too large for the GPU fails here, before
+/// anything is allocated, with the error saying so.
+pub fn plan_for(
+    m: &LoadedModel,
+    plan_path: Option<&PathBuf>,
+    args: &PlanArgs,
+    default_decode: &str,
+    gpu_free: Option<u64>,
+) -> Result<Plan> {
     if let Some(p) = plan_path {
         let plan = file::load(p)?;
         file::check_model(&plan, &m.config, &m.source)?;
@@ -74,11 +89,25 @@ pub fn plan_for(m: &LoadedModel, plan_path: Option<&PathBuf>, args: &PlanArgs, d
     if args.decode_buckets.is_none() {
         args.decode_buckets = Some(default_decode.to_string());
     }
-    build_plan(&m.config, &args.options(&m.config, src_dtype)?)
+    let mut opts = args.options(&m.config, src_dtype)?;
+    match gpu_free {
+        Some(free) if opts.memory_budget.is_none() => {
+            opts.memory_budget = Some(free.saturating_sub(GPU_HEADROOM));
+            build_plan(&m.config, &opts).with_context(|| {
+                format!(
+                    "planning within the GPU's {} of free memory (less {} for the driver; --memory-budget sets another limit)",
+                    crate::plan::planner::fmt_bytes(free),
+                    crate::plan::planner::fmt_bytes(GPU_HEADROOM)
+                )
+            })
+        }
+        _ => build_plan(&m.config, &opts),
+    }
 }
 
-pub fn make_executor(device: &str, plan: Plan, m: &LoadedModel) -> Result<Box<dyn Executor>> {
-    let device = if device == "auto" {
+/// `auto` as the executor it picks: `cuda` when a GPU is present, else `cpu`.
+pub fn resolve_device(device: &str) -> &str {
+    if device == "auto" {
         if crate::runtime::cuda::cuda_available().is_ok() {
             "cuda"
         } else {
@@ -86,7 +115,11 @@ pub fn make_executor(device: &str, plan: Plan, m: &LoadedModel) -> Result<Box<dy
         }
     } else {
         device
-    };
+    }
+}
+
+pub fn make_executor(device: &str, plan: Plan, m: &LoadedModel) -> Result<Box<dyn Executor>> {
+    let device = resolve_device(device);
     Ok(match device {
         "cpu" => Box::new(CpuExecutor::new(plan, m.weights.as_ref())?),
         "cuda" | "cuda-graph" => {
@@ -100,7 +133,14 @@ pub fn make_executor(device: &str, plan: Plan, m: &LoadedModel) -> Result<Box<dy
 pub fn run_main(cmd: &RunCmd) -> Result<()> {
     let m = open_model(cmd.model.as_ref(), cmd.tokenizer.as_ref())?;
     let tok = m.tokenizer.as_deref();
-    let plan = plan_for(&m, cmd.plan.as_ref(), &cmd.plan_args, "1")?;
+    let device = resolve_device(&cmd.device);
+    let gpu_free = match device {
+        "cuda" | "cuda-graph" | "cuda-eager" if cmd.plan.is_none() && cmd.plan_args.memory_budget.is_none() => {
+            Some(crate::runtime::cuda::free_memory()?)
+        }
+        _ => None,
+    };
+    let plan = plan_for(&m, cmd.plan.as_ref(), &cmd.plan_args, "1", gpu_free)?;
     let prompt: Vec<u32> = match (&cmd.prompt_ids, tok) {
         (Some(ids), _) => ids
             .split(',')
@@ -130,7 +170,7 @@ pub fn run_main(cmd: &RunCmd) -> Result<()> {
     // Before the executor loads (seconds on a GPU): a bad value fails at once.
     sampling.check().context("check --temperature, --top-k and --top-p")?;
     let t_load = std::time::Instant::now();
-    let mut exec = make_executor(&cmd.device, plan, &m)?;
+    let mut exec = make_executor(device, plan, &m)?;
     let load_secs = t_load.elapsed().as_secs_f64();
     let mut stop_tokens: Vec<u32> = m.config.eos_token_ids.clone();
     if let Some(tok) = tok {

@@ -335,14 +335,25 @@ fn compile_kernels(device: &Device, plan: &Plan) -> Result<Vec<u8>> {
     Ok(compiled.cubin)
 }
 
+/// The GPU [`CudaExecutor::load`] uses: `KILN_CUDA_DEVICE`, else 0.
+pub fn ordinal_from_env() -> Result<i32> {
+    match std::env::var("KILN_CUDA_DEVICE") {
+        Ok(s) => s.parse::<i32>().with_context(|| format!("KILN_CUDA_DEVICE=`{s}` is not a GPU number")),
+        Err(_) => Ok(0),
+    }
+}
+
+/// Device bytes free on the GPU [`CudaExecutor::load`] would use, as its context sees them.
+pub fn free_memory() -> Result<u64> {
+    let counters = Counters::default();
+    let device = Device::open(ordinal_from_env()?, &counters)?;
+    Ok(device.mem_info(&counters)?.0)
+}
+
 impl CudaExecutor {
     /// Loads `plan` onto GPU 0 (or `KILN_CUDA_DEVICE`). See the module doc for what happens.
     pub fn load(plan: Plan, weights: &dyn WeightSource, mode: Mode) -> Result<CudaExecutor> {
-        let ordinal = match std::env::var("KILN_CUDA_DEVICE") {
-            Ok(s) => s.parse::<i32>().with_context(|| format!("KILN_CUDA_DEVICE=`{s}` is not a GPU number"))?,
-            Err(_) => 0,
-        };
-        Self::load_on(plan, weights, mode, ordinal)
+        Self::load_on(plan, weights, mode, ordinal_from_env()?)
     }
 
     pub fn load_on(plan: Plan, weights: &dyn WeightSource, mode: Mode, ordinal: i32) -> Result<CudaExecutor> {

@@ -10,6 +10,6 @@ pub mod graph;
 pub mod placement;
 
 pub use driver::cuda_available;
-pub use exec::{CudaExecutor, Mode};
+pub use exec::{free_memory, ordinal_from_env, CudaExecutor, Mode};
 pub mod kernels;
 pub mod nvrtc;
