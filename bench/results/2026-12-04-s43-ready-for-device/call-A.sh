@@ -8,7 +8,7 @@
 # two modules are still the cache keys, checked with `kiln kernels --modules both`), which adds
 # KILN_ALLOC_SINGLE=1 (every device region in one allocation): two runs of it per round in part 1.
 # Carry: [".device/bin/kiln-s44.xz", ".device/kc42a"].
-# ~20 + 12 runs of ~6-9 s: ~330 s plus the start.
+# 2 id checks (~10 s each) + 20 + 12 runs of ~6-9 s: ~350 s plus the start.
 set -u
 T0=$(date +%s)
 mkdir -p target
@@ -20,6 +20,13 @@ for M in llama3.2-1b qwen2.5-0.5b; do
   [ -f target/synth/$M-seed1/config.json ] || timeout 100 target/kiln synth --shape $M --seed 1 --out target/synth/$M-seed1 > $OUT/log-synth-$M.txt 2>&1
 done
 echo "synth ready at $(el) s" >> $S
+# The run path (session 44: planned within the GPU's free memory) and the one-allocation layout give the
+# reference tokens (1B greedy ids md5 7b77fd2899f5, sessions 35-42).
+for E in KILN_NONE=1 KILN_ALLOC_SINGLE=1; do
+  env $E timeout 60 target/kiln run --model target/synth/llama3.2-1b-seed1 --fuse --prompt-ids $(seq -s, 1 128) \
+    --max-tokens 128 --temperature 0 --device cuda 2> $OUT/log-ids-$E.txt | md5sum | cut -c1-12 > /tmp/ids.txt
+  echo "ids $E: $(cat /tmp/ids.txt) (reference 7b77fd2899f5) at $(el) s; $(grep -a -m1 'region bases' $OUT/log-ids-$E.txt | cut -c1-160)" >> $S
+done
 M=llama3.2-1b
 i=0
 # after:<region> pads 64 MiB right after it (moves the regions allocated later: weights, state, step, output,
