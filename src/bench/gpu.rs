@@ -34,17 +34,9 @@ pub struct GpuInfo {
     pub driver_version: Option<String>,
 }
 
-/// The GPU `KILN_CUDA_DEVICE` (default 0) names.
-pub fn ordinal() -> Result<i32> {
-    match std::env::var("KILN_CUDA_DEVICE") {
-        Ok(s) => s.parse::<i32>().with_context(|| format!("KILN_CUDA_DEVICE=`{s}` is not a GPU number")),
-        Err(_) => Ok(0),
-    }
-}
-
 pub fn gpu_info() -> Result<GpuInfo> {
     let counters = Counters::default();
-    let d = driver::Device::open(ordinal()?, &counters)?;
+    let d = driver::Device::open(crate::runtime::cuda::ordinal_from_env()?, &counters)?;
     Ok(GpuInfo {
         name: d.name.clone(),
         compute_capability: format!("{}.{}", d.compute_capability.0, d.compute_capability.1),
@@ -148,7 +140,7 @@ pub fn read_bandwidth(bytes: u64, runs: usize) -> Result<Bandwidth> {
     ensure!(bytes >= 1 << 20, "the bandwidth buffer must be at least 1 MiB");
     ensure!(runs >= 1, "at least one bandwidth run");
     let counters = Counters::default();
-    let device = driver::Device::open(ordinal()?, &counters)?;
+    let device = driver::Device::open(crate::runtime::cuda::ordinal_from_env()?, &counters)?;
     let arch = nvrtc::arch_for_compute_capability(device.compute_capability.0, device.compute_capability.1);
     let compiled = nvrtc::load_or_compile(&arch, false).with_context(|| format!("compiling kernels/ (with bench_read.cu) for {arch}"))?;
     // Everything below lives in `device`'s context and is dropped before it.
