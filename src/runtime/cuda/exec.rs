@@ -1,10 +1,10 @@
 //! The CUDA executor of a plan, eager or graph. `load` does everything that allocates or
 //! decides: one device allocation per non-empty region (in the order, and with the padding, that
 //! the measurement knobs of [`super::placement`] ask for; unset, `RegionKind::ALL`'s order and no
-//! padding; with `KILN_ALLOC_SINGLE=1` one allocation holding them all), weights uploaded once through pinned staging buffers, kernels compiled and loaded,
-//! one parameter blob per launch (pointers = region base + planned offset, then the kernel's
-//! scalars, per `abi`), the pinned step block and output mirror, and in graph mode one
-//! instantiated graph per program.
+//! padding; with `KILN_ALLOC_SINGLE=1` one allocation holding them all), weights uploaded once
+//! through pinned staging buffers, kernels compiled and loaded, one parameter blob per launch
+//! (pointers = region base + planned offset, then the kernel's scalars, per `abi`), the pinned
+//! step block and output mirror, and in graph mode one instantiated graph per program.
 //!
 //! `run` then only copies the step bytes into the pinned step block and either launches the
 //! program's graph (one driver call) or, in eager mode, the same records one by one with the
