@@ -414,32 +414,32 @@ impl CudaExecutor {
             if bytes == 0 {
                 continue;
             }
-            if let Some((offsets, base)) = single.filter(|_| r != RegionKind::Ring) {
-                let Some(offset) = offsets[r.index()] else {
-                    bail!("internal: the single-allocation layout has no offset for the non-empty region {}", r.name());
-                };
-                region_base[r.index()] = base + offset;
-                if r != RegionKind::Weights {
-                    // Deterministic start, as below.
-                    call(&counters, "cuMemsetD8Async", unsafe { sys::cuMemsetD8Async(base + offset, 0, bytes as usize, stream.0) })?;
-                }
-                continue;
-            }
             if r == RegionKind::Ring {
                 let mut buf = MappedBuffer::alloc(&counters, bytes as usize, r.name())?;
                 buf.fill_words(0, bytes as usize / 4, RING_EMPTY);
                 region_base[r.index()] = buf.device_ptr;
                 ring = Some(buf);
             } else {
-                let buf = DeviceBuffer::alloc(&counters, bytes, r.name())?;
-                region_base[r.index()] = buf.ptr;
+                let base = match single {
+                    Some((offsets, base)) => match offsets[r.index()] {
+                        Some(offset) => base + offset,
+                        None => bail!("internal: the single-allocation layout has no offset for the non-empty region {}", r.name()),
+                    },
+                    None => {
+                        let buf = DeviceBuffer::alloc(&counters, bytes, r.name())?;
+                        let ptr = buf.ptr;
+                        regions[r.index()] = Some(buf);
+                        ptr
+                    }
+                };
+                region_base[r.index()] = base;
                 if r != RegionKind::Weights {
                     // Deterministic start: the KV cache, step block, outputs and arena begin zeroed.
-                    call(&counters, "cuMemsetD8Async", unsafe { sys::cuMemsetD8Async(buf.ptr, 0, bytes as usize, stream.0) })?;
+                    call(&counters, "cuMemsetD8Async", unsafe { sys::cuMemsetD8Async(base, 0, bytes as usize, stream.0) })?;
                 }
-                regions[r.index()] = Some(buf);
             }
-            if placement.pad_after[r.index()] > 0 {
+            // In one allocation a device region's pad is a gap of its layout already.
+            if (single.is_none() || r == RegionKind::Ring) && placement.pad_after[r.index()] > 0 {
                 pads.push(DeviceBuffer::alloc(&counters, placement.pad_after[r.index()], "placement pad")?);
             }
         }
