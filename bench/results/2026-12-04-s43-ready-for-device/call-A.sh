@@ -4,7 +4,7 @@
 # loop's copies per pass (KILN_LOOP_UNROLL 2 = default, 4, 8) A/B'd with the placement averaged out
 # (scripts/ab_placement.py): session 37 measured "nothing" for more copies in one placement, while
 # session 42's trace puts ~6.6 us on every pass's first step (the WHILE node's re-launch).
-# Updated in session 44 (again no device lent): the binary is main 8d47326 (session 44; same kernels: kc42a's
+# Updated in session 44 (again no device lent): the binary is main 5d4e31e (session 44; same kernels: kc42a's
 # two modules are still the cache keys, checked with `kiln kernels --modules both`), which adds
 # KILN_ALLOC_SINGLE=1 (every device region in one allocation): two runs of it per round in part 1.
 # Carry: [".device/bin/kiln-s44.xz", ".device/kc42a"].
