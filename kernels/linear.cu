@@ -107,6 +107,39 @@ template <typename T> struct GemvPlainX {
   __device__ __forceinline__ uint4 finish(const uint4& v, unsigned int) const { return v; }
 };
 
+// Op::NormedLinear (kiln_linear_*stats_*): inv[i] = 1 / sqrt(sum(sumsq[row0 + i]) / in + eps) for
+// i < n, the inverse RMS of the rows whose statistics an out-norm (linear_fused.cu OutNormArgs)
+// stored, `groups` = in / 8 sums per row, added as ir::stats_inv does: warp w takes rows w, w +
+// warps, ..; lane l adds the row's sums l, l + 32, .. in order, then warp_sum (xor 16 .. 1). Every
+// thread calls it after kiln::wait_prior_grids() (the sums are the prior grid's: ld.cg, never the
+// non-coherent path); a barrier must come before `inv` is read.
+__device__ __forceinline__ void stats_inv_rows(const float* sumsq, unsigned int row0, unsigned int n,
+                                               unsigned int groups, unsigned int in, float eps, float* inv) {
+  const unsigned int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  for (unsigned int i = warp; i < n; i += warps) {
+    const float* row = sumsq + (size_t)(row0 + i) * groups;
+    float t = 0.0f;
+    for (unsigned int g = lane; g < groups; g += 32) t = __fadd_rn(t, __ldcg(row + g));
+    t = warp_sum(t);
+    if (lane == 0) inv[i] = 1.0f / sqrtf(t / (float)in + eps);
+  }
+}
+
+// The plain GEMV's x operand for an Op::NormedLinear: x as GemvPlainX, and prepare() (right after
+// the wait) fills inv[r] for the block's rows (stats_inv_rows); gemv_mma_sum's barrier publishes it
+// before the epilogue scales by it.
+template <typename T> struct GemvStatsX {
+  GemvPlainX<T> x;
+  const float* sumsq;
+  unsigned int rows, in;
+  float eps;
+  float* inv;
+  __device__ __forceinline__ void prefetch() {}
+  __device__ __forceinline__ void prepare() { stats_inv_rows(sumsq, 0, rows, in / 8, in, eps, inv); }
+  __device__ __forceinline__ uint4 load(unsigned int off) const { return x.load(off); }
+  __device__ __forceinline__ uint4 finish(const uint4& v, unsigned int off) const { return x.finish(v, off); }
+};
+
 // First element of lane (warp, t) in the tensor-core GEMV main loop.
 template <int WARPS, int U> __device__ __forceinline__ unsigned int gemv_mma_first() {
   return (threadIdx.x >> 5) * U * 32 + 8 * (threadIdx.x & 3);
@@ -410,15 +443,25 @@ __device__ __forceinline__ void gemv_mma_sum(const float (&c)[Q][4], float* part
 #ifndef KILN_ARGMAX_FILTER
 #define KILN_ARGMAX_FILTER 1
 #endif
-template <typename T, typename O, int WARPS, bool ARGMAX>
+// STATS (Op::NormedLinear): each row's sums times its inverse RMS from `sumsq` (GemvStatsX, into
+// `inv`) before the bias-less rounding; otherwise `sumsq`, `eps` and `inv` are unused.
+template <typename T, typename O, int WARPS, bool ARGMAX, bool STATS = false>
 __device__ void linear_gemv_mma(const T* x, const T* w, const T* bias,
                                 O* __restrict__ out, unsigned long long* argmax, unsigned int rows, unsigned int in,
-                                unsigned int outf, bool has_bias, float* partial) {
+                                unsigned int outf, bool has_bias, float* partial, const float* sumsq = nullptr,
+                                float eps = 0.0f, float* inv = nullptr) {
   constexpr int U = KILN_LINEAR_GEMV_UNROLL, D = KILN_LINEAR_GEMV_DEPTH;
   const unsigned int lane = threadIdx.x & 31;
   const unsigned int g = lane >> 2;
   const unsigned int rx = g < rows ? g : 0;
-  GemvPlainX<T> xop{x + (size_t)rx * in + gemv_mma_first<WARPS, U>()};
+  const GemvPlainX<T> plain{x + (size_t)rx * in + gemv_mma_first<WARPS, U>()};
+  auto xop = [&]() {
+    if constexpr (STATS) {
+      return GemvStatsX<T>{plain, sumsq, rows, in, eps, inv};
+    } else {
+      return plain;
+    }
+  }();
   const T* const wq[1] = {w};
   // The block's sum of its warps' tiles for features n0.., and the stores (threads < 128).
   auto store = [&](unsigned int n0, const float (&c)[1][4]) {
@@ -441,7 +484,9 @@ __device__ void linear_gemv_mma(const T* x, const T* w, const T* bias,
       const unsigned int n = n0 + (l >> 2) + 8 * (i >> 1), r = 2 * (l & 3) + (i & 1);
       unsigned long long key = 0ull;
       if (r < rows && n < outf) {
-        const O o = from_f32<O>(has_bias ? s[0] + to_f32(bias[n]) : s[0]);
+        float v = s[0];
+        if constexpr (STATS) v = __fmul_rn(v, inv[r]);
+        const O o = from_f32<O>(has_bias ? v + to_f32(bias[n]) : v);
         out[(size_t)r * outf + n] = o;
         if constexpr (ARGMAX) key = argmax_key(to_f32(o), n);
       }
@@ -611,23 +656,30 @@ __device__ void linear_tiled(const T* x, const T* w, const T* bias, O* __restric
   }
 }
 
-template <typename T, typename O, bool ARGMAX>
+// STATS (kiln_linear_*stats_*, Op::NormedLinear): the tensor-core GEMV path only; any other path
+// traps (the plan checker's rule 14 plans none).
+template <typename T, typename O, bool ARGMAX, bool STATS = false>
 __device__ void linear(const T* x, const T* w, const T* bias, O* out, unsigned long long* argmax, unsigned int rows,
-                       unsigned int in, unsigned int outf, unsigned int has_bias_u) {
+                       unsigned int in, unsigned int outf, unsigned int has_bias_u, const float* sumsq = nullptr,
+                       float eps = 0.0f) {
   __shared__ __align__(16) float smem[KILN_LINEAR_SMEM];
+  __shared__ float inv_s[STATS ? KILN_LINEAR_GEMV_MAX_ROWS : 1];
   KILN_ABLATED(64);
   const bool has_bias = has_bias_u != 0 && bias != nullptr;
   if constexpr (IsHalf16<T>::value) {
     if (rows != 0 && rows <= KILN_LINEAR_GEMV_MAX_ROWS && in % 8 == 0 && aligned16(w) && aligned16(x)) {
       // Waits for the prior grids inside, after its first weight loads.
       if (blockDim.x == 32 * KILN_LINEAR_GEMV_MAX_WARPS) {
-        linear_gemv_mma<T, O, KILN_LINEAR_GEMV_MAX_WARPS, ARGMAX>(x, w, bias, out, argmax, rows, in, outf, has_bias, smem);
+        linear_gemv_mma<T, O, KILN_LINEAR_GEMV_MAX_WARPS, ARGMAX, STATS>(x, w, bias, out, argmax, rows, in, outf,
+                                                                         has_bias, smem, sumsq, eps, inv_s);
       } else {
-        linear_gemv_mma<T, O, KILN_LINEAR_GEMV_WARPS, ARGMAX>(x, w, bias, out, argmax, rows, in, outf, has_bias, smem);
+        linear_gemv_mma<T, O, KILN_LINEAR_GEMV_WARPS, ARGMAX, STATS>(x, w, bias, out, argmax, rows, in, outf, has_bias,
+                                                                     smem, sumsq, eps, inv_s);
       }
       return;
     }
   }
+  if constexpr (STATS) __trap();
 #if (KILN_GEMV_WALK) & 2
   // A walked grid (fewer blocks than tiles) is planned for the tensor-core path only.
   if (rows <= KILN_LINEAR_GEMV_MAX_ROWS && gridDim.x * KILN_LINEAR_GEMV_FEATURES < outf) __trap();
@@ -695,3 +747,28 @@ KILN_LINEAR_OUT(bf16, __nv_bfloat16, f32, float)
 KILN_LINEAR_ARGMAX(f32, float)
 KILN_LINEAR_ARGMAX(f16, __half)
 KILN_LINEAR_ARGMAX(bf16, __nv_bfloat16)
+
+// kiln_linear_stats_bf16_f32[_o3](x, sumsq, weight, bias, out, rows, in_features, out_features,
+// has_bias, eps) and kiln_linear_argmax_stats_bf16_f32[_o3](x, sumsq, weight, bias, out, argmax_key,
+// ..): Op::NormedLinear (lower::fuse rewrite 10), the vocabulary projection of an output norm its
+// producer carried: x is the producer's output times the norm weight (bf16), sumsq its f32 [rows, in / 8]
+// sums of squares; out[r, n] = f32((x[r] . w[n]) * inv[r]) with inv[r] from sumsq (stats_inv_rows:
+// ir::stats_inv's order), then the argmax key as kiln_linear_argmax. bf16 only (the rewrite's
+// dtype). CPU reference: the `Kernel::Linear { stats }` arm of src/runtime/cpu.rs. Check on a GPU:
+// python3 scripts/kernel_check.py --only out_norm
+#define KILN_LINEAR_STATS_VARIANT(dt, T, SUFFIX, BOUNDS)                                              \
+  extern "C" __global__ void BOUNDS kiln_linear_stats_##dt##_f32##SUFFIX(                            \
+      const T* x, const float* sumsq, const T* weight, const T* bias, float* out, unsigned int rows,   \
+      unsigned int in_features, unsigned int out_features, unsigned int has_bias, float eps) {        \
+    kiln::linear<T, float, false, true>(x, weight, bias, out, nullptr, rows, in_features, out_features, \
+                                        has_bias, sumsq, eps);                                       \
+  }                                                                                                   \
+  extern "C" __global__ void BOUNDS kiln_linear_argmax_stats_##dt##_f32##SUFFIX(                     \
+      const T* x, const float* sumsq, const T* weight, const T* bias, float* out,                     \
+      unsigned long long* argmax_key, unsigned int rows, unsigned int in_features,                    \
+      unsigned int out_features, unsigned int has_bias, float eps) {                                  \
+    kiln::linear<T, float, true, true>(x, weight, bias, out, argmax_key, rows, in_features,          \
+                                       out_features, has_bias, sumsq, eps);                          \
+  }
+KILN_LINEAR_STATS_VARIANT(bf16, __nv_bfloat16, , KILN_LINEAR_BOUNDS)
+KILN_LINEAR_STATS_VARIANT(bf16, __nv_bfloat16, _o3, KILN_GEMV_DENSE_BOUNDS)

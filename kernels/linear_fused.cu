@@ -538,19 +538,49 @@ __device__ __forceinline__ void fused_gemv_sums(const T* x, const T* nw, const T
     CALL(8, false, false);                                       \
   }
 
+// Op::FusedLinear's out_norm (ir::OutNorm; kiln_fused_linear_outnorm_*): the next norm's weight w
+// and the row statistics `sumsq`, f32 [rows][outf / 8]: the squares of each 8 outputs o as the
+// linear would store them, while `out` gets O(o * w). Tensor-core GEMV paths only (the plan
+// checker's rule 14; outf % 8 == 0).
+template <typename O> struct OutNormArgs {
+  const O* w;
+  float* sumsq;
+};
+
+// The out-norm epilogue of the tensor-core GEMV's slot (n, r) (fused_gemv_slot): o its output as
+// the linear would store it and wn the norm weight at n, where `mine` (r < rows, n < outf); returns
+// what `out` stores, O(o * wn). Every lane of warps 0-3 calls it (the groups' sums are shuffles).
+// Lanes l, l ^ 4, .., l ^ 28 (the same l % 4) of warp i hold row r's features n0 + 8 (i / 2) + l / 4:
+// xor 4 adds features j and j ^ 1, xor 8 those pairs, xor 16 the halves: ir::group_sumsq's tree,
+// ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7)), in every lane.
+template <typename O>
+__device__ __forceinline__ O out_norm_slot(const OutNormArgs<O>& on, O o, float wn, bool mine, unsigned int n,
+                                           unsigned int r, unsigned int outf) {
+  const float v = mine ? to_f32(o) : 0.0f;
+  float sq = __fmul_rn(v, v);
+  sq = __fadd_rn(sq, __shfl_xor_sync(0xffffffffu, sq, 4));
+  sq = __fadd_rn(sq, __shfl_xor_sync(0xffffffffu, sq, 8));
+  sq = __fadd_rn(sq, __shfl_xor_sync(0xffffffffu, sq, 16));
+  if (mine && ((threadIdx.x & 31) >> 2) == 0) on.sumsq[(size_t)r * (outf / 8) + n / 8] = sq;
+  return from_f32<O>(__fmul_rn(v, wn));
+}
+
 // The tensor-core GEMV's epilogue for the 16 features from n0: threads < 128 hold s[q] as
-// gemv_mma_sum returns them.
-template <typename T, typename O, bool GATED, int Q>
+// gemv_mma_sum returns them. ON: also the out-norm's operands (out_norm_slot).
+template <typename T, typename O, bool GATED, int Q, bool ON = false>
 __device__ __forceinline__ void fused_gemv_store(unsigned int n0, const float (&s)[Q], const T* bias, const O* residual,
                                                  O* __restrict__ out, unsigned int rows, unsigned int outf,
-                                                 bool has_bias, bool has_res) {
+                                                 bool has_bias, bool has_res,
+                                                 const OutNormArgs<O>& on = OutNormArgs<O>{nullptr, nullptr}) {
   if (threadIdx.x < 128) {
     unsigned int n, r;
     fused_gemv_slot(n0, n, r);
-    if (r < rows && n < outf) {
-      const size_t idx = (size_t)r * outf + n;
-      out[idx] = fused_finish<T, O, GATED>(s[0], s[Q - 1], bias, residual, idx, n, has_bias, has_res);
-    }
+    const bool mine = r < rows && n < outf;
+    const size_t idx = (size_t)r * outf + n;
+    O o = from_f32<O>(0.0f);
+    if (mine) o = fused_finish<T, O, GATED>(s[0], s[Q - 1], bias, residual, idx, n, has_bias, has_res);
+    if constexpr (ON) o = out_norm_slot<O>(on, o, mine ? to_f32(__ldg(on.w + n)) : 0.0f, mine, n, r, outf);
+    if (mine) out[idx] = o;
   }
 }
 
@@ -559,10 +589,10 @@ __device__ __forceinline__ void fused_gemv_store(unsigned int n0, const float (&
 // kernel's bit (linear.cu gemv_mma_walk), each block walks the tiles blockIdx.x, + gridDim.x, ...
 // with one ring (fused_gemv_mma_walk), each tile's sums and epilogue in the same order.
 #if KILN_GEMV_WALK
-template <typename T, typename O, bool GATED, int WARPS, bool NORM, bool STAGED>
+template <typename T, typename O, bool GATED, int WARPS, bool NORM, bool STAGED, bool ON>
 __device__ void fused_gemv_mma_walk(const T* x, const T* nw, const T* w,
                                const T* wu, const T* bias, const O* residual,
-                               O* __restrict__ out, unsigned int rows, unsigned int in, unsigned int outf, float eps, bool has_bias, bool has_res, float* inv_s, float* smem, T* hs) {
+                               O* __restrict__ out, unsigned int rows, unsigned int in, unsigned int outf, float eps, bool has_bias, bool has_res, float* inv_s, float* smem, T* hs, const OutNormArgs<O>& on) {
   constexpr int Q = GATED ? 2 : 1;
   constexpr int U = KILN_LINEAR_GEMV_UNROLL;
   constexpr int D = Q == 2 ? KILN_GATED_DEPTH : KILN_FUSED_DEPTH;
@@ -578,8 +608,8 @@ __device__ void fused_gemv_mma_walk(const T* x, const T* nw, const T* w,
     gemv_tile_rows(t * KILN_FUSED_GEMV_FEATURES, g, outf, a, b);
   };
   auto epilogue = [&](unsigned int t, const float (&s)[Q]) {
-    fused_gemv_store<T, O, GATED, Q>(t * KILN_FUSED_GEMV_FEATURES, s, bias, residual, out, rows, outf, has_bias,
-                                     has_res);
+    fused_gemv_store<T, O, GATED, Q, ON>(t * KILN_FUSED_GEMV_FEATURES, s, bias, residual, out, rows, outf, has_bias,
+                                         has_res, on);
   };
   if constexpr (NORM && PostNorm<T>::value) {
     FusedPostNormX<T, STAGED> xop{x + (size_t)rx * in + first, nw + first, nw, hs, in, first, 0.0f, nullptr};
@@ -660,10 +690,10 @@ template <typename X, typename O> struct EarlyResidualX {
   __device__ __forceinline__ uint4 finish(const uint4& raw, unsigned int off) const { return x.finish(raw, off); }
 };
 
-template <typename T, typename O, bool GATED, int WARPS, bool NORM, bool STAGED>
+template <typename T, typename O, bool GATED, int WARPS, bool NORM, bool STAGED, bool ON>
 __device__ void fused_gemv_mma_tile(const T* x, const T* nw, const T* w,
                                const T* wu, const T* bias, const O* residual,
-                               O* __restrict__ out, unsigned int rows, unsigned int in, unsigned int outf, float eps, bool has_bias, bool has_res, float* inv_s, float* smem, T* hs, L2Span pf) {
+                               O* __restrict__ out, unsigned int rows, unsigned int in, unsigned int outf, float eps, bool has_bias, bool has_res, float* inv_s, float* smem, T* hs, L2Span pf, const OutNormArgs<O>& on) {
   constexpr int Q = GATED ? 2 : 1;
   const unsigned int g = (threadIdx.x & 31) >> 2;
   const unsigned int n0 = blockIdx.x * KILN_FUSED_GEMV_FEATURES;
@@ -687,34 +717,45 @@ __device__ void fused_gemv_mma_tile(const T* x, const T* nw, const T* w,
       // x as fused_gemv_sums reads it without a norm (FusedNormX<T, false>: the same loads).
       EarlyResidualX<GemvPlainX<T>, O> xop{GemvPlainX<T>{x + (size_t)rx * in + gemv_mma_first<WARPS, U>()},
                                            mine ? residual + idx : nullptr, 0.0f, pf};
+      // ON: this slot's norm weight (a weight: read before the wait, with the first weight loads).
+      float wn = 0.0f;
+      if constexpr (ON) {
+        if (mine) wn = to_f32(__ldg(on.w + n));
+      }
       float c[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
       gemv_mma_loop<T, 1, WARPS, D, UU, KILN_LINEAR_GEMV_XPRE != 0>(wq, ra, rb, in, xop, c);
       float s1[1];
       gemv_mma_sum<1, WARPS>(c, smem, s1);
-      if (mine) out[idx] = fused_finish_plain<T, O>(s1[0], bias, n, has_bias, true, xop.v);
+      O o = from_f32<O>(0.0f);
+      if (mine) o = fused_finish_plain<T, O>(s1[0], bias, n, has_bias, true, xop.v);
+      if constexpr (ON) {
+        if (threadIdx.x < 128) o = out_norm_slot<O>(on, o, wn, mine, n, r, outf);
+      }
+      if (mine) out[idx] = o;
       return;
     }
   }
   float s[Q];
   fused_gemv_sums<T, Q, WARPS, NORM, STAGED>(x, nw, wq, ra, rb, rows, in, eps, inv_s, smem, hs, s);
-  fused_gemv_store<T, O, GATED, Q>(n0, s, bias, residual, out, rows, outf, has_bias, has_res);
+  fused_gemv_store<T, O, GATED, Q, ON>(n0, s, bias, residual, out, rows, outf, has_bias, has_res, on);
 }
-template <typename T, typename O, bool GATED, bool WIDE, int WARPS, bool NORM, bool STAGED>
+template <typename T, typename O, bool GATED, bool WIDE, int WARPS, bool NORM, bool STAGED, bool ON>
 __device__ __forceinline__ void fused_gemv_mma(const T* x, const T* nw, const T* w, const T* wu, const T* bias,
                                                const O* residual, O* __restrict__ out, unsigned int rows,
                                                unsigned int in, unsigned int outf, float eps, bool has_bias,
-                                               bool has_res, float* inv_s, float* smem, T* hs, L2Span pf) {
+                                               bool has_res, float* inv_s, float* smem, T* hs, L2Span pf,
+                                               const OutNormArgs<O>& on) {
 #if KILN_GEMV_WALK
   // KILN_GEMV_WALK bits (linear.cu): 1 the default gated kernel, 8 the dense one, 4 the other fused
   // ones; 256-thread blocks only (a grid of 512-thread blocks has fewer blocks than SMs).
   if constexpr (((KILN_GEMV_WALK) & (GATED ? (WIDE ? 1 : 8) : 4)) != 0 && WARPS == 8) {
-    fused_gemv_mma_walk<T, O, GATED, WARPS, NORM, STAGED>(x, nw, w, wu, bias, residual, out, rows, in, outf, eps,
-                                                          has_bias, has_res, inv_s, smem, hs);
+    fused_gemv_mma_walk<T, O, GATED, WARPS, NORM, STAGED, ON>(x, nw, w, wu, bias, residual, out, rows, in, outf, eps,
+                                                              has_bias, has_res, inv_s, smem, hs, on);
   } else
 #endif
   {
-    fused_gemv_mma_tile<T, O, GATED, WARPS, NORM, STAGED>(x, nw, w, wu, bias, residual, out, rows, in, outf, eps,
-                                                          has_bias, has_res, inv_s, smem, hs, pf);
+    fused_gemv_mma_tile<T, O, GATED, WARPS, NORM, STAGED, ON>(x, nw, w, wu, bias, residual, out, rows, in, outf, eps,
+                                                              has_bias, has_res, inv_s, smem, hs, pf, on);
   }
 }
 
@@ -883,10 +924,14 @@ __device__ void fused_tiled(const T* x, const T* nw, const T* w,
 // `_o3u` variants) keeps instead the path of a norm whose rows are not staged (more rows of a
 // wider x than KILN_FUSED_NORM_STAGE holds: the Llama-3.1-8B packed QKV at 4 and 8 rows), also
 // without spills alone (ptxas: 80 registers, 0 bytes; both paths in one kernel spilled 112 bytes).
-template <typename T, typename O, bool GATED, bool WIDE, bool UNSTAGED = false>
+// ON (kiln_fused_linear_outnorm_*, not gated): the out-norm's operands too (OutNormArgs), on the
+// tensor-core GEMV paths; any other path traps (the plan checker's rule 14 plans none).
+template <typename T, typename O, bool GATED, bool WIDE, bool UNSTAGED = false, bool ON = false>
 __device__ void fused_linear(const T* x, const T* nw, const T* w, const T* wu, const T* bias, const O* residual, O* out,
                              unsigned int rows, unsigned int in, unsigned int outf, unsigned int has_norm_u, float eps,
-                             unsigned int has_bias_u, unsigned int has_res_u, L2Span pf = L2Span{nullptr, 0u}) {
+                             unsigned int has_bias_u, unsigned int has_res_u, L2Span pf = L2Span{nullptr, 0u},
+                             OutNormArgs<O> on = OutNormArgs<O>{nullptr, nullptr}) {
+  static_assert(!ON || !GATED, "the out-norm is a plain fused linear's");
   __shared__ __align__(16) float smem[KILN_FUSED_SMEM];
   __shared__ float inv_s[KILN_FUSED_TILE];
   KILN_ABLATED(GATED ? 1 : 2);
@@ -908,8 +953,9 @@ __device__ void fused_linear(const T* x, const T* nw, const T* w, const T* wu, c
     __shared__ __align__(16) unsigned char stage[fused_stage_bytes<T, WIDE>()];
     const bool staged = fused_staged<T, WIDE>(rows, in);
 #define KILN_FUSED_GEMV_CALL(WARPS, NORM, STAGED)                                                               \
-  fused_gemv_mma<T, O, GATED, WIDE, WARPS, NORM, STAGED>(x, nw, w, wu, bias, residual, out, rows, in, outf, eps,     \
-                                                         has_bias, has_res, inv_s, smem, reinterpret_cast<T*>(stage), pf)
+  fused_gemv_mma<T, O, GATED, WIDE, WARPS, NORM, STAGED, ON>(x, nw, w, wu, bias, residual, out, rows, in, outf, eps, \
+                                                             has_bias, has_res, inv_s, smem, reinterpret_cast<T*>(stage), \
+                                                             pf, on)
     if (rows != 0 && rows <= KILN_FUSED_GEMV_MAX_ROWS && in != 0 && in % 8 == 0 && aligned) {
       if constexpr (WIDE) {
         KILN_FUSED_GEMV_DISPATCH(true, has_norm, staged, KILN_FUSED_GEMV_CALL)
@@ -937,6 +983,7 @@ __device__ void fused_linear(const T* x, const T* nw, const T* w, const T* wu, c
     }
 #undef KILN_FUSED_GEMV_CALL
   }
+  if constexpr (ON) __trap();  // no out-norm off the tensor-core paths (see above)
 #if KILN_GEMV_WALK
   // A walked grid (fewer blocks than tiles) is planned for the tensor-core path only.
   if (rows <= KILN_FUSED_GEMV_MAX_ROWS && gridDim.x * KILN_FUSED_GEMV_FEATURES < outf) __trap();
@@ -1332,6 +1379,27 @@ KILN_FUSED_LINEAR_OUT(f16, __half, f16, __half)
 KILN_FUSED_LINEAR_OUT(f16, __half, f32, float)
 KILN_FUSED_LINEAR_OUT(bf16, __nv_bfloat16, bf16, __nv_bfloat16)
 KILN_FUSED_LINEAR_OUT(bf16, __nv_bfloat16, f32, float)
+
+// kiln_fused_linear_outnorm_{dt}_{dt}(x, norm_w, weight, bias, residual, out, l2_prefetch, out_norm_w,
+// sumsq, <the scalars of kiln_fused_linear>): Op::FusedLinear with an out_norm (ir::OutNorm,
+// lower::fuse rewrite 10: the last down projection carrying the output norm), default variant only
+// (no dense variant covers it: src/plan/geometry.rs dense_variant_covers). bf16: the rewrite's only
+// dtype. With o what kiln_fused_linear stores, out[r, n] = bf16(o[r, n] * out_norm_w[n]) and
+// sumsq[r, g] the squares of o[r, 8g .. 8g + 8] (ir::group_sumsq's order). CPU reference: the
+// `Kernel::FusedLinear` arm of src/runtime/cpu.rs (`store_out_norm`). Check on a GPU:
+// python3 scripts/kernel_check.py --only out_norm
+#define KILN_FUSED_LINEAR_OUTNORM(dt, T)                                                                         \
+  extern "C" __global__ void KILN_FUSED_BOUNDS kiln_fused_linear_outnorm_##dt##_##dt(                            \
+      const T* x, const T* norm_w, const T* weight, const T* bias, const T* residual, T* out,                     \
+      const char* l2_prefetch, const T* out_norm_w, float* sumsq, unsigned int rows,                             \
+      unsigned int in_features, unsigned int out_features, unsigned int has_norm, float eps,                     \
+      unsigned int has_bias, unsigned int has_residual, unsigned int l2_prefetch_bytes) {                        \
+    kiln::fused_linear<T, T, false, true, false, true>(x, norm_w, weight, nullptr, bias, residual, out, rows,   \
+                                                       in_features, out_features, has_norm, eps, has_bias,      \
+                                                       has_residual, kiln::L2Span{l2_prefetch, l2_prefetch_bytes}, \
+                                                       kiln::OutNormArgs<T>{out_norm_w, sumsq});                \
+  }
+KILN_FUSED_LINEAR_OUTNORM(bf16, __nv_bfloat16)
 
 #define KILN_GATED_LINEAR_VARIANT(dt, T, SUFFIX, BOUNDS, WIDE)                                                          \
   extern "C" __global__ void BOUNDS kiln_gated_linear_##dt##SUFFIX(                                             \

@@ -610,6 +610,102 @@ class Checker:
                 outs.append(b"".join(t.get().tobytes() for t in o))
             self.report.record(f"dense variant qkv_linear {R}x{K}->{N}", dt.name, outs[0] == outs[1], "_o3 == default, bitwise")
 
+    # the output norm carried by its producer (lower::fuse rewrite 10) -------------------------
+    def out_norm(self, dt):
+        """kiln_fused_linear_outnorm_bf16_bf16 (ir::OutNorm) against kiln_fused_linear on the same
+        inputs: out == bf16(o * norm_w) and sumsq == ir::group_sumsq of o, both bit for bit, with o
+        what kiln_fused_linear stores. kiln_linear[_argmax]_stats_bf16_f32[_o3] (Op::NormedLinear)
+        against kiln_linear_bf16_f32: out == f32(plain * inv) bit for bit, inv from sumsq in
+        ir::stats_inv's order; the argmax key names the first largest logit; and the logits near
+        a float64 reference. bf16 only (the rewrite's dtype)."""
+        if dt is not BF16:
+            return
+        eps = 1e-5
+        f32 = np.float32
+
+        def group_sumsq(o):  # o: f32 [R, N] -> f32 [R, N / 8], ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))
+            q = (o * o).astype(f32).reshape(o.shape[0], -1, 8)
+            a = [(q[..., 2 * i] + q[..., 2 * i + 1]).astype(f32) for i in range(4)]
+            return (((a[0] + a[1]).astype(f32) + (a[2] + a[3]).astype(f32))).astype(f32)
+
+        def stats_inv(row, k):  # ir::stats_inv: lanes' strided sums, then a butterfly (xor 16 .. 1)
+            lanes = np.zeros(32, dtype=f32)
+            for l in range(32):  # sequential, as the kernel adds (np.add.reduce may pair them)
+                t = f32(0)
+                for v in row[l::32]:
+                    t = f32(t + f32(v))
+                lanes[l] = t
+            off = 16
+            while off:
+                lanes = (lanes + lanes[np.arange(32) ^ off]).astype(f32)
+                off //= 2
+            return f32(1) / np.sqrt(f32(lanes[0] / f32(k) + f32(eps)))
+
+        # Producer: the Llama-3.2-1B's and Qwen2.5-0.5B's down shapes, batch rows, with and
+        # without the residual (two epilogue paths) and one with a norm of its own.
+        for R, K, N, has_res, has_norm in ((1, 8192, 2048, True, False), (1, 4864, 896, True, False),
+                                           (4, 1024, 256, True, False), (8, 512, 64, False, False),
+                                           (2, 1024, 128, False, True)):
+            x = self.dev(dt.store(self.rand(R, K, scale=2.0)))
+            nw = self.dev(dt.store(self.rand(K) * 0.5 + 1.0))
+            w = self.dev(dt.store(self.rand(N, K, scale=1.0 / math.sqrt(K))))
+            res = self.dev(dt.store(self.rand(R, N)))
+            onw = dt.store(self.rand(N) * 0.5 + 1.0)
+            scal = (np.uint32(R), np.uint32(K), np.uint32(N), np.uint32(int(has_norm)), np.float32(eps), np.uint32(0),
+                    np.uint32(int(has_res)), np.uint32(0))
+            head = (x, nw if has_norm else np.uint64(0), w, np.uint64(0), res if has_res else np.uint64(0))
+            plain = self.dev(dt.poison((R, N)))
+            self.launch(f"kiln_fused_linear_{dt.name}_{dt.name}", "fused_linear", (*head, plain, np.uint64(0), *scal),
+                        rows=R, out_features=N, in_features=K)
+            out = self.dev(dt.poison((R, N)))
+            sums = self.dev(F32.poison((R, N // 8)))
+            self.launch(f"kiln_fused_linear_outnorm_{dt.name}_{dt.name}", "fused_linear",
+                        (*head, out, np.uint64(0), self.dev(onw), sums, *scal), rows=R, out_features=N, in_features=K)
+            o = dt.load(plain.get()).astype(f32)
+            want_out = dt.store((o * dt.load(onw).astype(f32)).astype(f32))
+            name = f"out_norm producer {R}x{K}->{N}{' +res' if has_res else ''}{' +norm' if has_norm else ''}"
+            self.report.record(f"{name}: out", dt.name, out.get().tobytes() == want_out.tobytes(),
+                               "bf16(o * w), o = fused_linear's, bitwise")
+            self.report.record(f"{name}: sumsq", dt.name, sums.get().tobytes() == group_sumsq(o).tobytes(),
+                               "ir::group_sumsq of o, bitwise")
+
+        # Consumer: the Llama-3.2-1B's logits, Qwen2.5-0.5B-like and batch rows; default and _o3.
+        for R, K, N in ((1, 2048, 128256), (1, 896, 151936), (2, 896, 1000), (8, 512, 4864)):
+            x = self.dev(dt.store(self.rand(R, K, scale=2.0)))
+            w = self.dev(dt.store(self.rand(N, K, scale=1.0 / math.sqrt(K))))
+            sums_h = (np.abs(self.rand(R, K // 8)) * 8.0 + 0.5).astype(f32)
+            sums = self.dev(sums_h)
+            inv = np.array([stats_inv(sums_h[r], K) for r in range(R)], dtype=f32)
+            plain = self.dev(F32.poison((R, N)))
+            self.launch(f"kiln_linear_{dt.name}_f32", "linear", (x, w, np.uint64(0), plain, np.uint32(R), np.uint32(K),
+                                                                   np.uint32(N), np.uint32(0)),
+                        rows=R, out_features=N, in_features=K)
+            want = (plain.get().astype(f32) * inv[:, None]).astype(f32)
+            ref = (dt.load(x.get()) @ dt.load(w.get()).T) * inv[:, None].astype(np.float64)
+            for variant, grid_block in (("", None), ("_o3", ((cdiv(N, 16), 1, 1), (256, 1, 1)))):
+                for keyed in (False, True):
+                    out = self.dev(F32.poison((R, N)))
+                    key = self.dev(np.zeros(R, dtype=np.uint64))
+                    a = "argmax_" if keyed else ""
+                    sym = f"kiln_linear_{a}stats_{dt.name}_f32{variant}"
+                    args = (x, sums, w, np.uint64(0), out, *((key,) if keyed else ()), np.uint32(R), np.uint32(K),
+                            np.uint32(N), np.uint32(0), np.float32(eps))
+                    if grid_block is None:
+                        self.launch(sym, "linear", args, rows=R, out_features=N, in_features=K)
+                    else:
+                        self.fn(sym)(*grid_block, args)
+                        self.cp.cuda.Device().synchronize()
+                    got = out.get()
+                    name = f"out_norm stats linear{variant}{' +argmax' if keyed else ''} {R}x{K}->{N}"
+                    self.report.record(f"{name}: == plain * inv", "bf16->f32", got.tobytes() == want.tobytes(),
+                                       "bitwise, inv in ir::stats_inv's order")
+                    self.report.compare(name, "bf16->f32", got.astype(np.float64), ref, 1.5 * F32.unit, 2e-5)
+                    if keyed:
+                        keys = key.get()
+                        idx = [int((~int(k)) & 0xFFFFFFFF) for k in keys]
+                        self.report.record(f"{name}: argmax key", "bf16->f32",
+                                           idx == [argmax_ref(got[r]) for r in range(R)], "first largest logit")
+
     # fused_linear / gated_linear -------------------------------------------------------------
     def fused(self, dt):
         """FusedLinear and GatedLinear against the CPU reference's roundings (src/runtime/cpu.rs)."""
@@ -1914,7 +2010,7 @@ def main():
     print(f"compiled the kernels ({how}) in {time.time() - t0:.1f} s")
 
     checker = Checker(cp, module, np.random.default_rng(seed), report)
-    per_dtype = ["gather", "rms_norm", "add_rms_norm", "head_rms_norm", "linear", "dense", "walk", "tiles", "norm_pass", "fused", "qkv", "qkv_rope", "rope", "rope_kv_write", "kv_write", "attention",
+    per_dtype = ["gather", "rms_norm", "add_rms_norm", "head_rms_norm", "linear", "dense", "walk", "tiles", "norm_pass", "fused", "out_norm", "qkv", "qkv_rope", "rope", "rope_kv_write", "kv_write", "attention",
                  "attention_prefill",
                  "attention_split",
                  "swiglu", "add"]

@@ -58,7 +58,7 @@ fn param_slots_are_pointers_then_scalars() {
         assert_eq!(slots.len(), ptrs + scalars + by_value.len(), "{}", l.name);
         assert_eq!(&slots[ptrs + scalars..], &by_value[..], "{}", l.name);
         match l.kernel {
-            Kernel::Linear { rows, in_features, out_features, bias, argmax } => {
+            Kernel::Linear { rows, in_features, out_features, bias, argmax, stats: None } => {
                 let b = &l.bufs;
                 let at = |i: usize| base[b[i].region.index()] + b[i].offset;
                 let n = if argmax { 5 } else { 4 };

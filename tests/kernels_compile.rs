@@ -16,7 +16,7 @@ use std::sync::OnceLock;
 
 /// Every symbol kernels/ must define: 12 kernels x 3 dtypes, attention_cluster x 3 chunk sizes x 3 dtypes, attention_prefill x 2 (f16, bf16),
 /// linear's and fused_linear's 5 (dt, out) pairs each, linear_argmax (f32 logits), gated_linear, qkv_linear and qkv_rope x 3
-/// dtypes (each also `_o3`), sample, advance, sample_advance.
+/// dtypes (each also `_o3`), the out-norm pair (bf16), sample, advance, sample_advance.
 fn expected_symbols() -> BTreeSet<String> {
     let mut s = BTreeSet::new();
     for kernel in [
@@ -62,6 +62,13 @@ fn expected_symbols() -> BTreeSet<String> {
         for dt in ["f32", "f16", "bf16"] {
             s.insert(format!("kiln_attention_cluster_g{g}_{dt}"));
         }
+    }
+    // The output norm carried by its producer (`lower::fuse` rewrite 10, bf16 only): the producing
+    // fused GEMV in its default variant, the vocabulary GEMV reading its statistics in both.
+    s.insert("kiln_fused_linear_outnorm_bf16_bf16".to_string());
+    for variant in ["", "_o3"] {
+        s.insert(format!("kiln_linear_stats_bf16_f32{variant}"));
+        s.insert(format!("kiln_linear_argmax_stats_bf16_f32{variant}"));
     }
     s.insert("kiln_sample_f32".to_string());
     s.insert("kiln_advance".to_string());

@@ -484,8 +484,9 @@ fn dense_fused_gemv_only_where_a_variant_has_its_path() {
         bias: false,
         residual: true,
         l2_prefetch: 0,
+        out_norm: false,
     };
-    let plain = Kernel::Linear { rows: 8, in_features: 4096, out_features: 4864, bias: false, argmax: false };
+    let plain = Kernel::Linear { rows: 8, in_features: 4096, out_features: 4864, bias: false, argmax: false, stats: None };
     assert_eq!(launch_geometry(&plain, &[]).occupancy, 3, "the grid itself takes the dense variant");
     let widest = FUSED_NORM_STAGE_BYTES / 2;
     // (rows, in, norm, gated dense, fused dense, fused suffix): gated only with a staged norm;

@@ -9,7 +9,7 @@ pub mod text;
 pub mod types;
 pub mod verify;
 
-pub use op::{NormOrder, Op, Qkv, RopeScaling, RopeSpec, RopeStyle};
+pub use op::{group_sumsq, stats_inv, NormOrder, Op, OutNorm, Qkv, RopeScaling, RopeSpec, RopeStyle};
 pub use types::{DType, OpId, Shape, ValueId};
 
 use serde::{Deserialize, Serialize};

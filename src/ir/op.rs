@@ -132,6 +132,49 @@ impl NormOrder {
     }
 }
 
+/// The RMSNorm a `FusedLinear` applies to its own output for the op after it (`lower::fuse`
+/// rewrite 10, the output norm of a decoder). With `o[r, :]` the linear's output as it would
+/// store it (rounded to `out`'s dtype `dt`), it stores `out[r, n] = dt(o[n] * weight[n])` (the
+/// `NormOrder::AfterDot` product) instead, and `sumsq[r, g]` (`f32 [rows, features / 8]`) the sum
+/// of the squares of `o[8g .. 8g + 8]` as the pairwise tree `((s0 + s1) + (s2 + s3)) + ((s4 +
+/// s5) + (s6 + s7))` (`s_i = o[8g + i]²` in f32). A [`Op::NormedLinear`] takes the row's inverse
+/// RMS from `sumsq`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OutNorm {
+    pub weight: ValueId,
+    pub sumsq: ValueId,
+}
+
+/// Sum of `sumsq` rows (an [`OutNorm`]'s, `[rows, groups]`) the way the GPU's consumer adds them
+/// (`kernels/linear.cu` `stats_inv`): lane `l` of a warp adds `row[l], row[l + 32], ..` in order,
+/// then the 32 lane sums meet in a butterfly (xor 16, 8, 4, 2, 1). Returns the row's inverse RMS
+/// `1 / sqrt(sum / in_features + eps)`.
+pub fn stats_inv(row: &[f32], in_features: usize, eps: f32) -> f32 {
+    let mut lanes = [0.0f32; 32];
+    for (l, lane) in lanes.iter_mut().enumerate() {
+        let mut t = 0.0f32;
+        for v in row.iter().skip(l).step_by(32) {
+            t += v;
+        }
+        *lane = t;
+    }
+    let mut off = 16;
+    while off > 0 {
+        let prev = lanes;
+        for (l, lane) in lanes.iter_mut().enumerate() {
+            *lane = prev[l] + prev[l ^ off];
+        }
+        off /= 2;
+    }
+    1.0 / (lanes[0] / in_features as f32 + eps).sqrt()
+}
+
+/// The squares' sum of one [`OutNorm`] group of 8 stored outputs, in its pairwise order.
+pub fn group_sumsq(o: &[f32; 8]) -> f32 {
+    let s = o.map(|v| v * v);
+    ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]))
+}
+
 /// One operation. Fields name values of the enclosing program; scalars are attributes.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Op {
@@ -158,7 +201,9 @@ pub enum Op {
     /// `o = rms_norm(x, norm.0, norm.1) · weightᵀ (+ bias)` (the norm where present, applied as
     /// [`NormOrder::of`] `x`'s dtype says) rounded to `out`'s dtype, then `out = o + residual`
     /// when present. Equal, bit for bit, to the unfused ops without a norm or with a
-    /// `BeforeDot` one; within rounding of them with an `AfterDot` norm.
+    /// `BeforeDot` one; within rounding of them with an `AfterDot` norm. With `out_norm`, `out`
+    /// holds that output times the next norm's weight, and `sumsq` its row statistics (see
+    /// [`OutNorm`]).
     FusedLinear {
         x: ValueId,
         norm: Option<(ValueId, f32)>,
@@ -166,7 +211,15 @@ pub enum Op {
         bias: Option<ValueId>,
         residual: Option<ValueId>,
         out: ValueId,
+        out_norm: Option<OutNorm>,
     },
+    /// The projection after a `FusedLinear` with an [`OutNorm`] (made by `lower::fuse` rewrite
+    /// 10, never by lowering): `x` is that `FusedLinear`'s `out` (`o ⊙ norm_w`, rounded) and
+    /// `sumsq` its statistics; `out[r, n] = OutT((x[r] · weight[n]) * inv[r])` with `inv[r] =
+    /// [`stats_inv`]`(sumsq[r], in_features, eps)`: `RmsNorm` + `Linear` with the norm after the
+    /// dot product (`NormOrder::AfterDot`), within rounding of the two ops. No bias. With
+    /// `argmax`, each row's argmax is folded into the key as `LinearArgmax` does.
+    NormedLinear { x: ValueId, sumsq: ValueId, weight: ValueId, out: ValueId, argmax: Option<ValueId>, eps: f32 },
     /// The attention's three input projections in one pass over `x` (made by `lower::fuse`,
     /// never by lowering): q, k, v `= rms_norm(x) · weights[i]ᵀ (+ biases[i])` with the norm as
     /// in `FusedLinear`, to three tensors or one packed tensor (see [`Qkv`]); equal, bit for
@@ -296,6 +349,7 @@ impl Op {
             Op::Linear { .. } => "linear",
             Op::LinearArgmax { .. } => "linear_argmax",
             Op::FusedLinear { .. } => "fused_linear",
+            Op::NormedLinear { .. } => "normed_linear",
             Op::QkvLinear { .. } => "qkv_linear",
             Op::GatedLinear { .. } => "gated_linear",
             Op::Rope { .. } => "rope",
@@ -323,14 +377,16 @@ impl Op {
                 v
             }
             Op::LinearArgmax { x, weight, .. } => vec![x, weight],
-            Op::FusedLinear { x, norm, weight, bias, residual, .. } => {
+            Op::FusedLinear { x, norm, weight, bias, residual, out_norm, .. } => {
                 let mut v = vec![x];
                 v.extend(norm.map(|n| n.0));
                 v.push(weight);
                 v.extend(bias);
                 v.extend(residual);
+                v.extend(out_norm.map(|n| n.weight));
                 v
             }
+            Op::NormedLinear { x, sumsq, weight, .. } => vec![x, sumsq, weight],
             Op::QkvLinear { x, norm, weights, biases, .. } => {
                 let mut v = vec![x];
                 v.extend(norm.map(|n| n.0));
@@ -380,7 +436,7 @@ impl Op {
             | Op::RmsNorm { out, .. }
             | Op::HeadRmsNorm { out, .. }
             | Op::Linear { out, .. }
-            | Op::FusedLinear { out, .. }
+            | Op::FusedLinear { out, out_norm: None, .. }
             | Op::GatedLinear { out, .. }
             | Op::Rope { out, .. }
             | Op::Attention { out, .. }
@@ -398,8 +454,14 @@ impl Op {
                 v.extend(argmax);
                 v
             }
+            Op::FusedLinear { out, out_norm: Some(n), .. } => vec![out, n.sumsq],
             // The key is folded into in place (listed once, as a write).
             Op::LinearArgmax { out, argmax, .. } => vec![out, argmax],
+            Op::NormedLinear { out, argmax, .. } => {
+                let mut v = vec![out];
+                v.extend(argmax);
+                v
+            }
             Op::AddRmsNorm { sum, out, .. } => vec![sum, out],
         }
     }
@@ -408,7 +470,7 @@ impl Op {
     pub fn attrs(&self) -> Vec<(&'static str, String)> {
         match self {
             Op::RmsNorm { eps, .. } | Op::AddRmsNorm { eps, .. } => vec![("eps", format!("{eps:e}"))],
-            Op::FusedLinear { norm, residual, .. } => {
+            Op::FusedLinear { norm, residual, out_norm, .. } => {
                 let mut a = Vec::new();
                 if let Some((_, eps)) = norm {
                     a.push(("norm_eps", format!("{eps:e}")));
@@ -416,8 +478,12 @@ impl Op {
                 if residual.is_some() {
                     a.push(("residual", "true".to_string()));
                 }
+                if out_norm.is_some() {
+                    a.push(("out_norm", "true".to_string()));
+                }
                 a
             }
+            Op::NormedLinear { eps, .. } => vec![("eps", format!("{eps:e}"))],
             Op::GatedLinear { norm, .. } | Op::QkvLinear { norm, .. } => {
                 norm.map(|(_, eps)| vec![("norm_eps", format!("{eps:e}"))]).unwrap_or_default()
             }

@@ -14,7 +14,7 @@
 //!    heads dividing evenly, even rotary dims, and no zero-sized value.
 //! 5. The program's `tokens` and `sample_rows` agree with its step inputs and outputs.
 
-use super::{DType, Op, Program, Qkv, RopeSpec, ValueClass, ValueId};
+use super::{DType, Op, OutNorm, Program, Qkv, RopeSpec, ValueClass, ValueId};
 use anyhow::{bail, ensure, Result};
 use std::collections::HashSet;
 
@@ -66,10 +66,11 @@ fn verify_inner(p: &Program) -> Result<()> {
                             | Op::RopeKvWrite { .. }
                             | Op::QkvRope { .. }
                             | Op::LinearArgmax { .. }
+                            | Op::NormedLinear { argmax: Some(_), .. }
                             | Op::SampleAdvance { argmax: Some(_), .. }
                     ),
                     "op `{}` ({}) writes state `{}`; only kv_write, rope_kv_write, qkv_rope and the argmax key's \
-                     linear_argmax and sample_advance may",
+                     linear_argmax, normed_linear and sample_advance may",
                     node.name,
                     node.op.mnemonic(),
                     v.name
@@ -225,7 +226,20 @@ fn check_op(p: &Program, name: &str, op: &Op) -> Result<()> {
             want_dtype(out, DType::F32)?;
             want_argmax_key(p, name, op, argmax, want_2d(out)?.0)?;
         }
-        Op::FusedLinear { x, norm, weight, bias, residual, out } => {
+        Op::NormedLinear { x, sumsq, weight, out, argmax, eps } => {
+            check_op(p, name, &Op::Linear { x, weight, bias: None, out })?;
+            let (r, k) = want_2d(x)?;
+            ensure!(k % 8 == 0, ctx(format!("x has {k} features, not a whole number of 8-feature groups")));
+            let (rs, g) = want_2d(sumsq)?;
+            ensure!(rs == r && g == k / 8, ctx(format!("sumsq is {} but should be [{r},{}]", v(sumsq).shape, k / 8)));
+            want_dtype(sumsq, DType::F32)?;
+            ensure!(eps > 0.0, ctx(format!("eps must be positive, is {eps}")));
+            if let Some(key) = argmax {
+                want_dtype(out, DType::F32)?;
+                want_argmax_key(p, name, op, key, r)?;
+            }
+        }
+        Op::FusedLinear { x, norm, weight, bias, residual, out, out_norm } => {
             let (r, k) = want_2d(x)?;
             let (nf, kw) = want_2d(weight)?;
             ensure!(k == kw, ctx(format!("x has {k} features but weight `{}` expects {kw}", v(weight).name)));
@@ -244,6 +258,13 @@ fn check_op(p: &Program, name: &str, op: &Op) -> Result<()> {
             want_float(x)?;
             want_float(weight)?;
             want_float(out)?;
+            if let Some(OutNorm { weight: onw, sumsq }) = out_norm {
+                ensure!(nf % 8 == 0, ctx(format!("out_norm needs whole 8-feature groups; out has {nf} features")));
+                want_vec(onw, nf)?;
+                let (rs, g) = want_2d(sumsq)?;
+                ensure!(rs == r && g == nf / 8, ctx(format!("sumsq is {} but should be [{r},{}]", v(sumsq).shape, nf / 8)));
+                want_dtype(sumsq, DType::F32)?;
+            }
         }
         Op::QkvLinear { x, norm, weights, biases, outs } => {
             let (r, k) = want_2d(x)?;

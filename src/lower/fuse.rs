@@ -47,6 +47,15 @@
 //!    (state, `red.max`), so a greedy step's sampler reads one key instead of scanning the
 //!    vocabulary (`KILN_FUSE_ARGMAX=0` at plan time keeps the scan). The logits are still written.
 //!
+//! 10. decode, bf16, plan-time knob `KILN_FUSE_OUTPUT_NORM=1` (off by default until measured):
+//!     the output norm `rms_norm(s)` read only by the bias-less vocabulary projection, `s` made
+//!     by a `FusedLinear` (the last down projection) and read by nothing else -> that
+//!     `FusedLinear` writes `s ⊙ norm_w` instead of `s`, and each row's squares summed per 8
+//!     features (`ir::OutNorm`), and the projection becomes a `NormedLinear` that takes the row's inverse
+//!     RMS from those sums in its epilogue: the norm's launch and its boundary leave the step,
+//!     and no block of the vocabulary GEMV reduces over x (what made rewrite 1 lose there).
+//!     Both decode programs take it, so a device loop and one-step decode stay bit-identical.
+//!
 //! Values are renumbered densely in order of first use afterwards, so dumps stay canonical.
 //!
 //! Prefill programs take rewrites 4, 6 and the packed form of 5 (RoPE, the KV write, adds and
@@ -76,6 +85,12 @@ pub fn norm_prologue_max_features() -> usize {
 /// sampler's scan of the logits (an A/B knob).
 pub fn linear_argmax_enabled() -> bool {
     crate::plan::knob("KILN_FUSE_ARGMAX") != "0"
+}
+
+/// Whether rewrite 10 runs: off by default until measured on a GPU; the plan-time knob
+/// `KILN_FUSE_OUTPUT_NORM=1` turns it on (an A/B knob; `bench/LEVERS.md`, "built, not measured").
+pub fn output_norm_stats_enabled() -> bool {
+    crate::plan::knob("KILN_FUSE_OUTPUT_NORM") == "1"
 }
 
 /// Whether rewrite 8 runs: on by default; the plan-time knob `KILN_FUSE_SAMPLE_ADVANCE=0` keeps
@@ -118,7 +133,7 @@ pub fn fuse(p: &Program) -> Result<Program> {
             for j in rs {
                 let node = ops[j].as_mut().expect("reader exists");
                 if let Op::Linear { weight: w, bias, out, .. } = node.op {
-                    node.op = Op::FusedLinear { x, norm: Some((weight, eps)), weight: w, bias, residual: None, out };
+                    node.op = Op::FusedLinear { x, norm: Some((weight, eps)), weight: w, bias, residual: None, out, out_norm: None };
                 }
             }
             ops[i] = None;
@@ -160,10 +175,10 @@ pub fn fuse(p: &Program) -> Result<Program> {
                 }
                 let fused = match ops[j].as_ref().map(|o| o.op.clone()) {
                     Some(Op::Linear { x, weight, bias, .. }) => {
-                        Op::FusedLinear { x, norm: None, weight, bias, residual: Some(residual), out }
+                        Op::FusedLinear { x, norm: None, weight, bias, residual: Some(residual), out, out_norm: None }
                     }
-                    Some(Op::FusedLinear { x, norm, weight, bias, residual: None, .. }) => {
-                        Op::FusedLinear { x, norm, weight, bias, residual: Some(residual), out }
+                    Some(Op::FusedLinear { x, norm, weight, bias, residual: None, out_norm: None, .. }) => {
+                        Op::FusedLinear { x, norm, weight, bias, residual: Some(residual), out, out_norm: None }
                     }
                     _ => continue,
                 };
@@ -391,6 +406,54 @@ pub fn fuse(p: &Program) -> Result<Program> {
         }
     }
 
+    // 10. Decode, bf16: the output norm carried by the last layer's down projection. `rms_norm(s)`
+    //     whose only reader is the bias-less vocabulary projection (a `linear` or `linear_argmax`
+    //     that rewrite 1 left alone), where `s` is a `FusedLinear`'s output read by the norm only
+    //     -> that `FusedLinear` writes `s ⊙ norm_w` (as the norm's output) and the squares' sums
+    //     of `s` per 8 features (`ir::OutNorm`), and the projection becomes a `NormedLinear`
+    //     that reads them; `s` is gone.
+    if decode && output_norm_stats_enabled() {
+        for i in 0..ops.len() {
+            let Some(OpNode { op: Op::RmsNorm { x: s, weight: nw, out: h, eps }, .. }) = ops[i].clone() else { continue };
+            let bf16 = |v: ValueId| value_of(p, &extra, v).dtype == crate::ir::DType::BF16;
+            if !is_temp(s) || !is_temp(h) || !bf16(s) || !bf16(h) || !bf16(nw) || readers(&ops, s) != [i] {
+                continue;
+            }
+            let rs = readers(&ops, h);
+            let [j] = rs[..] else { continue };
+            let (weight, out, argmax) = match ops[j].as_ref().map(|o| &o.op) {
+                Some(&Op::Linear { x, weight, bias: None, out }) if x == h => (weight, out, None),
+                Some(&Op::LinearArgmax { x, weight, out, argmax }) if x == h => (weight, out, Some(argmax)),
+                _ => continue,
+            };
+            let Some(k) = producer(&ops, s) else { continue };
+            let Some(Op::FusedLinear { x: px, out_norm: None, .. }) = ops[k].as_ref().map(|o| &o.op) else { continue };
+            let (rows, features) = (p.value(s).shape.rows(), p.value(s).shape.last());
+            let producer_in = value_of(p, &extra, *px).shape.last();
+            if rows > crate::plan::geometry::LINEAR_GEMV_MAX_ROWS as usize || !features.is_multiple_of(8) || !producer_in.is_multiple_of(8)
+            {
+                continue;
+            }
+            let sumsq = add_value(
+                p,
+                &mut extra,
+                Value {
+                    name: format!("{}.sumsq", p.value(h).name),
+                    dtype: crate::ir::DType::F32,
+                    shape: Shape::new(&[rows, features / 8]),
+                    class: ValueClass::Temp,
+                },
+            );
+            if let Some(Op::FusedLinear { out, out_norm, .. }) = ops[k].as_mut().map(|o| &mut o.op) {
+                *out = h;
+                *out_norm = Some(crate::ir::OutNorm { weight: nw, sumsq });
+            }
+            let node = ops[j].as_mut().expect("reader exists");
+            node.op = Op::NormedLinear { x: h, sumsq, weight, out, argmax, eps };
+            ops[i] = None;
+        }
+    }
+
     let values: Vec<Value> = p.values.iter().cloned().chain(extra).collect();
     let fused = compact(p, &values, ops.into_iter().flatten().collect());
     verify(&fused)?;
@@ -435,6 +498,11 @@ pub fn ablate_attention(p: &Program) -> Result<Program> {
     Ok(ablated)
 }
 
+/// Value `v` of `p`, or of the values made by the pass (`extra`).
+fn value_of<'a>(p: &'a Program, extra: &'a [Value], v: ValueId) -> &'a Value {
+    p.values.get(v.index()).unwrap_or_else(|| &extra[v.index() - p.values.len()])
+}
+
 /// Adds `v` to the values made by the pass (`extra`, numbered after `p`'s) and returns its id.
 fn add_value(p: &Program, extra: &mut Vec<Value>, v: Value) -> ValueId {
     extra.push(v);
@@ -477,13 +545,21 @@ fn op_values_mut(op: &mut Op) -> Vec<&mut ValueId> {
             v
         }
         Op::LinearArgmax { x, weight, out, argmax } => vec![x, weight, out, argmax],
-        Op::FusedLinear { x, norm, weight, bias, residual, out } => {
+        Op::FusedLinear { x, norm, weight, bias, residual, out, out_norm } => {
             let mut v = vec![x];
             v.extend(norm.as_mut().map(|n| &mut n.0));
             v.push(weight);
             v.extend(bias.as_mut());
             v.extend(residual.as_mut());
-            v.push(out);
+            match out_norm {
+                Some(n) => v.extend([&mut n.weight, out, &mut n.sumsq]),
+                None => v.push(out),
+            }
+            v
+        }
+        Op::NormedLinear { x, sumsq, weight, out, argmax, .. } => {
+            let mut v = vec![x, sumsq, weight, out];
+            v.extend(argmax.as_mut());
             v
         }
         Op::GatedLinear { x, norm, gate, up, out } => {

@@ -65,7 +65,9 @@ fn gemv_weights<'a>(p: &Program, op: &'a mut Op) -> Vec<&'a mut ValueId> {
         return Vec::new();
     }
     let weights: Vec<&mut ValueId> = match op {
-        Op::Linear { weight, .. } | Op::LinearArgmax { weight, .. } | Op::FusedLinear { weight, .. } => vec![weight],
+        Op::Linear { weight, .. } | Op::LinearArgmax { weight, .. } | Op::NormedLinear { weight, .. } | Op::FusedLinear { weight, .. } => {
+            vec![weight]
+        }
         Op::GatedLinear { gate, up, .. } => vec![gate, up],
         Op::QkvLinear { weights, .. } | Op::QkvRope { weights, .. } => weights.iter_mut().collect(),
         _ => Vec::new(),

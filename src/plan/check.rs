@@ -52,6 +52,11 @@
 //!     span operand right before `out`: read-only, in the weights, exactly grid x `l2_prefetch`
 //!     bytes, so that every block's span lies inside it (the kernel asks the L2 for
 //!     `[b * l2_prefetch, (b + 1) * l2_prefetch)` from its start).
+//! 14. An output norm carried by its producer (`ir::OutNorm`) runs where its kernels exist and
+//!     compute it: the producing `FusedLinear { out_norm }` is a bf16 tensor-core GEMV (at most 8
+//!     rows, in % 8 == 0, out % 8 == 0) in its default variant with no L2 prefetch, writing a
+//!     bf16 `out` and f32 `sumsq` `[rows, out / 8]` after it; the reading `Linear { stats }` is a
+//!     bias-less bf16 GEMV of the same kind whose second operand is such a `sumsq`.
 
 use super::geometry::{dense_variant_covers, GEMV_DENSE_BLOCKS_PER_SM, LINEAR_GEMV_THREADS};
 use super::{Access, BufArg, Kernel, Layout, Plan, PlannedTensor, ProgramPlan, RegionKind, ALIGN};
@@ -165,6 +170,44 @@ fn linear_family(k: &Kernel) -> bool {
     )
 }
 
+/// Invariant 14 for launch `i`.
+fn check_out_norm(i: usize, l: &super::Launch) -> Result<()> {
+    let gemv = |rows: u32, in_features: u32| (1..=super::geometry::LINEAR_GEMV_MAX_ROWS).contains(&rows) && in_features.is_multiple_of(8);
+    let f32_groups = |b: Option<&BufArg>, rows: u32, features: u32| {
+        b.is_some_and(|b| b.dtype == DType::F32 && b.bytes == rows as u64 * (features / 8) as u64 * 4)
+    };
+    match l.kernel {
+        Kernel::FusedLinear { rows, in_features, out_features, l2_prefetch, out_norm: true, .. } => {
+            let n = l.bufs.len();
+            let (out, sumsq) = (l.bufs.get(n.wrapping_sub(2)), l.bufs.last());
+            let bf16 = |b: Option<&BufArg>| b.is_some_and(|b| b.dtype == DType::BF16);
+            ensure!(
+                gemv(rows, in_features)
+                    && out_features % 8 == 0
+                    && l2_prefetch == 0
+                    && l.occupancy == 0
+                    && bf16(l.bufs.first())
+                    && bf16(out)
+                    && f32_groups(sumsq, rows, out_features),
+                "launch {i} `{}` carries an output norm but is not a bf16 tensor-core GEMV in its default variant (rows {rows}, in {in_features}, out {out_features}) writing out and f32 sums of squares per 8 features",
+                l.name
+            );
+        }
+        Kernel::Linear { rows, in_features, bias, stats: Some(_), .. } => {
+            ensure!(
+                gemv(rows, in_features)
+                    && !bias
+                    && l.bufs.first().is_some_and(|b| b.dtype == DType::BF16)
+                    && f32_groups(l.bufs.get(1), rows, in_features),
+                "launch {i} `{}` takes its norm's statistics but is not a bias-less bf16 tensor-core GEMV (rows {rows}, in {in_features}) whose second operand is f32 sums of squares per 8 features",
+                l.name
+            );
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
 fn touches(a: &BufArg, b: &BufArg) -> bool {
     a.region == b.region && a.offset < b.offset + b.bytes && b.offset < a.offset + a.bytes
 }
@@ -213,6 +256,8 @@ fn check_program(plan: &Plan, p: &ProgramPlan) -> Result<()> {
                 );
             }
         }
+        // 14: out-norm producers and stats readers.
+        check_out_norm(i, l)?;
         // 13: planned L2 prefetch spans.
         if let Kernel::FusedLinear { norm, bias, residual, l2_prefetch, .. } = l.kernel {
             if l2_prefetch > 0 {

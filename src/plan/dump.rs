@@ -120,17 +120,19 @@ fn kernel_params(k: &Kernel) -> String {
         Kernel::Gather { rows, dim, table_rows } => format!("rows={rows} dim={dim} table_rows={table_rows}"),
         Kernel::RmsNorm { rows, dim, eps } | Kernel::AddRmsNorm { rows, dim, eps } => format!("rows={rows} dim={dim} eps={eps:e}"),
         Kernel::HeadRmsNorm { rows, heads, head_dim, eps } => format!("rows={rows} heads={heads} head_dim={head_dim} eps={eps:e}"),
-        Kernel::Linear { rows, in_features, out_features, bias, argmax } => {
+        Kernel::Linear { rows, in_features, out_features, bias, argmax, stats } => {
             let a = if *argmax { " argmax=true" } else { "" };
-            format!("rows={rows} in={in_features} out={out_features} bias={bias}{a}")
+            let st = stats.map(|eps| format!(" stats_eps={eps:e}")).unwrap_or_default();
+            format!("rows={rows} in={in_features} out={out_features} bias={bias}{a}{st}")
         }
         Kernel::Rope { rows, heads, head_dim, rope } => format!(
             "rows={rows} heads={heads} head_dim={head_dim} style={:?} theta={} rotary_dim={}",
             rope.style, rope.theta, rope.rotary_dim
         ),
-        Kernel::FusedLinear { rows, in_features, out_features, norm, eps, bias, residual, l2_prefetch } => {
+        Kernel::FusedLinear { rows, in_features, out_features, norm, eps, bias, residual, l2_prefetch, out_norm } => {
             let pf = if *l2_prefetch > 0 { format!(" l2_prefetch={l2_prefetch}") } else { String::new() };
-            format!("rows={rows} in={in_features} out={out_features} norm={norm} eps={eps:e} bias={bias} residual={residual}{pf}")
+            let on = if *out_norm { " out_norm=true" } else { "" };
+            format!("rows={rows} in={in_features} out={out_features} norm={norm} eps={eps:e} bias={bias} residual={residual}{pf}{on}")
         }
         Kernel::Gemm { rows, in_features, out_features, bias } => format!("rows={rows} in={in_features} out={out_features} bias={bias}"),
         Kernel::QkvLinear { rows, in_features, out_features: [q, k, v], norm, eps, bias } => {

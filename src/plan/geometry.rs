@@ -200,7 +200,8 @@ pub fn norm_rows_staged(rows: u32, in_features: u32) -> bool {
 pub fn dense_variant_covers(kernel: &Kernel) -> bool {
     match *kernel {
         Kernel::GatedLinear { rows, in_features, norm, .. } => norm && norm_rows_staged(rows, in_features),
-        Kernel::FusedLinear { norm, .. } => norm,
+        // No dense variant carries an output norm (`kiln_fused_linear_outnorm_*`).
+        Kernel::FusedLinear { norm, out_norm, .. } => norm && !out_norm,
         _ => true,
     }
 }
@@ -425,7 +426,7 @@ mod tests {
             Kernel::AttentionPrefill { rows: 2048, heads: 32, kv_heads: 8, head_dim: 128, scale: 0.088, kv_rows: 4096 },
         ];
         for rows in [1, 8, 9, 4096] {
-            v.push(Kernel::Linear { rows, in_features: 1024, out_features: 151936, bias: false, argmax: false });
+            v.push(Kernel::Linear { rows, in_features: 1024, out_features: 151936, bias: false, argmax: false, stats: None });
         }
         v
     }
@@ -445,8 +446,9 @@ mod tests {
 
     #[test]
     fn linear_switches_from_gemv_to_tiles_after_eight_rows() {
-        let geometry =
-            |rows| launch_geometry(&Kernel::Linear { rows, in_features: 64, out_features: 100, bias: true, argmax: false }, &[]).grid;
+        let geometry = |rows| {
+            launch_geometry(&Kernel::Linear { rows, in_features: 64, out_features: 100, bias: true, argmax: false, stats: None }, &[]).grid
+        };
         assert_eq!(geometry(1), [7, 1, 1]);
         assert_eq!(geometry(8), [7, 1, 1]);
         assert_eq!(geometry(9), [2, 1, 1]);
@@ -472,7 +474,7 @@ mod tests {
         // Qwen2.5-0.5B gate/up: one wave already; f32 has no tensor-core path; the logits do not walk.
         assert_eq!(launch_geometry(&gated(1, 896, 4864), &bf16).grid[0], 304);
         assert_eq!(launch_geometry(&gated(1, 2048, 8192), &x(crate::ir::DType::F32)).grid[0], 512);
-        let logits = Kernel::Linear { rows: 1, in_features: 2048, out_features: 128256, bias: false, argmax: false };
+        let logits = Kernel::Linear { rows: 1, in_features: 2048, out_features: 128256, bias: false, argmax: false, stats: None };
         assert_eq!(launch_geometry(&logits, &bf16).grid[0], 8016);
         // Every row count of the GEMV path walks the same way; the tiled path does not.
         assert_eq!(launch_geometry(&gated(8, 2048, 8192), &bf16).grid[0], 264);
@@ -482,7 +484,8 @@ mod tests {
     #[test]
     fn gemvs_take_the_dense_variant_where_its_waves_are_fuller_or_many() {
         let occ = |rows, out_features| {
-            launch_geometry(&Kernel::Linear { rows, in_features: 896, out_features, bias: false, argmax: false }, &[]).occupancy
+            launch_geometry(&Kernel::Linear { rows, in_features: 896, out_features, bias: false, argmax: false, stats: None }, &[])
+                .occupancy
         };
         assert_eq!(occ(1, 4864), GEMV_DENSE_BLOCKS_PER_SM); // 304 blocks: 1.15 waves of 264, 0.77 of 396
         assert_eq!(occ(1, 6144), GEMV_DENSE_BLOCKS_PER_SM); // 384 blocks: 1.45 of 264, 0.97 of 396
@@ -498,7 +501,8 @@ mod tests {
     #[test]
     fn narrow_gemvs_get_sixteen_warps() {
         let block = |out_features| {
-            launch_geometry(&Kernel::Linear { rows: 1, in_features: 8192, out_features, bias: false, argmax: false }, &[]).block[0]
+            launch_geometry(&Kernel::Linear { rows: 1, in_features: 8192, out_features, bias: false, argmax: false, stats: None }, &[])
+                .block[0]
         };
         assert_eq!(block(2048), LINEAR_GEMV_WIDE_THREADS); // 128 blocks < 132 SMs, 256 KiB tiles
         assert_eq!(block(131 * 16), LINEAR_GEMV_WIDE_THREADS);
@@ -510,7 +514,8 @@ mod tests {
     fn narrow_gemvs_of_small_tiles_stay_at_eight_warps() {
         // The 16-row tile decides: 16 x 2048 x 2 = 64 KiB stays at 256 threads, 2056 wide takes 512.
         let block = |in_features| {
-            launch_geometry(&Kernel::Linear { rows: 1, in_features, out_features: 2048, bias: false, argmax: false }, &[]).block[0]
+            launch_geometry(&Kernel::Linear { rows: 1, in_features, out_features: 2048, bias: false, argmax: false, stats: None }, &[])
+                .block[0]
         };
         assert_eq!(block(896), LINEAR_GEMV_THREADS);
         assert_eq!(block(2048), LINEAR_GEMV_THREADS);

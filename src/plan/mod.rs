@@ -165,17 +165,31 @@ pub enum Kernel {
     RmsNorm { rows: u32, dim: u32, eps: f32 },
     /// bufs: x, weight, out.
     HeadRmsNorm { rows: u32, heads: u32, head_dim: u32, eps: f32 },
-    /// bufs: x, weight, `[bias]`, out, `[argmax key]`. Here and in `FusedLinear` and `Gemm`, the
-    /// weight (and the bias) may be several planned tensors laid out back to back, read as one: a
-    /// packed `Op::QkvLinear`'s three projections. `argmax`: an `Op::LinearArgmax` (no bias),
-    /// folding each row's argmax into the key.
-    Linear { rows: u32, in_features: u32, out_features: u32, bias: bool, argmax: bool },
-    /// bufs: x, `[norm weight]`, weight, `[bias]`, `[residual]`, `[prefetch]`, out (see
-    /// `Op::FusedLinear`). `l2_prefetch` > 0: the launch's block b asks the L2, before it waits
+    /// bufs: x, `[sumsq]`, weight, `[bias]`, out, `[argmax key]`. Here and in `FusedLinear` and
+    /// `Gemm`, the weight (and the bias) may be several planned tensors laid out back to back, read
+    /// as one: a packed `Op::QkvLinear`'s three projections. `argmax`: an `Op::LinearArgmax` or a
+    /// `NormedLinear` with a key (no bias), folding each row's argmax into the key. `stats`:
+    /// `Some(eps)` for an `Op::NormedLinear` (x already times the norm weight; each row's sums
+    /// scaled by `ir::stats_inv` of its `sumsq` row).
+    Linear { rows: u32, in_features: u32, out_features: u32, bias: bool, argmax: bool, stats: Option<f32> },
+    /// bufs: x, `[norm weight]`, weight, `[bias]`, `[residual]`, `[out-norm weight]`,
+    /// `[prefetch]`, out, `[sumsq]` (see `Op::FusedLinear`; `out_norm`: its `OutNorm`, `out` then
+    /// holding the output times the out-norm weight).
+    /// `l2_prefetch` > 0: the launch's block b asks the L2, before it waits
     /// for the launches before it, for bytes `[b * l2_prefetch, (b + 1) * l2_prefetch)` of the
     /// `prefetch` operand, the first weight of a launch after it (`planner::plan_l2_prefetch`);
     /// a hint no value depends on (the CPU reference reads nothing there).
-    FusedLinear { rows: u32, in_features: u32, out_features: u32, norm: bool, eps: f32, bias: bool, residual: bool, l2_prefetch: u32 },
+    FusedLinear {
+        rows: u32,
+        in_features: u32,
+        out_features: u32,
+        norm: bool,
+        eps: f32,
+        bias: bool,
+        residual: bool,
+        l2_prefetch: u32,
+        out_norm: bool,
+    },
     /// A prefill `Op::Linear` over more rows than the GEMV path takes, run as a tensor-core
     /// GEMM by a library (cuBLASLt on a GPU) with a planned workspace. Semantics of `Linear`:
     /// `out[r, n] = OutT(sum_k x[r, k] w[n, k] (+ bias[n]))`, f32 accumulate, rounded once.

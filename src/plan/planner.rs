@@ -711,7 +711,7 @@ fn plan_l2_prefetch(p: &mut ProgramPlan) {
         let after_attention =
             matches!(p.launches[i - 1].kernel, Kernel::Attention { .. } | Kernel::AttentionCluster { .. } | Kernel::AttentionMerge { .. });
         let l = &p.launches[i];
-        let Kernel::FusedLinear { norm: false, residual: true, l2_prefetch: 0, .. } = l.kernel else {
+        let Kernel::FusedLinear { norm: false, residual: true, l2_prefetch: 0, out_norm: false, .. } = l.kernel else {
             continue;
         };
         // The GEMV (`gemv_tiles`: at most 8 rows), one block per tile, on its tensor-core path.
@@ -812,7 +812,7 @@ fn unroll(mut p: ProgramPlan, copies: usize) -> ProgramPlan {
 /// The library GEMM (cuBLASLt) that runs `kernel` instead: a prefill linear over more rows than the GEMV takes.
 fn library_gemm(phase: Phase, kernel: &Kernel) -> Option<Kernel> {
     match (phase, kernel) {
-        (Phase::Prefill, &Kernel::Linear { rows, in_features, out_features, bias, argmax: false })
+        (Phase::Prefill, &Kernel::Linear { rows, in_features, out_features, bias, argmax: false, stats: None })
             if rows > super::geometry::LINEAR_GEMV_MAX_ROWS =>
         {
             Some(Kernel::Gemm { rows, in_features, out_features, bias })
@@ -849,13 +849,19 @@ fn kernel_of(p: &Program, op: &Op) -> Kernel {
         }
         Op::Linear { x, weight, bias, .. } => {
             let (dx, dw) = (dims(x), dims(weight));
-            Kernel::Linear { rows: u(dx[0]), in_features: u(dx[1]), out_features: u(dw[0]), bias: bias.is_some(), argmax: false }
+            let (rows, in_features, out_features) = (u(dx[0]), u(dx[1]), u(dw[0]));
+            Kernel::Linear { rows, in_features, out_features, bias: bias.is_some(), argmax: false, stats: None }
         }
         Op::LinearArgmax { x, weight, .. } => {
             let (dx, dw) = (dims(x), dims(weight));
-            Kernel::Linear { rows: u(dx[0]), in_features: u(dx[1]), out_features: u(dw[0]), bias: false, argmax: true }
+            Kernel::Linear { rows: u(dx[0]), in_features: u(dx[1]), out_features: u(dw[0]), bias: false, argmax: true, stats: None }
         }
-        Op::FusedLinear { x, norm, weight, bias, residual, .. } => {
+        Op::NormedLinear { x, weight, argmax, eps, .. } => {
+            let (dx, dw) = (dims(x), dims(weight));
+            let (rows, in_features, out_features) = (u(dx[0]), u(dx[1]), u(dw[0]));
+            Kernel::Linear { rows, in_features, out_features, bias: false, argmax: argmax.is_some(), stats: Some(eps) }
+        }
+        Op::FusedLinear { x, norm, weight, bias, residual, out_norm, .. } => {
             let (dx, dw) = (dims(x), dims(weight));
             Kernel::FusedLinear {
                 rows: u(dx[0]),
@@ -866,6 +872,7 @@ fn kernel_of(p: &Program, op: &Op) -> Kernel {
                 bias: bias.is_some(),
                 residual: residual.is_some(),
                 l2_prefetch: 0,
+                out_norm: out_norm.is_some(),
             }
         }
         // Packed: one linear over the three weights, laid out back to back (`layout_persistent`).
@@ -874,7 +881,7 @@ fn kernel_of(p: &Program, op: &Op) -> Kernel {
             let (rows, in_features) = (u(dx[0]), u(dx[1]));
             let out_features = weights.iter().map(|&w| u(dims(w)[0])).sum();
             match norm {
-                None => Kernel::Linear { rows, in_features, out_features, bias: biases.is_some(), argmax: false },
+                None => Kernel::Linear { rows, in_features, out_features, bias: biases.is_some(), argmax: false, stats: None },
                 Some((_, eps)) => Kernel::FusedLinear {
                     rows,
                     in_features,
@@ -884,6 +891,7 @@ fn kernel_of(p: &Program, op: &Op) -> Kernel {
                     bias: biases.is_some(),
                     residual: false,
                     l2_prefetch: 0,
+                    out_norm: false,
                 },
             }
         }

@@ -464,20 +464,36 @@ fn execute(regions: &mut [Vec<u8>; N_REGIONS], s: &mut Scratch, launch: &Launch)
         }
         // A GEMM is a linear with a scratch workspace (the last operand) the CPU does not need.
         // An argmax linear's key (the last operand) takes each row's largest `argmax_key`.
+        // A `NormedLinear` (`stats`) reads its `sumsq` operand after x and scales each row's sums.
         Kernel::Linear { rows, in_features, out_features, bias, .. } | Kernel::Gemm { rows, in_features, out_features, bias } => {
             let (rows, k, n) = (rows as usize, in_features as usize, out_features as usize);
             let gemm = launch.kernel.is_library();
             let key = matches!(launch.kernel, Kernel::Linear { argmax: true, .. });
-            let bufs = arity(launch, 2 + bias as usize, 1 + gemm as usize + key as usize)?;
+            let stats = match launch.kernel {
+                Kernel::Linear { stats, .. } => stats,
+                _ => None,
+            };
+            let bufs = arity(launch, 2 + bias as usize + stats.is_some() as usize, 1 + gemm as usize + key as usize)?;
             let key_b = if key { Some(&bufs[bufs.len() - 1]) } else { None };
             let bufs = &bufs[..bufs.len() - gemm as usize - key as usize];
-            let (x, weight, out) = (&bufs[0], &bufs[1], &bufs[bufs.len() - 1]);
+            let w_at = 1 + stats.is_some() as usize;
+            let (x, weight, out) = (&bufs[0], &bufs[w_at], &bufs[bufs.len() - 1]);
             float_operand(x, "x", rows * k)?;
             float_operand(weight, "weight", n * k)?;
             float_operand(out, "out", rows * n)?;
             if bias {
-                float_operand(&bufs[2], "bias", n)?;
-                load_all(operand(regions, &bufs[2])?, bufs[2].dtype, &mut s.b);
+                float_operand(&bufs[w_at + 1], "bias", n)?;
+                load_all(operand(regions, &bufs[w_at + 1])?, bufs[w_at + 1].dtype, &mut s.b);
+            }
+            let mut scale = vec![1.0f32; rows];
+            if let Some(eps) = stats {
+                ensure!(k % 8 == 0, "normed linear: {k} input features are not whole 8-feature groups");
+                typed_operand(&bufs[1], "sumsq", DType::F32, rows * (k / 8))?;
+                let mut sums = Vec::new();
+                load_all(operand(regions, &bufs[1])?, DType::F32, &mut sums);
+                for (r, sc) in scale.iter_mut().enumerate() {
+                    *sc = crate::ir::stats_inv(&sums[r * (k / 8)..(r + 1) * (k / 8)], k, eps);
+                }
             }
             load_all(operand(regions, x)?, x.dtype, &mut s.a);
             let wb = operand(regions, weight)?;
@@ -486,6 +502,7 @@ fn execute(regions: &mut [Vec<u8>; N_REGIONS], s: &mut Scratch, launch: &Launch)
             let tiled = s.tiled(weight);
             let (bias_v, out_v) = (&s.b, &mut s.out);
             gemv_each(&s.a, wb, weight.dtype, tiled, k, n, rows, &mut s.row, |r, col, acc| {
+                let acc = if stats.is_some() { acc * scale[r] } else { acc };
                 out_v[r * n + col] = if bias { acc + bias_v[col] } else { acc };
             });
             store(regions, out, &s.out)?;
@@ -503,16 +520,19 @@ fn execute(regions: &mut [Vec<u8>; N_REGIONS], s: &mut Scratch, launch: &Launch)
             Ok(())
         }
         // The prefetch operand (`l2_prefetch` > 0) is a hint for the GPU's L2: nothing reads it here.
-        Kernel::FusedLinear { rows, in_features, out_features, norm, eps, bias, residual, l2_prefetch } => {
+        // With `out_norm`, the stored output then gives the next norm's operands (`ir::OutNorm`).
+        Kernel::FusedLinear { rows, in_features, out_features, norm, eps, bias, residual, l2_prefetch, out_norm } => {
             let (rows, k, n) = (rows as usize, in_features as usize, out_features as usize);
-            let bufs = arity(launch, 2 + norm as usize + bias as usize + residual as usize + (l2_prefetch > 0) as usize, 1)?;
+            let reads = 2 + norm as usize + bias as usize + residual as usize + out_norm as usize + (l2_prefetch > 0) as usize;
+            let bufs = arity(launch, reads, 1 + out_norm as usize)?;
             let mut next = bufs.iter();
             let x = next.next().expect("arity checked");
             let norm_w = if norm { next.next() } else { None };
             let weight = next.next().expect("arity checked");
             let bias_b = if bias { next.next() } else { None };
             let residual_b = if residual { next.next() } else { None };
-            let out = &bufs[bufs.len() - 1];
+            let out_norm_w = if out_norm { next.next() } else { None };
+            let out = &bufs[reads];
             float_operand(x, "x", rows * k)?;
             float_operand(weight, "weight", n * k)?;
             float_operand(out, "out", rows * n)?;
@@ -545,7 +565,10 @@ fn execute(regions: &mut [Vec<u8>; N_REGIONS], s: &mut Scratch, launch: &Launch)
                 let acc = if bias { acc + bias_v[col] } else { acc };
                 out_v[r * n + col] = if residual { residual_v[r * n + col] + round_to(out.dtype, acc) } else { acc };
             });
-            store(regions, out, &s.out)
+            match out_norm_w {
+                Some(w) => store_out_norm(regions, &s.out, w, [out, &bufs[reads + 1]], rows, n),
+                None => store(regions, out, &s.out),
+            }
         }
         // Three `FusedLinear`s (no residual) over one normed x.
         Kernel::QkvLinear { rows, in_features, out_features, norm, eps, bias } => {
@@ -1074,6 +1097,31 @@ fn sample(regions: &mut [Vec<u8>; N_REGIONS], s: &mut Scratch, rows: usize, voca
         c.copy_from_slice(&t.to_le_bytes());
     }
     Ok(())
+}
+
+/// A linear's output `o` (`rows x n`, before its rounding to `out`'s dtype) stored with an
+/// `ir::OutNorm`: `out = dt(dt(o) * w)` and each row's squares of `dt(o)` per 8 features in the
+/// pairwise order of `ir::group_sumsq`.
+fn store_out_norm(
+    regions: &mut [Vec<u8>; N_REGIONS],
+    o: &[f32],
+    w: &BufArg,
+    [normed, sumsq]: [&BufArg; 2],
+    rows: usize,
+    n: usize,
+) -> Result<()> {
+    let dtype = normed.dtype;
+    ensure!(n.is_multiple_of(8), "out_norm: {n} output features are not whole 8-feature groups");
+    float_operand(w, "out-norm weight", n)?;
+    float_operand(normed, "normed", rows * n)?;
+    typed_operand(sumsq, "sumsq", DType::F32, rows * (n / 8))?;
+    let mut wv = Vec::new();
+    load_all(operand(regions, w)?, w.dtype, &mut wv);
+    let stored: Vec<f32> = o.iter().map(|&v| round_to(dtype, v)).collect();
+    let h: Vec<f32> = stored.iter().enumerate().map(|(i, &v)| round_to(normed.dtype, v * wv[i % n])).collect();
+    let sums: Vec<f32> = stored.chunks_exact(8).map(|g| crate::ir::group_sumsq(g.try_into().expect("chunks of 8"))).collect();
+    store(regions, normed, &h)?;
+    store(regions, sumsq, &sums)
 }
 
 /// The input a fused linear multiplies, into `s.a`, and the factor of each row's sums (returned,

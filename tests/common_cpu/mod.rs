@@ -309,3 +309,88 @@ pub fn prefill_then_decode(
         check(&format!("decode step {i}"), ea.read_tensor(names::LOGITS, 8 * v).unwrap(), eb.read_tensor(names::LOGITS, 8 * v).unwrap());
     }
 }
+
+/// One-step decode and device loops of a plan on the CPU executor (`tests/device_loop.rs`,
+/// `tests/output_norm.rs`): sequences at KV bases `r * MAX_CONTEXT`, plans of that context.
+pub mod loops {
+    use kiln::ir::Phase;
+    use kiln::lower::{names, MAX_STOP_IDS};
+    use kiln::plan::Plan;
+    use kiln::runtime::cpu::CpuExecutor;
+    use kiln::runtime::{Executor, StepBlock};
+    use kiln::synth::MemWeights;
+
+    /// The context of the plans these helpers run (each sequence's KV rows).
+    pub const MAX_CONTEXT: usize = 64;
+
+    pub fn ints(b: &[u8]) -> Vec<i32> {
+        b.chunks_exact(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+    }
+
+    /// Step block for `rows` sequences at `pos`, feeding `ids`, sampling with `temperature`.
+    pub fn step_for(plan: &Plan, ids: &[i32], pos: &[i32], temperature: f32) -> StepBlock {
+        let rows = ids.len();
+        let mut s = StepBlock::new(plan);
+        s.set_i32(plan, names::TOKEN_IDS, ids).unwrap();
+        s.set_i32(plan, names::POSITIONS, pos).unwrap();
+        let bases: Vec<i32> = (0..rows as i32).map(|r| r * MAX_CONTEXT as i32).collect();
+        s.set_i32(plan, names::CACHE_BASE, &bases).unwrap();
+        s.set_f32(plan, names::TEMPERATURE, &vec![temperature; rows]).unwrap();
+        s.set_i32(plan, names::TOP_K, &vec![0; rows]).unwrap();
+        s.set_f32(plan, names::TOP_P, &vec![1.0; rows]).unwrap();
+        s.set_u32(plan, names::SEED, &(0..rows as u32).map(|r| 5 + r).collect::<Vec<_>>()).unwrap();
+        let counters: Vec<u32> = pos.iter().map(|&p| (p + 1) as u32).collect();
+        s.set_u32(plan, names::COUNTER, &counters).unwrap();
+        s
+    }
+
+    /// One-step decode: `steps` launches of decode.b{rows}, feeding back each sampled token.
+    pub fn one_step(plan: &Plan, w: &MemWeights, first: &[i32], start: i32, steps: usize, temperature: f32) -> Vec<Vec<i32>> {
+        let mut exec = CpuExecutor::new(plan.clone(), w).unwrap();
+        let rows = first.len();
+        let prog = plan.program(Phase::Decode, rows).unwrap();
+        let mut ids = first.to_vec();
+        let mut out = Vec::new();
+        for i in 0..steps {
+            let pos = vec![start + i as i32; rows];
+            exec.run(prog, &step_for(plan, &ids, &pos, temperature)).unwrap();
+            ids = ints(&exec.read_tensor(names::TOKENS, 4 * rows).unwrap());
+            out.push(ids.clone());
+        }
+        out
+    }
+
+    /// The same through one run of loop.b{rows}; returns the ring's rows and the control words.
+    pub fn looped(
+        plan: &Plan,
+        w: &MemWeights,
+        first: &[i32],
+        start: i32,
+        budget: u32,
+        stops: &[i32],
+        temperature: f32,
+    ) -> (Vec<Vec<i32>>, Vec<u32>) {
+        let mut exec = CpuExecutor::new(plan.clone(), w).unwrap();
+        let rows = first.len();
+        let prog = plan.program(Phase::DecodeLoop, rows).unwrap();
+        let mut s = step_for(plan, first, &vec![start; rows], temperature);
+        let mut control = vec![budget, 0, 0, MAX_CONTEXT as u32];
+        control.extend(std::iter::repeat_n(0, rows));
+        s.set_u32(plan, names::LOOP_CONTROL, &control).unwrap();
+        let mut stop_ids = vec![-1i32; MAX_STOP_IDS];
+        stop_ids[..stops.len()].copy_from_slice(stops);
+        s.set_i32(plan, names::LOOP_STOP_IDS, &stop_ids).unwrap();
+        exec.run(prog, &s).unwrap();
+        if let Some(key) = plan.tensor("argmax_key") {
+            // Every step's sample_advance leaves the key zeroed for the next step's logits.
+            let key = exec.read_tensor("argmax_key", key.bytes as usize).unwrap();
+            assert!(key.iter().all(|&b| b == 0), "argmax key left at {key:?}");
+        }
+        let ring_bytes = plan.tensor(names::RING).unwrap().bytes as usize;
+        let ring = ints(&exec.read_tensor(names::RING, ring_bytes).unwrap());
+        let ctl_bytes = 4 * (4 + rows);
+        let ctl: Vec<u32> = ints(&exec.read_tensor(names::LOOP_CONTROL, ctl_bytes).unwrap()).into_iter().map(|x| x as u32).collect();
+        let produced = ctl[1] as usize;
+        (ring[..produced * rows].chunks(rows).map(|c| c.to_vec()).collect(), ctl)
+    }
+}

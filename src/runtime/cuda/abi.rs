@@ -36,17 +36,21 @@ pub fn symbol(kernel: &Kernel, bufs: &[BufArg]) -> String {
     let first_float = bufs.iter().find(|b| b.dtype.is_float()).map(|b| b.dtype.name()).unwrap_or("f32");
     match kernel {
         // The output is the last operand but for the argmax key (u32) after it.
-        Kernel::Linear { argmax, .. } => {
+        Kernel::Linear { argmax, stats, .. } => {
             let out = bufs.iter().rev().find(|b| b.dtype.is_float()).map(|b| b.dtype.name()).unwrap_or("f32");
             let a = if *argmax { "argmax_" } else { "" };
-            format!("kiln_linear_{a}{first_float}_{out}")
+            let st = if stats.is_some() { "stats_" } else { "" };
+            format!("kiln_linear_{a}{st}{first_float}_{out}")
         }
         Kernel::Sample { .. } => "kiln_sample_f32".to_string(),
         Kernel::Advance { .. } => "kiln_advance".to_string(),
         Kernel::SampleAdvance { .. } => "kiln_sample_advance_f32".to_string(),
-        Kernel::FusedLinear { .. } => {
-            let out = bufs.last().map(|b| b.dtype.name()).unwrap_or("f32");
-            format!("kiln_fused_linear_{first_float}_{out}")
+        // With an out-norm, `out` is second from last (before sumsq).
+        Kernel::FusedLinear { out_norm, .. } => {
+            let at = bufs.len().saturating_sub(if *out_norm { 2 } else { 1 });
+            let out = bufs.get(at).map(|b| b.dtype.name()).unwrap_or("f32");
+            let on = if *out_norm { "outnorm_" } else { "" };
+            format!("kiln_fused_linear_{on}{first_float}_{out}")
         }
         // One entry point per chunk of heads (registers of that many heads).
         Kernel::AttentionCluster { chunk_heads, .. } => format!("kiln_attention_cluster_g{chunk_heads}_{first_float}"),
@@ -71,12 +75,14 @@ pub fn scalars(kernel: &Kernel) -> Vec<Scalar> {
         Kernel::AddRmsNorm { rows, dim, eps } => vec![U32(rows), U32(dim), F32(eps)],
         // (x, weight, out, rows, heads, head_dim, eps)
         Kernel::HeadRmsNorm { rows, heads, head_dim, eps } => vec![U32(rows), U32(heads), U32(head_dim), F32(eps)],
-        // (x, weight, [bias,] out, [argmax_key,] rows, in_features, out_features, has_bias). Without
-        // a bias the pointer list has no bias entry; the kernel takes a bias pointer anyway and the
-        // runtime passes 0 in its place (see `pointer_slots`). The argmax key only for
-        // `kiln_linear_argmax_*`.
-        Kernel::Linear { rows, in_features, out_features, bias, .. } => {
-            vec![U32(rows), U32(in_features), U32(out_features), U32(bias as u32)]
+        // (x, [sumsq,] weight, [bias,] out, [argmax_key,] rows, in_features, out_features, has_bias
+        // [, eps]). Without a bias the pointer list has no bias entry; the kernel takes a bias
+        // pointer anyway and the runtime passes 0 in its place (see `pointer_slots`). The argmax
+        // key only for `kiln_linear_argmax_*`; sumsq and eps only for `kiln_linear_*stats_*`.
+        Kernel::Linear { rows, in_features, out_features, bias, stats, .. } => {
+            let mut v = vec![U32(rows), U32(in_features), U32(out_features), U32(bias as u32)];
+            v.extend(stats.map(F32));
+            v
         }
         // A library call (`blaslt`): no kernel parameters.
         Kernel::Gemm { .. } => vec![],
@@ -105,10 +111,11 @@ pub fn scalars(kernel: &Kernel) -> Vec<Scalar> {
         | Kernel::AttentionPrefill { rows, heads, kv_heads, head_dim, scale, kv_rows } => {
             vec![U32(rows), U32(heads), U32(kv_heads), U32(head_dim), F32(scale), U32(kv_rows)]
         }
-        // (x, norm_w|0, weight, bias|0, residual|0, out, prefetch|0, rows, in_features, out_features,
-        //  has_norm, eps, has_bias, has_residual, l2_prefetch); absent operands are null pointer
-        //  slots (`pointers`).
-        Kernel::FusedLinear { rows, in_features, out_features, norm, eps, bias, residual, l2_prefetch } => vec![
+        // (x, norm_w|0, weight, bias|0, residual|0, out, prefetch|0, [out_norm_w, sumsq,]
+        //  rows, in_features, out_features, has_norm, eps, has_bias, has_residual, l2_prefetch);
+        //  absent operands are null pointer slots (`pointers`); the out-norm's two only for
+        //  `kiln_fused_linear_outnorm_*`.
+        Kernel::FusedLinear { rows, in_features, out_features, norm, eps, bias, residual, l2_prefetch, .. } => vec![
             U32(rows),
             U32(in_features),
             U32(out_features),
@@ -250,7 +257,7 @@ pub fn by_value_slots(kernel: &Kernel) -> Vec<u64> {
 pub fn pointer_slots(kernel: &Kernel, bufs: &[BufArg]) -> usize {
     match kernel {
         Kernel::Linear { bias: false, .. } => bufs.len() + 1,
-        Kernel::FusedLinear { .. } => 7,
+        Kernel::FusedLinear { out_norm, .. } => 7 + 2 * *out_norm as usize,
         Kernel::QkvLinear { .. } => 11,
         Kernel::QkvRope { .. } => 9,
         Kernel::RopeKvWrite { .. } => 8,
@@ -266,15 +273,21 @@ pub fn pointer_slots(kernel: &Kernel, bufs: &[BufArg]) -> usize {
 pub fn pointers(kernel: &Kernel, bufs: &[BufArg], region_base: &[u64; crate::plan::N_REGIONS]) -> Vec<u64> {
     let mut p: Vec<u64> = bufs.iter().map(|b| region_base[b.region.index()] + b.offset).collect();
     match *kernel {
-        Kernel::Linear { bias: false, .. } => p.insert(2, 0),
-        // Fixed slots x, norm_w, weight, bias, residual, out, prefetch; absent ones are null (the
-        // operands list the prefetch span before out).
-        Kernel::FusedLinear { norm, bias, residual, l2_prefetch, .. } => {
+        Kernel::Linear { bias: false, stats, .. } => p.insert(2 + stats.is_some() as usize, 0),
+        // Fixed slots x, norm_w, weight, bias, residual, out, prefetch (then, with an out-norm,
+        // out_norm_w, sumsq); absent ones are null (the operands list the out-norm weight
+        // and the prefetch span before out).
+        Kernel::FusedLinear { norm, bias, residual, l2_prefetch, out_norm, .. } => {
             let mut it = p.into_iter();
             let mut next = |present: bool| if present { it.next().unwrap_or(0) } else { 0 };
             let head = [next(true), next(norm), next(true), next(bias), next(residual)];
+            let out_norm_w = next(out_norm);
             let prefetch = next(l2_prefetch > 0);
-            return [head.to_vec(), vec![next(true), prefetch]].concat();
+            let mut slots = [head.to_vec(), vec![next(true), prefetch]].concat();
+            if out_norm {
+                slots.extend([out_norm_w, next(true)]);
+            }
+            return slots;
         }
         Kernel::GatedLinear { norm: false, .. } => p.insert(1, 0),
         Kernel::SampleAdvance { argmax: false, .. } => p.push(0),
