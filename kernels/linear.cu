@@ -1,6 +1,8 @@
 // linear.cu: kiln_linear_{dt}_{outdt}(x, weight, bias, out, rows, in_features, out_features, has_bias)
 //   dt in {f32, f16, bf16} is the storage type of x, weight and bias; outdt in {dt, f32} is the
 //   type of out (f32 for logits). `bias` is a null pointer when has_bias == 0.
+//   Also kiln_linear_argmax_{dt}_f32 (Op::LinearArgmax) and kiln_linear[_argmax]_stats_bf16_f32
+//   (Op::NormedLinear), declared at the end.
 //
 // Check on a GPU: python3 scripts/kernel_check.py --only linear --bench   (NVRTC build, no GPU:
 // cargo test --test kernels_compile, or python3 scripts/kernel_check.py --compile-only)

@@ -3,6 +3,8 @@
 //   kiln_fused_linear_{dt}_{outdt}(x, norm_w, weight, bias, residual, out, l2_prefetch, rows,
 //                                  in_features, out_features, has_norm, eps, has_bias,
 //                                  has_residual, l2_prefetch_bytes)
+//   kiln_fused_linear_outnorm_bf16_bf16(.., out, l2_prefetch, out_norm_w, sumsq, ..)   (with an
+//                                  ir::OutNorm: see its declaration near the end)
 //   kiln_gated_linear_{dt}(x, norm_w, gate, up, out, rows, in_features, out_features, has_norm, eps)
 //   kiln_qkv_linear_{dt}(x, norm_w, wq, wk, wv, bq, bk, bv, out_q, out_k, out_v, rows, in_features,
 //                        nq, nk, nv, has_norm, eps, has_bias)   (Op::QkvLinear, near the end)
