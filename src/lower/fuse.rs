@@ -51,10 +51,11 @@
 //!     the output norm `rms_norm(s)` read only by the bias-less vocabulary projection, `s` made
 //!     by a `FusedLinear` (the last down projection) and read by nothing else -> that
 //!     `FusedLinear` writes `s ⊙ norm_w` instead of `s`, and each row's squares summed per 8
-//!     features (`ir::OutNorm`), and the projection becomes a `NormedLinear` that takes the row's inverse
-//!     RMS from those sums in its epilogue: the norm's launch and its boundary leave the step,
-//!     and no block of the vocabulary GEMV reduces over x (what made rewrite 1 lose there).
-//!     Both decode programs take it, so a device loop and one-step decode stay bit-identical.
+//!     features (`ir::OutNorm`), and the projection becomes a `NormedLinear` that takes the
+//!     row's inverse RMS from those sums in its epilogue: the norm's launch and its boundary
+//!     leave the step, and no block of the vocabulary GEMV reduces over x (what made rewrite 1
+//!     lose there). Both decode programs take it, so a device loop and one-step decode stay
+//!     bit-identical.
 //!
 //! Values are renumbered densely in order of first use afterwards, so dumps stay canonical.
 //!
