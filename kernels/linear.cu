@@ -109,35 +109,80 @@ template <typename T> struct GemvPlainX {
   __device__ __forceinline__ uint4 finish(const uint4& v, unsigned int) const { return v; }
 };
 
-// Op::NormedLinear (kiln_linear_*stats_*): inv[i] = 1 / sqrt(sum(sumsq[row0 + i]) / in + eps) for
-// i < n, the inverse RMS of the rows whose statistics an out-norm (linear_fused.cu OutNormArgs)
-// stored, `groups` = in / 8 sums per row, added as ir::stats_inv does: warp w takes rows w, w +
-// warps, ..; lane l adds the row's sums l, l + 32, .. in order, then warp_sum (xor 16 .. 1). Every
-// thread calls it after kiln::wait_prior_grids() (the sums are the prior grid's: ld.cg, never the
-// non-coherent path); a barrier must come before `inv` is read.
-__device__ __forceinline__ void stats_inv_rows(const float* sumsq, unsigned int row0, unsigned int n,
-                                               unsigned int groups, unsigned int in, float eps, float* inv) {
+// Op::NormedLinear (kiln_linear_*stats_*): inv[i] = 1 / sqrt(sum(row i) / in + eps) for i < n, the
+// inverse RMS of the rows whose statistics an out-norm (linear_fused.cu OutNormArgs) stored: row i
+// is `groups` = in / 8 floats at rows[i * groups], added as ir::stats_inv does: warp w takes rows w,
+// w + warps, ..; lane l adds the row's sums l, l + 32, .. in order, then warp_sum (xor 16 .. 1).
+// `rows` is the prior grid's sumsq (read with ld.cg after kiln::wait_prior_grids(), never through
+// the non-coherent path) or the block's shared-memory copy of it (GemvStatsX's stage). A barrier must
+// come before another warp reads `inv`.
+template <bool SHARED>
+__device__ __forceinline__ void stats_inv_rows(const float* rows, unsigned int n, unsigned int groups, unsigned int in,
+                                               float eps, float* inv) {
   const unsigned int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
   for (unsigned int i = warp; i < n; i += warps) {
-    const float* row = sumsq + (size_t)(row0 + i) * groups;
+    const float* row = rows + (size_t)i * groups;
     float t = 0.0f;
-    for (unsigned int g = lane; g < groups; g += 32) t = __fadd_rn(t, __ldcg(row + g));
+    for (unsigned int g = lane; g < groups; g += 32) t = __fadd_rn(t, SHARED ? row[g] : __ldcg(row + g));
     t = warp_sum(t);
     if (lane == 0) inv[i] = 1.0f / sqrtf(t / (float)in + eps);
   }
 }
 
-// The plain GEMV's x operand for an Op::NormedLinear: x as GemvPlainX, and prepare() (right after
-// the wait) fills inv[r] for the block's rows (stats_inv_rows); gemv_mma_sum's barrier publishes it
-// before the epilogue scales by it.
-template <typename T> struct GemvStatsX {
+// KILN_STATS_ASYNC (default 1; `KILN_NVRTC_DEFINES=KILN_STATS_ASYNC=0` for an A/B): right after the
+// wait, warp w copies row w of sumsq into shared memory with cp.async (ld.cg's L2 path, no register
+// and no stall) and sums it at the end of its main loop, before the block sum's barrier; 0, or rows
+// that do not fit the stage (rows x in / 8 floats, 16-byte rows: in % 32 == 0), read and sum sumsq
+// there (an L2 round trip before the block sum; summing right after the wait instead, the first
+// form, made the warp's first MMA wait for it). The same additions in the same order either way:
+// the same bits.
+#ifndef KILN_STATS_ASYNC
+#define KILN_STATS_ASYNC 1
+#endif
+
+// The plain GEMV's x operand for an Op::NormedLinear: x as GemvPlainX; prepare() (right after the
+// wait) starts the copy of the block's rows of sumsq into the stage (the shared memory `smem` holds
+// past the block sum's partials, WARPS x 4 x 32 floats), and finish_stats() (every thread, after the
+// main loop, before gemv_mma_sum's barrier, which publishes inv to the epilogue) sums the staged copy,
+// or, where the rows do not fit the stage, sumsq itself (ld.cg). Warp w copies and sums row w: __syncwarp() after its own
+// copies' wait is the only ordering the stage needs. Nothing but what the GEMV keeps anyway (x, the
+// shared-memory base, the shapes) lives across the main loop.
+template <typename T, int WARPS> struct GemvStatsX {
+  static constexpr unsigned int STAGE = KILN_LINEAR_SMEM - WARPS * 4 * 32;  // floats
   GemvPlainX<T> x;
   const float* sumsq;
+  float* smem;
+  float* inv;
   unsigned int rows, in;
   float eps;
-  float* inv;
+  __device__ __forceinline__ bool staged() const {
+    return KILN_STATS_ASYNC != 0 && (in / 8) % 4 == 0 && rows * (in / 8) <= STAGE;
+  }
   __device__ __forceinline__ void prefetch() {}
-  __device__ __forceinline__ void prepare() { stats_inv_rows(sumsq, 0, rows, in / 8, in, eps, inv); }
+  __device__ __forceinline__ void prepare() {
+    const unsigned int groups = in / 8;
+    if (!staged()) return;
+    float* stage = smem + WARPS * 4 * 32;
+    const unsigned int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    for (unsigned int r = warp; r < rows; r += WARPS) {
+      for (unsigned int v = lane; v < groups / 4; v += 32) {
+        const size_t at = (size_t)r * groups + 4 * v;
+        const unsigned int dst = static_cast<unsigned int>(__cvta_generic_to_shared(stage + at));
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(sumsq + at));
+      }
+    }
+    asm volatile("cp.async.commit_group;\n");
+  }
+  // Idempotent (a walking block calls it once per tile: the same sums again).
+  __device__ __forceinline__ void finish_stats() const {
+    if (!staged()) {
+      stats_inv_rows<false>(sumsq, rows, in / 8, in, eps, inv);
+      return;
+    }
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+    __syncwarp();
+    stats_inv_rows<true>(smem + WARPS * 4 * 32, rows, in / 8, in, eps, inv);
+  }
   __device__ __forceinline__ uint4 load(unsigned int off) const { return x.load(off); }
   __device__ __forceinline__ uint4 finish(const uint4& v, unsigned int off) const { return x.finish(v, off); }
 };
@@ -459,7 +504,7 @@ __device__ void linear_gemv_mma(const T* x, const T* w, const T* bias,
   const GemvPlainX<T> plain{x + (size_t)rx * in + gemv_mma_first<WARPS, U>()};
   auto xop = [&]() {
     if constexpr (STATS) {
-      return GemvStatsX<T>{plain, sumsq, rows, in, eps, inv};
+      return GemvStatsX<T, WARPS>{plain, sumsq, partial, inv, rows, in, eps};
     } else {
       return plain;
     }
@@ -480,6 +525,7 @@ __device__ void linear_gemv_mma(const T* x, const T* w, const T* bias,
       if (threadIdx.x < 128 && (threadIdx.x & 31) < 4 && fr < rows) seen = __ldcg(argmax + fr);
     }
 #endif
+    if constexpr (STATS) xop.finish_stats();
     gemv_mma_sum<1, WARPS>(c, partial, s);
     if (threadIdx.x < 128) {
       const unsigned int i = threadIdx.x >> 5, l = threadIdx.x & 31;

@@ -719,13 +719,15 @@ __device__ void fused_gemv_mma_tile(const T* x, const T* nw, const T* w,
       // x as fused_gemv_sums reads it without a norm (FusedNormX<T, false>: the same loads).
       EarlyResidualX<GemvPlainX<T>, O> xop{GemvPlainX<T>{x + (size_t)rx * in + gemv_mma_first<WARPS, U>()},
                                            mine ? residual + idx : nullptr, 0.0f, pf};
-      // ON: this slot's norm weight (a weight: read before the wait, with the first weight loads).
-      float wn = 0.0f;
+      // ON: this slot's norm weight, a weight: loaded before the wait, with the first weight loads
+      // (volatile, so that the compiler does not sink it into the epilogue: a DRAM round trip there).
+      unsigned short wn_bits = 0;
       if constexpr (ON) {
-        if (mine) wn = to_f32(__ldg(on.w + n));
+        if (mine) asm volatile("ld.global.nc.u16 %0, [%1];" : "=h"(wn_bits) : "l"(on.w + n));
       }
       float c[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
       gemv_mma_loop<T, 1, WARPS, D, UU, KILN_LINEAR_GEMV_XPRE != 0>(wq, ra, rb, in, xop, c);
+      const float wn = __uint_as_float((unsigned int)wn_bits << 16);  // bf16 (the out-norm's dtype)
       float s1[1];
       gemv_mma_sum<1, WARPS>(c, smem, s1);
       O o = from_f32<O>(0.0f);
@@ -934,6 +936,7 @@ __device__ void fused_linear(const T* x, const T* nw, const T* w, const T* wu, c
                              unsigned int has_bias_u, unsigned int has_res_u, L2Span pf = L2Span{nullptr, 0u},
                              OutNormArgs<O> on = OutNormArgs<O>{nullptr, nullptr}) {
   static_assert(!ON || !GATED, "the out-norm is a plain fused linear's");
+  static_assert(!ON || (sizeof(O) == 2 && PostNorm<O>::value), "the out-norm's output is bf16");
   __shared__ __align__(16) float smem[KILN_FUSED_SMEM];
   __shared__ float inv_s[KILN_FUSED_TILE];
   KILN_ABLATED(GATED ? 1 : 2);

@@ -669,8 +669,11 @@ class Checker:
             self.report.record(f"{name}: sumsq", dt.name, sums.get().tobytes() == group_sumsq(o).tobytes(),
                                "ir::group_sumsq of o, bitwise")
 
-        # Consumer: the Llama-3.2-1B's logits, Qwen2.5-0.5B-like and batch rows; default and _o3.
-        for R, K, N in ((1, 2048, 128256), (1, 896, 151936), (2, 896, 1000), (8, 512, 4864)):
+        # Consumer: the Llama-3.2-1B's logits, Qwen2.5-0.5B-like and batch rows, default and _o3, the
+        # sums staged in shared memory (KILN_STATS_ASYNC); the last two read them from global memory
+        # instead (125 sums per row: not 16-byte rows; 8 x 512 sums: more than the stage holds).
+        for R, K, N in ((1, 2048, 128256), (1, 896, 151936), (2, 896, 1000), (8, 512, 4864), (3, 1000, 700),
+                        (8, 4096, 300)):
             x = self.dev(dt.store(self.rand(R, K, scale=2.0)))
             w = self.dev(dt.store(self.rand(N, K, scale=1.0 / math.sqrt(K))))
             sums_h = (np.abs(self.rand(R, K // 8)) * 8.0 + 0.5).astype(f32)

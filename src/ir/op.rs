@@ -146,7 +146,7 @@ pub struct OutNorm {
 }
 
 /// Sum of `sumsq` rows (an [`OutNorm`]'s, `[rows, groups]`) the way the GPU's consumer adds them
-/// (`kernels/linear.cu` `stats_inv`): lane `l` of a warp adds `row[l], row[l + 32], ..` in order,
+/// (`kernels/linear.cu` `stats_inv_rows`): lane `l` of a warp adds `row[l], row[l + 32], ..` in order,
 /// then the 32 lane sums meet in a butterfly (xor 16, 8, 4, 2, 1). Returns the row's inverse RMS
 /// `1 / sqrt(sum / in_features + eps)`.
 pub fn stats_inv(row: &[f32], in_features: usize, eps: f32) -> f32 {
