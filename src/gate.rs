@@ -226,7 +226,10 @@ impl Gate {
 /// an untied output, Qwen2 with QKV biases, Qwen3 with Q/K norms and q_dim != hidden, and the
 /// llama2.c interleaved RoPE. Their FFN width (344) cannot be tile-packed, so their 16-bit plans
 /// are row-major (`lower::tiles`); `llama-tiles` is the Llama one with an FFN of 352, whose 16-bit
-/// plans are tile-packed by default.
+/// plans are tile-packed by default; `llama-vocab` is `llama-tiles` with a vocabulary over
+/// `lower::fuse::NORM_PROLOGUE_MAX_FEATURES` (16896), whose fused decode keeps the vocabulary
+/// projection a plain GEMV as the real models' does: a device loop's argmax key (rewrite 9) and, in
+/// bf16, the output norm carried by the last down projection (rewrite 10).
 pub fn random_config(kind: &str) -> Result<ModelConfig> {
     let rope = |style, theta, scaling| RopeSpec { style, theta, rotary_dim: 0, scaling };
     let mut c = ModelConfig {
@@ -248,9 +251,12 @@ pub fn random_config(kind: &str) -> Result<ModelConfig> {
         eos_token_ids: vec![2],
     };
     match kind {
-        "llama" | "llama-tiles" => {
-            if kind == "llama-tiles" {
+        "llama" | "llama-tiles" | "llama-vocab" => {
+            if kind != "llama" {
                 c.intermediate_size = 352;
+            }
+            if kind == "llama-vocab" {
+                c.vocab_size = (crate::lower::fuse::NORM_PROLOGUE_MAX_FEATURES + 512).next_multiple_of(256);
             }
             c.tie_word_embeddings = false;
             c.rope = rope(
@@ -1109,7 +1115,13 @@ pub fn main(args: &GateArgs) -> Result<()> {
             }
         }
         // The fused plans (`--fuse`: norm prologues, gated MLP, residual epilogues).
-        for (kind, dtype) in [("llama", DType::F32), ("qwen2", DType::BF16), ("qwen3", DType::BF16), ("llama-tiles", DType::BF16)] {
+        for (kind, dtype) in [
+            ("llama", DType::F32),
+            ("qwen2", DType::BF16),
+            ("qwen3", DType::BF16),
+            ("llama-tiles", DType::BF16),
+            ("llama-vocab", DType::BF16),
+        ] {
             if let Err(e) = check_random_vs_cpu(&mut g, kind, dtype, args.seed, args.per_launch, true) {
                 g.error(&format!("2 gpu==cpu [{kind} {dtype} fused]"), e);
             }
@@ -1121,9 +1133,13 @@ pub fn main(args: &GateArgs) -> Result<()> {
         }
     }
     if want(5) {
-        for (kind, dtype, fuse) in
-            [("llama", DType::F32, false), ("qwen3", DType::BF16, false), ("qwen2", DType::BF16, true), ("llama-tiles", DType::BF16, true)]
-        {
+        for (kind, dtype, fuse) in [
+            ("llama", DType::F32, false),
+            ("qwen3", DType::BF16, false),
+            ("qwen2", DType::BF16, true),
+            ("llama-tiles", DType::BF16, true),
+            ("llama-vocab", DType::BF16, true),
+        ] {
             // The CPU stand-in only tests the check itself: one full burst and a partial one.
             let tokens = if args.cpu_stand_in { LOOP_BURST + 16 } else { LOOP_TOKENS };
             if let Err(e) = check_device_loop(&mut g, kind, dtype, tokens, args.seed, fuse) {

@@ -154,8 +154,9 @@ fn a_tiled_plan_survives_its_file_and_its_dump_names_the_layout() {
 
 #[test]
 fn the_gate_checks_a_tiled_plan_and_row_major_ones() {
-    // `kiln gate`'s `llama-tiles` model gets tile-packed plans by default, its other 16-bit models row-major.
-    for (kind, tiled) in [("llama-tiles", true), ("llama", false), ("qwen2", false), ("qwen3", false)] {
+    // `kiln gate`'s `llama-tiles` and `llama-vocab` models get tile-packed plans by default, its other
+    // 16-bit models row-major.
+    for (kind, tiled) in [("llama-tiles", true), ("llama-vocab", true), ("llama", false), ("qwen2", false), ("qwen3", false)] {
         let cfg = kiln::gate::random_config(kind).unwrap();
         let plan = build_plan_tiles(&cfg, &options(DType::BF16, true), Mode::Auto).unwrap();
         assert_eq!(plan.gemv_tiles(), tiled, "{kind}");

@@ -1,8 +1,10 @@
 #!/bin/bash
 # Written in session 45 (no device lent that session; never run). The next session's first call: the output
 # norm carried by its producer (KILN_FUSE_OUTPUT_NORM=1, plan time; lower::fuse rewrite 10), built in session 45.
-# Carry: [".device/bin/kiln-s45.xz", ".device/kc45", ".device/kcc45"] (main's binary, stripped; its two kernel
-# modules; kernel_check's CUBIN of the working tree's kernels/).
+# Carry: [".device/bin/kiln-s45.xz", ".device/kc45", ".device/kcc45"] (main 2fbc52d's binary, stripped; its two
+# kernel modules (`kiln kernels --modules both`); kernel_check's CUBINs of main's kernels/: the default unit and
+# the walk / tiles / tiles + walk variants, from `--compile-only` and nvrtc_cubin with KILN_CHECK_CACHE). Any
+# later change to kernels/ makes them stale (a ~75 s NVRTC compile each on the device).
 # 1. kernel_check: out_norm (the new kernels, bitwise against kiln_fused_linear / kiln_linear) and the GEMV
 #    checks of the kernels whose epilogue code moved (linear, fused, dense, walk, tiles, norm_pass: same bits).
 # 2. greedy ids of the 3 shapes and the 1B sampled, knob off (must be the references) and on (recorded: the
