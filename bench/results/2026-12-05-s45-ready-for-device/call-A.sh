@@ -1,8 +1,8 @@
 #!/bin/bash
 # Written in session 45 (no device lent that session; never run). The next session's first call: the output
 # norm carried by its producer (KILN_FUSE_OUTPUT_NORM=1, plan time; lower::fuse rewrite 10), built in session 45.
-# Carry: [".device/bin/kiln-s45.xz", ".device/kc45", ".device/kcc45"] (main 2fbc52d's binary, stripped; its two
-# kernel modules (`kiln kernels --modules both`); kernel_check's CUBINs of main's kernels/: the default unit and
+# Carry: [".device/bin/kiln-s45.xz", ".device/kc45", ".device/kcc45"] (main e1cbcc3's binary, stripped, whose gate
+# has the large-vocabulary model; its two kernel modules (`kiln kernels --modules both`, kernels/ as of 2fbc52d); kernel_check's CUBINs of main's kernels/: the default unit and
 # the walk / tiles / tiles + walk variants, from `--compile-only` and nvrtc_cubin with KILN_CHECK_CACHE). Any
 # later change to kernels/ makes them stale (a ~75 s NVRTC compile each on the device).
 # 1. kernel_check: out_norm (the new kernels, bitwise against kiln_fused_linear / kiln_linear) and the GEMV
@@ -12,8 +12,8 @@
 # 3. kiln gate with the knob on (device loop == one-step, eager == graph, GPU vs CPU reference).
 # 4. scripts/ab_placement.py: off / on, 3 shapes, batch 1, ctx 128, pads 0 / 32 / 64 / 1024 MiB, two rounds as
 #    the time allows (the table prints each arm's median and the paired per-pad ratio).
-# ~400 s plus the start. Session 44's placement / unroll call is ../2026-12-04-s43-ready-for-device/call-A.sh
-# (carry [".device/bin/kiln-s44.xz", ".device/kc42a"]), the second call.
+# ~450 s plus the start. The second call is call-B.sh (session 44's placement / unroll probe on this binary, then
+# the gate with the defaults).
 set -u
 T0=$(date +%s)
 mkdir -p target
