@@ -2,11 +2,17 @@
 //! `$OUT_DIR/kernel_sources.rs` with `pub const SOURCES: &[(&str, &str)]`, every
 //! `kernels/*.cu` and `kernels/*.cuh` as (file name, contents), sorted by name. The sources are
 //! compiled by NVRTC at load (`runtime::cuda::nvrtc`), so building kiln needs no CUDA toolkit.
+//!
+//! Also sets `KILN_BUILD_COMMIT` for the crate (`kiln::BUILD_COMMIT`): the git commit the binary is
+//! built from, 12 hex digits, with `-dirty` when its sources (`src/`, `kernels/`, `Cargo.toml`,
+//! `Cargo.lock`, `build.rs`) differ from that commit; `unknown` outside a git checkout. A bench
+//! report names it, so a result carried to another machine says which code produced it.
 
 use std::fmt::Write as _;
 use std::path::Path;
 
 fn main() {
+    build_commit();
     let manifest_dir = std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR");
     let out_dir = std::env::var("OUT_DIR").expect("cargo sets OUT_DIR");
     let kernels = Path::new(&manifest_dir).join("kernels");
@@ -35,4 +41,40 @@ fn main() {
     if std::fs::read_to_string(&target).ok().as_deref() != Some(generated.as_str()) {
         std::fs::write(&target, generated).unwrap_or_else(|e| panic!("cannot write {}: {e}", target.display()));
     }
+}
+
+/// `cargo:rustc-env=KILN_BUILD_COMMIT=...`, rerun when HEAD, the index or the sources change.
+fn build_commit() {
+    let git = |args: &[&str]| {
+        std::process::Command::new("git")
+            .args(args)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+    };
+    const SOURCES: [&str; 5] = ["src", "kernels", "Cargo.toml", "Cargo.lock", "build.rs"];
+    for path in SOURCES {
+        println!("cargo:rerun-if-changed={path}");
+    }
+    let commit = match git(&["rev-parse", "--short=12", "HEAD"]) {
+        Some(head) if !head.is_empty() => {
+            // The files a commit, a checkout or `git add` rewrites (`--git-path`: right in a worktree too).
+            let mut files = vec!["HEAD".to_string(), "index".to_string(), "packed-refs".to_string()];
+            files.extend(git(&["symbolic-ref", "-q", "HEAD"]));
+            for file in files {
+                if let Some(path) = git(&["rev-parse", "--path-format=absolute", "--git-path", &file]) {
+                    println!("cargo:rerun-if-changed={path}");
+                }
+            }
+            let mut status = vec!["status", "--porcelain", "--untracked-files=no", "--"];
+            status.extend(SOURCES);
+            match git(&status) {
+                Some(s) if s.is_empty() => head,
+                _ => format!("{head}-dirty"),
+            }
+        }
+        _ => "unknown".to_string(),
+    };
+    println!("cargo:rustc-env=KILN_BUILD_COMMIT={commit}");
 }

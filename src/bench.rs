@@ -125,7 +125,7 @@ pub struct BenchArgs {
     /// target/bench/latest-decode or -prefill].
     #[arg(long)]
     pub out: Option<PathBuf>,
-    /// Commit measured [default: $KILN_COMMIT, else `git rev-parse HEAD`].
+    /// Commit measured [default: $KILN_COMMIT, else the commit the binary is built from].
     #[arg(long)]
     pub commit: Option<String>,
     /// Bytes the bandwidth probe reads per run.
@@ -166,6 +166,7 @@ pub fn main(args: &BenchArgs) -> Result<()> {
         kind: kind.into(),
         date: utc_now(),
         commit: commit(args),
+        binary_commit: crate::BUILD_COMMIT.to_string(),
         command: command_line(),
         environment: report::kiln_environment(std::env::vars()),
         gpu: None,
@@ -621,7 +622,8 @@ fn write_outputs(report: &Report, out: &Path, chart: Option<(&str, &Path)>) -> R
     Ok(())
 }
 
-/// --commit, else $KILN_COMMIT, else `git rev-parse HEAD` (with `-dirty` for local changes).
+/// --commit, else $KILN_COMMIT, else the commit the binary is built from ([`crate::BUILD_COMMIT`]),
+/// else `git rev-parse HEAD` of the working directory (with `-dirty` for local changes).
 fn commit(args: &BenchArgs) -> String {
     if let Some(c) = &args.commit {
         return c.clone();
@@ -630,6 +632,9 @@ fn commit(args: &BenchArgs) -> String {
         if !c.trim().is_empty() {
             return c.trim().to_string();
         }
+    }
+    if crate::BUILD_COMMIT != "unknown" {
+        return crate::BUILD_COMMIT.to_string();
     }
     let git = |a: &[&str]| {
         std::process::Command::new("git")
@@ -754,6 +759,7 @@ mod tests {
         main(&args(&line)).unwrap();
         let r: Report = serde_json::from_slice(&std::fs::read(out.with_extension("json")).unwrap()).unwrap();
         assert_eq!(r.commit, "test");
+        assert_eq!(r.binary_commit, crate::BUILD_COMMIT, "the report names the binary's own commit");
         let m = &r.models[0];
         assert!(m.error.is_none(), "{:?}", m.error);
         assert_eq!(m.decode.len(), 3);

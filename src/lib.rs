@@ -4,6 +4,10 @@
 //! bucket) -> [`plan`] (fixed regions, offsets and launch records) -> [`runtime`] (execute a
 //! plan: CPU reference, CUDA eager, CUDA graphs).
 
+/// The git commit this binary is built from (12 hex digits, `-dirty` when its sources differ from it;
+/// `unknown` outside a git checkout): set by `build.rs`.
+pub const BUILD_COMMIT: &str = env!("KILN_BUILD_COMMIT");
+
 pub mod bench;
 pub mod bundled;
 pub mod cli;

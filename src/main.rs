@@ -3,8 +3,11 @@
 use clap::{Parser, Subcommand};
 use kiln::cli;
 
+/// `kiln --version`: the package version and the commit the binary is built from.
+const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (", env!("KILN_BUILD_COMMIT"), ")");
+
 #[derive(Parser)]
-#[command(name = "kiln", version, about = "An LLM inference engine that plans everything before the GPU runs.", long_about = None)]
+#[command(name = "kiln", version = VERSION, about = "An LLM inference engine that plans everything before the GPU runs.", long_about = None)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

@@ -35,6 +35,16 @@ fn run_bundled_greedy() {
 }
 
 #[test]
+fn version_names_the_commit_the_binary_is_built_from() {
+    let out = kiln(&["--version"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success());
+    assert_eq!(text.trim(), format!("kiln {} ({})", env!("CARGO_PKG_VERSION"), kiln::BUILD_COMMIT));
+    let c = kiln::BUILD_COMMIT.trim_end_matches("-dirty");
+    assert!(c == "unknown" || (c.len() == 12 && c.chars().all(|ch| ch.is_ascii_hexdigit())), "{c}");
+}
+
+#[test]
 fn run_refuses_sampling_values_it_would_reinterpret() {
     // A negative temperature, a top-p outside (0, 1] or a negative top-k would silently mean
     // greedy or no cut under the sampling rule; the CLI refuses them by name instead.

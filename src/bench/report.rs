@@ -22,6 +22,10 @@ pub struct Report {
     /// UTC, `2026-11-05T14:03:00Z`.
     pub date: String,
     pub commit: String,
+    /// The commit the measuring binary was built from ([`crate::BUILD_COMMIT`]); empty in reports
+    /// written before it was recorded.
+    #[serde(default)]
+    pub binary_commit: String,
     /// The command line as run.
     pub command: String,
     pub gpu: Option<GpuInfo>,
@@ -292,10 +296,26 @@ fn prefill_table(report: &Report) -> String {
     table(&header, &cells)
 }
 
+/// Whether a commit named for a run and the binary's build commit are the same commit: one hex
+/// prefix of the other (short and long forms), neither dirty nor unknown.
+pub fn commits_agree(named: &str, built: &str) -> bool {
+    let clean = |c: &str| !c.is_empty() && c.len() >= 7 && c.chars().all(|ch| ch.is_ascii_hexdigit());
+    clean(named) && clean(built) && (named.starts_with(built) || built.starts_with(named))
+}
+
 /// Provenance and ceilings: what every number below is measured against.
 pub fn preamble(report: &Report) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "kiln bench ({}) {} commit {}", report.kind, report.date, report.commit);
+    if !report.binary_commit.is_empty() {
+        let agree = commits_agree(&report.commit, &report.binary_commit);
+        let _ = writeln!(
+            s,
+            "binary: built from {}{}",
+            report.binary_commit,
+            if agree { "" } else { " (not the commit named above: the numbers are this binary's)" }
+        );
+    }
     let _ = writeln!(s, "command: {}", report.command);
     let knobs = knobs(&report.environment);
     if knobs.is_empty() {
@@ -600,6 +620,7 @@ mod tests {
             kind: "decode".into(),
             date: "2026-11-05T00:00:00Z".into(),
             commit: "abc".into(),
+            binary_commit: String::new(),
             command: "kiln bench".into(),
             gpu: None,
             bandwidth: None,
@@ -658,6 +679,31 @@ mod tests {
         let mut old = serde_json::to_value(&r).unwrap();
         old.as_object_mut().unwrap().remove("environment");
         assert!(serde_json::from_value::<Report>(old).unwrap().environment.is_empty());
+    }
+
+    #[test]
+    fn the_report_names_the_binary_s_commit_and_says_when_it_is_not_the_named_one() {
+        let mut r = report();
+        assert!(!text(&r).contains("binary:"), "an old report has no binary line:\n{}", text(&r));
+        r.commit = "60dedc0".into();
+        r.binary_commit = "60dedc0a1b2c".into();
+        let t = text(&r);
+        assert!(t.contains("binary: built from 60dedc0a1b2c\n"), "{t}");
+        r.binary_commit = "e1cbcc3f0000".into();
+        assert!(text(&r).contains("binary: built from e1cbcc3f0000 (not the commit named above"), "{}", text(&r));
+        for (named, built, agree) in [
+            ("60dedc0", "60dedc0a1b2c", true),
+            ("60dedc0a1b2c3d4e", "60dedc0a1b2c", true),
+            ("60dedc0", "60dedc0a1b2c-dirty", false),
+            ("unknown", "unknown", false),
+            ("test", "60dedc0a1b2c", false),
+            ("60de", "60dedc0a1b2c", false),
+        ] {
+            assert_eq!(commits_agree(named, built), agree, "{named} vs {built}");
+        }
+        let mut old = serde_json::to_value(&r).unwrap();
+        old.as_object_mut().unwrap().remove("binary_commit");
+        assert!(serde_json::from_value::<Report>(old).unwrap().binary_commit.is_empty());
     }
 
     #[test]
