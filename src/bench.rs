@@ -622,38 +622,16 @@ fn write_outputs(report: &Report, out: &Path, chart: Option<(&str, &Path)>) -> R
     Ok(())
 }
 
-/// --commit, else $KILN_COMMIT, else the commit the binary is built from ([`crate::BUILD_COMMIT`]),
-/// else `git rev-parse HEAD` of the working directory (with `-dirty` for local changes).
+/// --commit, else $KILN_COMMIT, else the commit the binary is built from ([`crate::BUILD_COMMIT`]:
+/// `unknown` for a binary built outside a git checkout; the working directory's checkout need not
+/// be the binary's, so it is not asked).
 fn commit(args: &BenchArgs) -> String {
     if let Some(c) = &args.commit {
         return c.clone();
     }
-    if let Ok(c) = std::env::var("KILN_COMMIT") {
-        if !c.trim().is_empty() {
-            return c.trim().to_string();
-        }
-    }
-    if crate::BUILD_COMMIT != "unknown" {
-        return crate::BUILD_COMMIT.to_string();
-    }
-    let git = |a: &[&str]| {
-        std::process::Command::new("git")
-            .args(a)
-            .output()
-            .ok()
-            .filter(|o| o.status.success())
-            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-    };
-    match git(&["rev-parse", "HEAD"]) {
-        Some(head) if !head.is_empty() => {
-            let dirty = git(&["status", "--porcelain", "--untracked-files=no"]).is_some_and(|s| !s.is_empty());
-            if dirty {
-                format!("{head}-dirty")
-            } else {
-                head
-            }
-        }
-        _ => "unknown".into(),
+    match std::env::var("KILN_COMMIT") {
+        Ok(c) if !c.trim().is_empty() => c.trim().to_string(),
+        _ => crate::BUILD_COMMIT.to_string(),
     }
 }
 
