@@ -429,21 +429,17 @@ pub fn fuse(p: &Program) -> Result<Program> {
             };
             let Some(k) = producer(&ops, s) else { continue };
             let Some(Op::FusedLinear { x: px, out_norm: None, .. }) = ops[k].as_ref().map(|o| &o.op) else { continue };
-            let (rows, features) = (p.value(s).shape.rows(), p.value(s).shape.last());
+            let (rows, features) = (value_of(p, &extra, s).shape.rows(), value_of(p, &extra, s).shape.last());
             let producer_in = value_of(p, &extra, *px).shape.last();
             if rows > crate::plan::geometry::LINEAR_GEMV_MAX_ROWS as usize || !features.is_multiple_of(8) || !producer_in.is_multiple_of(8)
             {
                 continue;
             }
+            let name = format!("{}.sumsq", value_of(p, &extra, h).name);
             let sumsq = add_value(
                 p,
                 &mut extra,
-                Value {
-                    name: format!("{}.sumsq", p.value(h).name),
-                    dtype: crate::ir::DType::F32,
-                    shape: Shape::new(&[rows, features / 8]),
-                    class: ValueClass::Temp,
-                },
+                Value { name, dtype: crate::ir::DType::F32, shape: Shape::new(&[rows, features / 8]), class: ValueClass::Temp },
             );
             if let Some(Op::FusedLinear { out, out_norm, .. }) = ops[k].as_mut().map(|o| &mut o.op) {
                 *out = h;

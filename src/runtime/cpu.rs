@@ -485,15 +485,14 @@ fn execute(regions: &mut [Vec<u8>; N_REGIONS], s: &mut Scratch, launch: &Launch)
                 float_operand(&bufs[w_at + 1], "bias", n)?;
                 load_all(operand(regions, &bufs[w_at + 1])?, bufs[w_at + 1].dtype, &mut s.b);
             }
-            let mut scale = vec![1.0f32; rows];
+            // Each row's inverse RMS (only for a `stats` linear; empty otherwise).
+            let mut scale = Vec::new();
             if let Some(eps) = stats {
                 ensure!(k % 8 == 0, "normed linear: {k} input features are not whole 8-feature groups");
                 typed_operand(&bufs[1], "sumsq", DType::F32, rows * (k / 8))?;
                 let mut sums = Vec::new();
                 load_all(operand(regions, &bufs[1])?, DType::F32, &mut sums);
-                for (r, sc) in scale.iter_mut().enumerate() {
-                    *sc = crate::ir::stats_inv(&sums[r * (k / 8)..(r + 1) * (k / 8)], k, eps);
-                }
+                scale = sums.chunks_exact(k / 8).map(|row| crate::ir::stats_inv(row, k, eps)).collect();
             }
             load_all(operand(regions, x)?, x.dtype, &mut s.a);
             let wb = operand(regions, weight)?;
