@@ -64,10 +64,10 @@ __device__ __forceinline__ unsigned int v_off(unsigned int r, unsigned int c) {
   return r * PF_HD * 2 + ((c ^ (r & 7)) << 4);
 }
 
-extern "C" __global__ void __launch_bounds__(PF_THREADS, 1)
-    probe_attn_o_fold(const __nv_bfloat16* q, const __nv_bfloat16* k_cache, const __nv_bfloat16* v_cache,
-                      const int* positions, const int* cache_base, const __nv_bfloat16* w, __nv_bfloat16* y,
-                      float scale) {
+template <bool MATH>
+__device__ void attn_o_fold(const __nv_bfloat16* q, const __nv_bfloat16* k_cache, const __nv_bfloat16* v_cache,
+                            const int* positions, const int* cache_base, const __nv_bfloat16* w, __nv_bfloat16* y,
+                            float scale) {
   extern __shared__ __align__(16) unsigned char smem[];
   unsigned char* vs = smem;                                     // [2][384][64] bf16, swizzled
   unsigned char* ws = vs + PF_V_BYTES;                          // [16][896] bf16
@@ -113,6 +113,12 @@ extern "C" __global__ void __launch_bounds__(PF_THREADS, 1)
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 
   // ---- after the wait: q and row p ---------------------------------------------------------
+  if constexpr (!MATH) {  // the timing floor: the same loads, att = q, no attention arithmetic
+    for (unsigned int i = tid; i < PF_K / 8; i += PF_THREADS)
+      reinterpret_cast<uint4*>(att)[i] = ld_cg16(q + 8 * i);
+    cp_async_wait_all();
+    __syncthreads();
+  } else {
   uint4 qr[2] = {make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0)};
   if (gq < PF_GROUP) {
     const __nv_bfloat16* qp = q + (size_t)(kvg * PF_GROUP + gq) * PF_HD + 16 * t4;
@@ -230,6 +236,7 @@ extern "C" __global__ void __launch_bounds__(PF_THREADS, 1)
     att[e] = __float2bfloat16_rn(den > 0.f ? num / den : 0.f);
   }
   __syncthreads();
+  }
   // ---- the o projection: warp r takes row r of the block's 16 ---------------------------------
   {
     const uint4* wr = reinterpret_cast<const uint4*>(ws + (size_t)warp * PF_K * 2);
@@ -240,4 +247,19 @@ extern "C" __global__ void __launch_bounds__(PF_THREADS, 1)
     for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
     if (lane == 0 && row0 + warp < PF_N) y[row0 + warp] = __float2bfloat16_rn(acc);
   }
+}
+
+extern "C" __global__ void __launch_bounds__(PF_THREADS, 1)
+    probe_attn_o_fold(const __nv_bfloat16* q, const __nv_bfloat16* k_cache, const __nv_bfloat16* v_cache,
+                      const int* positions, const int* cache_base, const __nv_bfloat16* w, __nv_bfloat16* y,
+                      float scale) {
+  attn_o_fold<true>(q, k_cache, v_cache, positions, cache_base, w, y, scale);
+}
+// The same kernel without the attention's arithmetic (att = q): what the loads, the wait and the
+// o rows cost alone (the output is not checked).
+extern "C" __global__ void __launch_bounds__(PF_THREADS, 1)
+    probe_attn_o_fold_nomath(const __nv_bfloat16* q, const __nv_bfloat16* k_cache, const __nv_bfloat16* v_cache,
+                             const int* positions, const int* cache_base, const __nv_bfloat16* w,
+                             __nv_bfloat16* y, float scale) {
+  attn_o_fold<false>(q, k_cache, v_cache, positions, cache_base, w, y, scale);
 }

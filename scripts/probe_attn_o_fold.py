@@ -12,7 +12,8 @@ output nothing reads):
 - `kiln`: QKV -> kiln_attention_cluster_g1 (early reads, the plan's chunk of one head) -> kiln_linear (o);
 - `noattn`: QKV -> kiln_linear (o): the chain with the attention free (a floor);
 - `fold`: QKV -> probe_attn_o_fold (scripts/probe_attn_o_fold.cu: every o block computes the
-  whole attention on tensor cores, then its 16 rows of o).
+  whole attention on tensor cores, then its 16 rows of o);
+- `nomath`: the same as `fold` without the attention's arithmetic (att = q): its loads, wait and o rows.
 `kiln` - `fold` is what the fold would save per layer (24 per step). Each line: us per layer
 (median of 9 graph replays). Every layer's o output of `fold` is checked against `kiln`'s
 (tolerance 2e-2 of max|ref|: the fold rounds P to bf16 for the tensor cores, as flash attention
@@ -57,9 +58,11 @@ def main():
     f_attn = kiln_mod.get_function("kiln_attention_cluster_g1_bf16")
     f_lin = kiln_mod.get_function("kiln_linear_bf16_bf16")
     f_fold = probe.get_function("probe_attn_o_fold")
+    f_nomath = probe.get_function("probe_attn_o_fold_nomath")
     pdl.max_dynamic_smem(f_fold, SMEM)
+    pdl.max_dynamic_smem(f_nomath, SMEM)
     print(f"GPU {cp.cuda.runtime.getDeviceProperties(0)['name'].decode()}; kiln kernels: {how}")
-    print(f"{'p':>5} {'kiln':>8} {'noattn':>8} {'fold':>8} {'kiln-fold':>10}  us per layer; check")
+    print(f"{'p':>5} {'kiln':>8} {'noattn':>8} {'fold':>8} {'nomath':>8} {'kiln-fold':>10}  us per layer; check")
     u32 = np.uint32
     layers = []
     for _ in range(LAYERS):
@@ -96,12 +99,13 @@ def main():
                     out.append(lambda ly=ly: pdl(f_lin, go, bo, (
                         ly["att"], ly["w"], np.uint64(0), ly["y"], u32(1), u32(H * HD), u32(HIDDEN), u32(0))))
                 else:
-                    out.append(lambda ly=ly: pdl(f_fold, (HIDDEN // 16, 1, 1), (512, 1, 1), (
+                    fn = f_fold if kind == "fold" else f_nomath
+                    out.append(lambda ly=ly, fn=fn: pdl(fn, (HIDDEN // 16, 1, 1), (512, 1, 1), (
                         ly["q"], ly["kc"], ly["vc"], pos, cb, ly["w"], ly["y"], scale), smem=SMEM))
             return out
 
         times, ys = {}, {}
-        for kind in ("kiln", "noattn", "fold"):
+        for kind in ("kiln", "noattn", "fold", "nomath"):
             for ly in layers:
                 ly["y"].fill(0)
             cp.cuda.Device().synchronize()
@@ -113,7 +117,7 @@ def main():
         ok = worst < 2e-2 and all(bool(cp.all(cp.isfinite(a))) for a in ys["fold"])
         fails += not ok
         print(f"{p:>5} {times['kiln'] * 1e6:>8.2f} {times['noattn'] * 1e6:>8.2f} {times['fold'] * 1e6:>8.2f} "
-              f"{(times['kiln'] - times['fold']) * 1e6:>+10.2f}  {'PASS' if ok else 'FAIL'} "
+              f"{times['nomath'] * 1e6:>8.2f} {(times['kiln'] - times['fold']) * 1e6:>+10.2f}  {'PASS' if ok else 'FAIL'} "
               f"(worst o error vs kiln {worst:.1e})", flush=True)
     print("probe:", "FAIL" if fails else "ok")
     return 1 if fails else 0
