@@ -51,10 +51,7 @@ def main():
 
     import kernel_check as kc
 
-    probe = pp.load_probe(cp, SRC, "probe_attn_o_fold")
-    report = kc.Report()
-    kiln_mod, how = kc.load_module(cp, report, only=["linear.cu", "attention_split.cu"])
-    pdl = kc.PdlLaunch(cp)
+    probe, kiln_mod, how, pdl = pp.probe_and_kiln(cp, SRC, "probe_attn_o_fold", ["linear.cu", "attention_split.cu"])
     f_attn = kiln_mod.get_function("kiln_attention_cluster_g1_bf16")
     f_lin = kiln_mod.get_function("kiln_linear_bf16_bf16")
     f_fold = probe.get_function("probe_attn_o_fold")

@@ -63,7 +63,7 @@ def attention_layers(cp, kc, H, KVH, HD, hidden, L, S):
     return (layers, cp.zeros(1, dtype=cp.int32),
             kc.geometry("attention_split", rows=1, heads=H, kv_heads=KVH, splits=S),
             kc.geometry("attention_merge", rows=1, heads=H),
-            kc.geometry("linear", rows=1, out_features=hidden))
+            kc.geometry("linear", rows=1, out_features=hidden, in_features=H * HD))
 
 
 def main():
@@ -79,10 +79,7 @@ def main():
 
     import kernel_check as kc
 
-    probe = pp.load_probe(cp, SRC, "probe_fold")
-    report = kc.Report()
-    kiln_mod, how = kc.load_module(cp, report, only=["linear.cu", "attention_split.cu"])
-    pdl = kc.PdlLaunch(cp)
+    probe, kiln_mod, how, pdl = pp.probe_and_kiln(cp, SRC, "probe_fold", ["linear.cu", "attention_split.cu"])
     f_split = kiln_mod.get_function("kiln_attention_split_bf16")
     f_merge = kiln_mod.get_function("kiln_attention_merge_bf16")
     f_lin = kiln_mod.get_function("kiln_linear_bf16_bf16")

@@ -106,6 +106,16 @@ def load_probe(cp, src_path, name):
     return cp.RawModule(path=path)
 
 
+def probe_and_kiln(cp, src_path, name, only):
+    """The probe's module (load_probe), kiln's kernels of the files `only` (kernel_check's NVRTC
+    build or its cache), how those were built, and a PDL launcher: what the fold probes start with."""
+    import kernel_check as kc
+
+    probe = load_probe(cp, src_path, name)
+    kiln_mod, how = kc.load_module(cp, kc.Report(), only=only)
+    return probe, kiln_mod, how, kc.PdlLaunch(cp)
+
+
 def graph_time(cp, launches, reps=9):
     stream = cp.cuda.Stream(non_blocking=True)
     with stream:
