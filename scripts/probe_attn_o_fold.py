@@ -4,6 +4,7 @@ kiln's attention -> o chain (the Qwen2.5-0.5B shape, batch 1, bf16).
 
     python3 scripts/probe_attn_o_fold.py                  # on the GPU
     python3 scripts/probe_attn_o_fold.py --compile-only   # no GPU: NVRTC build of the probe
+    python3 scripts/probe_attn_o_fold.py --emulate        # no GPU: NumPy replay of the kernel's lanes
 
 Per layer (24, each with its own QKV weight, KV cache, q, o weight and outputs, so weights come
 from HBM as in decode), live position p (129, 200, 255, 383), all launches with PDL in one CUDA
@@ -18,6 +19,11 @@ output nothing reads):
 (median of 9 graph replays). Every layer's o output of `fold` is checked against `kiln`'s
 (tolerance 2e-2 of max|ref|: the fold rounds P to bf16 for the tensor cores, as flash attention
 does; kiln's split attention keeps it in f32).
+
+`--emulate` replays the kernel's attention lane by lane in NumPy (the fragment layouts of
+mma.m16n8k16 and ldmatrix.trans as the PTX ISA gives them, the warps' chunks, the local softmax,
+the merge) against a float64 attention, at p = 0, 5, 129, 200, 383: it checks the kernel's index
+arithmetic without a GPU (not the hardware's reading of the layouts, which only the GPU run checks).
 """
 
 import argparse
@@ -38,13 +44,128 @@ MIN_SPLIT = 32
 SMEM = 2 * 384 * 64 * 2 + 16 * 896 * 2 + 2 * 8 * 7 * 64 * 4 + 2 * 8 * 7 * 2 * 4 + 896 * 2  # PROBE_SMEM
 
 
+def bf16_round(np, x):
+    """float32 values rounded to the nearest bf16 (ties to even), as float32."""
+    u = np.asarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    u = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16) << 16
+    return u.astype(np.uint32).view(np.float32)
+
+
+def mma_emulated(np, d, a, b):
+    """mma.m16n8k16 over a warp: a[lane] = the 8 A values (a0..a7), b[lane] = the 4 B values, d[lane]
+    = the 4 accumulators (PTX ISA fragment layouts; groupID = lane / 4, t = lane % 4)."""
+    A, B = np.zeros((16, 16)), np.zeros((16, 8))
+    for lane in range(32):
+        g, t = lane >> 2, lane & 3
+        A[g, 2 * t:2 * t + 2], A[g + 8, 2 * t:2 * t + 2] = a[lane][0:2], a[lane][2:4]
+        A[g, 2 * t + 8:2 * t + 10], A[g + 8, 2 * t + 8:2 * t + 10] = a[lane][4:6], a[lane][6:8]
+        B[2 * t:2 * t + 2, g], B[2 * t + 8:2 * t + 10, g] = b[lane][0:2], b[lane][2:4]
+    C = A @ B
+    return [[d[lane][0] + C[lane >> 2, 2 * (lane & 3)], d[lane][1] + C[lane >> 2, 2 * (lane & 3) + 1],
+             d[lane][2] + C[(lane >> 2) + 8, 2 * (lane & 3)], d[lane][3] + C[(lane >> 2) + 8, 2 * (lane & 3) + 1]]
+            for lane in range(32)]
+
+
+def emulate_block(np, q, K, V, p, scale):
+    """probe_attn_o_fold's attention output (heads x head_dim, before its bf16 rounding) as its 16
+    warps compute it: q [H][HD], K / V [keys][KVH][HD] (bf16 values as float32)."""
+    G, WPG, CPW, ninf = H // KVH, 8, 3, -np.inf
+    nkeys = p + 1
+    part, ml = np.zeros((KVH, WPG, G, HD)), np.zeros((KVH, WPG, G, 2))
+    vs = np.zeros((KVH, (nkeys + 15) & ~15, HD), dtype=np.float32)  # the swizzle permutes whole chunks
+    vs[:, :nkeys] = V[:nkeys].transpose(1, 0, 2)
+    for kvg in range(KVH):
+        for wg in range(WPG):
+            # the lane's 16 dims 16 t.. of q (its head gq < G) and of each key it loads
+            qw = [q[kvg * G + (ln >> 2), 16 * (ln & 3):16 * (ln & 3) + 16] if (ln >> 2) < G else np.zeros(16)
+                  for ln in range(32)]
+            s = np.full((CPW, 2, 32, 2), ninf)
+            for i in range(CPW):
+                k0 = 16 * (wg + WPG * i)
+                for h in range(2):
+                    d = [[0.0] * 4 for _ in range(32)]
+                    if k0 < nkeys:
+                        for ks in range(4):
+                            a, b = [], []
+                            for ln in range(32):
+                                key, t = k0 + 8 * h + (ln >> 2), ln & 3
+                                kw = K[key, kvg, 16 * t:16 * t + 16] if key < nkeys else np.zeros(16)
+                                a.append([*qw[ln][4 * ks:4 * ks + 2], 0, 0, *qw[ln][4 * ks + 2:4 * ks + 4], 0, 0])
+                                b.append(list(kw[4 * ks:4 * ks + 4]))
+                            d = mma_emulated(np, d, a, b)
+                    for ln in range(32):
+                        for e in range(2):
+                            key = k0 + 8 * h + 2 * (ln & 3) + e
+                            s[i, h, ln, e] = d[ln][e] * scale if key < nkeys else ninf
+            m = [s[:, :, ln, :].max() for ln in range(32)]
+            m = [max(m[ln], m[ln ^ 1], m[ln ^ 2], m[ln ^ 3]) for ln in range(32)]  # shuffles xor 1, 2
+            o = [[[0.0] * 4 for _ in range(32)] for _ in range(8)]
+            lsum = [0.0] * 32
+            for i in range(CPW):
+                k0 = 16 * (wg + WPG * i)
+                if k0 >= nkeys:
+                    break
+                a = []
+                for ln in range(32):
+                    e = [0.0] * 4 if m[ln] == ninf else bf16_round(np, np.exp(s[i, :, ln, :].ravel() - m[ln]))
+                    lsum[ln] += float(np.sum(e))
+                    a.append([e[0], e[1], 0, 0, e[2], e[3], 0, 0])
+                for mm in range(4):  # ldmatrix.x4.trans: matrix j's rows from lanes 8 j .. 8 j + 7
+                    mats = [np.array([vs[kvg, k0 + (ln & 7) + 8 * ((ln >> 3) & 1), 8 * (2 * mm + (ln >> 4)):][:8]
+                                      for ln in range(8 * j, 8 * j + 8)]) for j in range(4)]
+                    bb = [[[mats[j][2 * (ln & 3)][ln >> 2], mats[j][2 * (ln & 3) + 1][ln >> 2]] for j in range(4)]
+                          for ln in range(32)]
+                    o[2 * mm] = mma_emulated(np, o[2 * mm], a, [bb[ln][0] + bb[ln][1] for ln in range(32)])
+                    o[2 * mm + 1] = mma_emulated(np, o[2 * mm + 1], a, [bb[ln][2] + bb[ln][3] for ln in range(32)])
+            lsum = [lsum[ln] + lsum[ln ^ 1] for ln in range(32)]
+            lsum = [lsum[ln] + lsum[ln ^ 2] for ln in range(32)]
+            for ln in range(32):
+                gq, t = ln >> 2, ln & 3
+                if gq < G:
+                    for n in range(8):
+                        part[kvg, wg, gq, 8 * n + 2 * t:8 * n + 2 * t + 2] = o[n][ln][0:2]
+                    ml[kvg, wg, gq] = (m[ln], lsum[ln])
+    att = np.zeros((H, HD))
+    for hd in range(H):
+        g, hh = divmod(hd, G)
+        mw = ml[g, :, hh, 0]
+        f = np.where(mw == ninf, 0.0, np.exp(mw - mw.max()))
+        att[hd] = (f[:, None] * part[g, :, hh]).sum(0) / (f * ml[g, :, hh, 1]).sum()
+    return att
+
+
+def emulate():
+    import numpy as np
+
+    rng = np.random.default_rng(47)
+    worst = 0.0
+    for p in (0, 5, 129, 200, 383):
+        q = bf16_round(np, rng.standard_normal((H, HD)))
+        K = bf16_round(np, rng.standard_normal((p + 1, KVH, HD)))
+        V = bf16_round(np, rng.standard_normal((p + 1, KVH, HD)))
+        ref = np.zeros((H, HD))
+        for h in range(H):
+            sc = K[:, h // (H // KVH)] @ q[h] / math.sqrt(HD)
+            e = np.exp(sc - sc.max())
+            ref[h] = e / e.sum() @ V[:, h // (H // KVH)]
+        err = float(np.abs(emulate_block(np, q, K, V, p, 1.0 / math.sqrt(HD)) - ref).max() / np.abs(ref).max())
+        worst = max(worst, err)
+        print(f"p {p:>4}: emulated fold vs float64 attention, max error {err:.1e} of max|ref|")
+    ok = worst < 1e-2
+    print("emulation:", "ok" if ok else "FAIL")
+    return 0 if ok else 1
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--compile-only", metavar="ARCH", nargs="?", const="sm_90a")
     ap.add_argument("--positions", default="129,200,255,383")
+    ap.add_argument("--emulate", action="store_true")
     args = ap.parse_args()
     if args.compile_only:
         return pp.compile_only(args.compile_only, SRC)
+    if args.emulate:
+        return emulate()
 
     import cupy as cp
     import numpy as np
