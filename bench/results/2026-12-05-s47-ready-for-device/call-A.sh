@@ -1,5 +1,5 @@
 #!/bin/bash
-# Written in session 47 (four starts refused, then no device lent for the rest of the session; never run).
+# Written in session 47 (seven starts refused, one machine taken back, then no device lent; never run).
 # The attention recomputed inside every o-projection block (scripts/probe_attn_o_fold.{py,cu}), the Qwen2.5-0.5B
 # shape: kiln's QKV -> attention cluster -> o chain against QKV -> the fold, and against QKV -> o (the attention
 # free) and the fold without its arithmetic (`nomath`), at p = 129, 200, 255, 383 (the official bench's ctx-128
