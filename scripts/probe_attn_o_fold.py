@@ -6,10 +6,12 @@ kiln's attention -> o chain (the Qwen2.5-0.5B shape, batch 1, bf16).
     python3 scripts/probe_attn_o_fold.py --compile-only   # no GPU: NVRTC build of the probe
     python3 scripts/probe_attn_o_fold.py --emulate        # no GPU: NumPy replay of the kernel's lanes
 
-Per layer (24, each with its own QKV weight, KV cache, q, o weight and outputs, so weights come
-from HBM as in decode), live position p (129, 200, 255, 383), all launches with PDL in one CUDA
-graph, each layer led by a stand-in for QKV-RoPE (kiln_linear 896 -> 1152, 72 blocks, whose
-output nothing reads):
+Per layer (24, each with its own weights, KV cache, q and outputs, so weights come from HBM as in
+decode), live position p (129, 200, 255, 383), all launches with PDL in one CUDA graph, each layer
+led by a stand-in for QKV-RoPE (kiln_linear 896 -> 1152, 72 blocks, whose output nothing reads) and
+ended by stand-ins for the MLP (kiln_linear 896 -> 9728 as gate/up, reading o's output, and 4864 ->
+896 as down: the same bytes as kiln's; `--no-mlp` leaves them out), so that the fold's neighbours
+compete for its SMs as in decode:
 - `kiln`: QKV -> kiln_attention_cluster_g1 (early reads, the plan's chunk of one head) -> kiln_linear (o);
 - `noattn`: QKV -> kiln_linear (o): the chain with the attention free (a floor);
 - `fold`: QKV -> probe_attn_o_fold (scripts/probe_attn_o_fold.cu: every o block computes the
@@ -36,7 +38,7 @@ sys.path.insert(0, HERE)
 import probe_persistent as pp  # noqa: E402
 
 SRC = os.path.join(HERE, "probe_attn_o_fold.cu")
-H, KVH, HD, HIDDEN, LAYERS = 14, 2, 64, 896, 24
+H, KVH, HD, HIDDEN, INTER, LAYERS = 14, 2, 64, 896, 4864, 24
 QKV = H * HD + 2 * KVH * HD
 KV_ROWS = 512  # the cache rows of one sequence
 PLANNED_LEN = 64  # the cluster's planned split length for a 512-position bucket (8 x 64)
@@ -161,6 +163,7 @@ def main():
     ap.add_argument("--compile-only", metavar="ARCH", nargs="?", const="sm_90a")
     ap.add_argument("--positions", default="129,200,255,383")
     ap.add_argument("--emulate", action="store_true")
+    ap.add_argument("--no-mlp", action="store_true", help="no gate/up and down stand-ins after o")
     args = ap.parse_args()
     if args.compile_only:
         return pp.compile_only(args.compile_only, SRC)
@@ -179,12 +182,13 @@ def main():
     f_nomath = probe.get_function("probe_attn_o_fold_nomath")
     pdl.max_dynamic_smem(f_fold, SMEM)
     pdl.max_dynamic_smem(f_nomath, SMEM)
-    print(f"GPU {cp.cuda.runtime.getDeviceProperties(0)['name'].decode()}; kiln kernels: {how}")
+    print(f"GPU {cp.cuda.runtime.getDeviceProperties(0)['name'].decode()}; kiln kernels: {how}; "
+          f"{'QKV, attention/o' if args.no_mlp else 'QKV, attention/o, gate/up, down'} per layer")
     print(f"{'p':>5} {'kiln':>8} {'noattn':>8} {'fold':>8} {'nomath':>8} {'kiln-fold':>10}  us per layer; check")
     u32 = np.uint32
     layers = []
     for _ in range(LAYERS):
-        layers.append(dict(
+        ly = dict(
             x=pp.bf16_random(cp, HIDDEN, 1.0),
             wqkv=pp.bf16_random(cp, QKV * HIDDEN, 1.0 / math.sqrt(HIDDEN)),
             qkv=cp.zeros(QKV, dtype=cp.uint16),
@@ -194,11 +198,19 @@ def main():
             att=cp.zeros(H * HD, dtype=cp.uint16),
             w=pp.bf16_random(cp, HIDDEN * H * HD, 1.0 / math.sqrt(H * HD)),
             y=cp.zeros(HIDDEN, dtype=cp.uint16),
-        ))
+        )
+        if not args.no_mlp:
+            ly.update(wgu=pp.bf16_random(cp, 2 * INTER * HIDDEN, 1.0 / math.sqrt(HIDDEN)),
+                      gu=cp.zeros(2 * INTER, dtype=cp.uint16),
+                      wd=pp.bf16_random(cp, HIDDEN * INTER, 1.0 / math.sqrt(INTER)),
+                      d=cp.zeros(HIDDEN, dtype=cp.uint16))
+        layers.append(ly)
     cb = cp.zeros(1, dtype=cp.int32)
     gq, bq = kc.geometry("linear", rows=1, out_features=QKV, in_features=HIDDEN)
     ga, ba = kc.geometry("attention_cluster", rows=1, heads=H, kv_heads=KVH, chunk_heads=1)
     go, bo = kc.geometry("linear", rows=1, out_features=HIDDEN, in_features=H * HD)
+    ggu, bgu = kc.geometry("linear", rows=1, out_features=2 * INTER, in_features=HIDDEN)
+    gd, bd = kc.geometry("linear", rows=1, out_features=HIDDEN, in_features=INTER)
     scale = np.float32(1.0 / math.sqrt(HD))
     fails = 0
     for p in [int(v) for v in args.positions.split(",")]:
@@ -220,6 +232,11 @@ def main():
                     fn = f_fold if kind == "fold" else f_nomath
                     out.append(lambda ly=ly, fn=fn: pdl(fn, (HIDDEN // 16, 1, 1), (512, 1, 1), (
                         ly["q"], ly["kc"], ly["vc"], pos, cb, ly["w"], ly["y"], scale), smem=SMEM))
+                if not args.no_mlp:
+                    out.append(lambda ly=ly: pdl(f_lin, ggu, bgu, (
+                        ly["y"], ly["wgu"], np.uint64(0), ly["gu"], u32(1), u32(HIDDEN), u32(2 * INTER), u32(0))))
+                    out.append(lambda ly=ly: pdl(f_lin, gd, bd, (
+                        ly["gu"], ly["wd"], np.uint64(0), ly["d"], u32(1), u32(INTER), u32(HIDDEN), u32(0))))
             return out
 
         times, ys = {}, {}
