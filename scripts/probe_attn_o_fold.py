@@ -239,13 +239,7 @@ def main():
                         ly["gu"], ly["wd"], np.uint64(0), ly["d"], u32(1), u32(INTER), u32(HIDDEN), u32(0))))
             return out
 
-        times, ys = {}, {}
-        for kind in ("kiln", "noattn", "fold", "nomath"):
-            for ly in layers:
-                ly["y"].fill(0)
-            cp.cuda.Device().synchronize()
-            times[kind] = pp.graph_time(cp, chain(kind)) / LAYERS
-            ys[kind] = [pp.bf16_to_f32(cp, ly["y"]).copy() for ly in layers]
+        times, ys = pp.time_chains(cp, layers, chain, ("kiln", "noattn", "fold", "nomath"), LAYERS)
         worst = 0.0
         for a, b in zip(ys["fold"], ys["kiln"]):
             worst = max(worst, float(cp.max(cp.abs(a - b))) / max(float(cp.max(cp.abs(b))), 1e-30))

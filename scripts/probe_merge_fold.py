@@ -120,13 +120,7 @@ def main():
                             u32(SL), u32(MINL))))
                 return out
 
-            times, ys = {}, {}
-            for kind in ("kiln", "plain", "fold"):
-                for ly in layers:
-                    ly["y"].fill(0)
-                cp.cuda.Device().synchronize()
-                times[kind] = pp.graph_time(cp, chain(kind)) / L
-                ys[kind] = [pp.bf16_to_f32(cp, ly["y"]).copy() for ly in layers]
+            times, ys = pp.time_chains(cp, layers, chain, ("kiln", "plain", "fold"), L)
             worst = 0.0
             for kind in ("plain", "fold"):
                 for a, b in zip(ys[kind], ys["kiln"]):

@@ -116,6 +116,19 @@ def probe_and_kiln(cp, src_path, name, only):
     return probe, kiln_mod, how, kc.PdlLaunch(cp)
 
 
+def time_chains(cp, layers, chain, kinds, per):
+    """For each kind: every layer's `y` zeroed, then the graph of chain(kind) timed (graph_time) and
+    divided by `per`, and each layer's `y` after it as f32: ({kind: seconds}, {kind: [y, ...]})."""
+    times, ys = {}, {}
+    for kind in kinds:
+        for ly in layers:
+            ly["y"].fill(0)
+        cp.cuda.Device().synchronize()
+        times[kind] = graph_time(cp, chain(kind)) / per
+        ys[kind] = [bf16_to_f32(cp, ly["y"]).copy() for ly in layers]
+    return times, ys
+
+
 def graph_time(cp, launches, reps=9):
     stream = cp.cuda.Stream(non_blocking=True)
     with stream:
