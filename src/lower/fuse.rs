@@ -429,7 +429,8 @@ pub fn fuse(p: &Program) -> Result<Program> {
             };
             let Some(k) = producer(&ops, s) else { continue };
             let Some(Op::FusedLinear { x: px, out_norm: None, .. }) = ops[k].as_ref().map(|o| &o.op) else { continue };
-            let (rows, features) = (value_of(p, &extra, s).shape.rows(), value_of(p, &extra, s).shape.last());
+            let shape = &value_of(p, &extra, s).shape;
+            let (rows, features) = (shape.rows(), shape.last());
             let producer_in = value_of(p, &extra, *px).shape.last();
             if rows > crate::plan::geometry::LINEAR_GEMV_MAX_ROWS as usize || !features.is_multiple_of(8) || !producer_in.is_multiple_of(8)
             {
