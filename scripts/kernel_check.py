@@ -1768,6 +1768,8 @@ class PdlLaunch:
                 vals.append(ct.c_uint32(int(a)))
             elif isinstance(a, np.float32):
                 vals.append(ct.c_float(float(a)))
+            elif isinstance(a, np.void):  # a by-value struct: a NumPy structured scalar (rope_table)
+                vals.append((ct.c_char * a.dtype.itemsize).from_buffer_copy(a.tobytes()))
             else:
                 raise TypeError(type(a))
         ptrs = (ct.c_void_p * len(vals))(*[ct.addressof(v) for v in vals])

@@ -71,7 +71,7 @@ CHUNK, XMAX, MAX_ITEMS, MAX_STAGES = 16384, 8192, 512, 128
 
 def compile_probe(arch, src_path=SRC, kiln_headers=False):
     """NVRTC build of a probe source (with scripts/probe_common.cuh, and kiln's kernels/ files as
-    headers when `kiln_headers`): (cubin bytes, log)."""
+    headers when `kiln_headers`; PROBE_NVRTC_DEFINES="A=1 B" adds -DA=1 -DB): (cubin bytes, log)."""
     headers = [(n, open(os.path.join(HERE, n), "rb").read()) for n in ("probe_common.cuh",)]
     if kiln_headers:
         kernels = os.path.join(os.path.dirname(HERE), "kernels")
@@ -79,6 +79,7 @@ def compile_probe(arch, src_path=SRC, kiln_headers=False):
                     if n.endswith(".cu") or n.endswith(".cuh")]
     opts = [f"--gpu-architecture={arch}", "-std=c++17", "-lineinfo", f"--include-path={nvrtc_util.cuda_include()}",
             "--ptxas-options=-v"]
+    opts += [f"-D{d}" for d in os.environ.get("PROBE_NVRTC_DEFINES", "").split()]  # a variant, e.g. QF_MINB=2
     try:
         return nvrtc_util.compile_unit(open(src_path, "rb").read(), os.path.basename(src_path), headers, opts)
     except (OSError, RuntimeError) as e:

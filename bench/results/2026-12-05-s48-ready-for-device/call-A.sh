@@ -1,0 +1,46 @@
+#!/bin/bash
+# Written in session 48 (no device lent); never run. Prices the two folds that would take the 0.5B's layer from
+# five dependent launches to four (bench/NOTES-decode.md, sessions 47 and 48), Qwen2.5-0.5B shape, 24 layers per
+# chain, PDL graphs, gate/up and down stand-ins of the real bytes unless --no-mlp:
+#   part 1: scripts/probe_qkv_attn_fold.py: QKV-RoPE computed inside kiln's cluster attention (one launch and one
+#           boundary fewer; any context). Columns kiln / noattn / fold / foldqkv; `kiln-fold` = the saving per
+#           layer. Rounds: 1-2 as built (188 registers, one block per SM), 3 with QF_MINB=2 (124 registers, so a
+#           block of o fits beside it), 4 without the MLP stand-ins.
+#   part 2: scripts/probe_attn_o_fold.py (session 47's call A): the attention recomputed inside every o block
+#           (p < 384 only). Rounds 1-2 whole layers, 3 without the MLP stand-ins.
+# Both check their outputs (PASS/FAIL per line): part 1 against a float64 reference at layer 0 and against kiln's
+# chain on every layer; part 2 against kiln's chain.
+# Carry: .device/kcc48.tar.xz (kernel_check's CUBINs of kiln's linear/linear_fused/attention_split units, built
+# by NVRTC 13.0 on the CPU machine, so neither probe spends ~90 s compiling kiln's kernels on the device). If
+# .device/ is gone, rebuild it (~90 s; numpy from `pip install --target /tmp/np numpy`, the CUDA wheels in
+# target/ci-cuda13 as bench/README says):
+#   cd scripts && PYTHONPATH=/tmp/np LD_LIBRARY_PATH=$PWD/../target/ci-cuda13/nvidia/cu13/lib \
+#     KILN_CUDA_INCLUDE=$PWD/../target/ci-cuda13/nvidia/cu13/include KILN_CHECK_CACHE=$PWD/../.device/kcc48 \
+#     python3 -c "import kernel_check as kc; [kc.nvrtc_cubin(None, 'sm_90a', only=o) for o in \
+#     (['linear.cu', 'linear_fused.cu', 'attention_split.cu'], ['linear.cu', 'attention_split.cu'])]" && cd .. && \
+#     tar -C .device -cf - kcc48 | xz -T2 -6 > .device/kcc48.tar.xz
+# (The cache key covers kernels/: after any change there, rebuild it, or the probes compile on the device.)
+# Run: run(command="bash bench/results/2026-12-05-s48-ready-for-device/call-A.sh", carry=[".device/kcc48.tar.xz"])
+# The 0.5B needs ~4.9 us per layer in all for 0.50 of its roofline; a fold saving >= ~2 us at every p is worth
+# landing (part 1's landing needs no context bucket).
+set -u
+T0=$(date +%s)
+S=$OUT/a-summary.txt
+{ date -u; git log -1 --format='commit %H' 2>/dev/null || echo 'commit: (no .git on the device)'; nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem --format=csv; } > $S
+mkdir -p /tmp && tar -C /tmp -xJf .device/kcc48.tar.xz && echo "kernel cache: $(ls /tmp/kcc48 | wc -l) files" >> $S
+export KILN_CUDA_INCLUDE=/usr/local/cuda/include KILN_CHECK_CACHE=/tmp/kcc48
+for round in 1 2 3 4; do
+  A=""; D=""
+  [ $round = 3 ] && D="QF_MINB=2"
+  [ $round = 4 ] && A=--no-mlp
+  PROBE_NVRTC_DEFINES="$D" timeout 110 python3 scripts/probe_qkv_attn_fold.py $A > $OUT/qkv-fold-$round.txt 2>&1
+  echo "qkv-in-attention probe round $round ($A $D) rc $? at $(( $(date +%s) - T0 )) s" >> $S
+  grep -v "^ptxas" $OUT/qkv-fold-$round.txt >> $S
+done
+for round in 1 2 3; do
+  A=""; [ $round = 3 ] && A=--no-mlp
+  timeout 110 python3 scripts/probe_attn_o_fold.py --positions 129,200,255,383 $A > $OUT/o-fold-$round.txt 2>&1
+  echo "attention-in-o probe round $round ($A) rc $? at $(( $(date +%s) - T0 )) s" >> $S
+  grep -v "^ptxas" $OUT/o-fold-$round.txt >> $S
+done
+cat $S
