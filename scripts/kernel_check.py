@@ -1027,6 +1027,83 @@ class Checker:
                     self.report.record(f"qkv_rope{variant} {name} {R}x{K} {threads}t early={early} {table}", dt.name,
                                        got == ref, "q_out, k_cache, v_cache == fused_linear + rope_kv_write, bitwise")
 
+    # qkv_attention --------------------------------------------------------------------------
+    def qkv_attention(self, dt):
+        """Op::QkvAttention (bf16, one row, head_dim 64; sm_90+): kiln_qkv_attention against the two
+        launches it replaces, kiln_qkv_rope (256 threads) then kiln_attention_cluster_g1, on the same
+        inputs and caches: the attention output and K/V row p within rounding (the fused kernel sums
+        each q/k/v dot product in its own order, so a projection may round to the neighbouring bf16
+        value), every other cache row untouched, early == late bitwise; a padding row (p < 0) writes
+        zeros and no KV row, a row past the cache no KV row."""
+        if dt.name != "bf16" or int(self.cp.cuda.Device().compute_capability) < 90:
+            return
+        eps, KVR, HD = 1e-6, 2048, 64
+        cases = [  # name, in, heads, kv_heads, norm, bias, (theta, kind, factor, low, high, orig), [(p, base)]
+            ("qwen2.5-0.5b", 896, 14, 2, True, True, (1e6, 0, 1.0, 0.0, 0.0, 0),
+             [(0, 0), (37, 0), (383, 0), (1000, 512), (-1, 0), (100, KVR - 50)]),
+            ("no norm no bias llama3", 256, 4, 2, False, False, (5e5, 1, 8.0, 1.0, 4.0, 64), [(5, 0), (200, 7)]),
+            ("in 1024 one kv head", 1024, 8, 1, True, True, (1e4, 0, 1.0, 0.0, 0.0, 0), [(63, 0), (1500, 100)]),
+        ]
+        for name, K, H, KVH, has_norm, has_bias, (theta, kind, factor, low, high, orig), steps in cases:
+            nq, nk = H * HD, KVH * HD
+            N = nq + 2 * nk
+            x = self.dev(dt.store(self.rand(1, K, scale=2.0)))
+            nw = self.dev(dt.store(self.rand(K) * 0.5 + 1.0))
+            wd = self.dev(dt.store(self.rand(N, K, scale=1.0 / math.sqrt(K))))
+            bd = self.dev(dt.store(self.rand(N)))
+            kc0, vc0 = dt.store(self.rand(KVR, nk)), dt.store(self.rand(KVR, nk))
+            rope_args = (np.uint32(HD), np.uint32(0), np.float32(theta), np.uint32(kind), np.float32(factor),
+                         np.float32(low), np.float32(high), np.uint32(orig))
+            table = rope_table(HD, theta, kind, factor, low, high, orig, True)
+            scale = np.float32(1.0 / math.sqrt(HD))
+            SL = cdiv(cdiv(KVR, 8), 16) * 16
+            MSL = min(32, SL)
+            for p, base in steps:
+                pd, cd = self.dev(np.array([p], dtype=np.int32)), self.dev(np.array([base], dtype=np.int32))
+                # The two launches it replaces.
+                q = self.dev(dt.poison((1, nq)))
+                rk, rv = self.dev(kc0), self.dev(vc0)
+                self.fn(f"kiln_qkv_rope_{dt.name}")(
+                    (N // 16, 1, 1), (256, 1, 1),
+                    (x, nw if has_norm else np.uint64(0), wd, bd if has_bias else np.uint64(0), pd, cd, q, rk, rv,
+                     np.uint32(1), np.uint32(K), np.uint32(H), np.uint32(KVH), np.uint32(HD), np.uint32(KVR),
+                     np.uint32(int(has_norm)), np.float32(eps), np.uint32(int(has_bias)), np.uint32(1), *rope_args, table))
+                ref = self.dev(dt.poison((1, nq)))
+                self.launch(f"kiln_attention_cluster_g1_{dt.name}", "attention_cluster",
+                            (q, rk, rv, pd, cd, ref, np.uint32(1), np.uint32(H), np.uint32(KVH), np.uint32(HD), scale,
+                             np.uint32(KVR), np.uint32(SL), np.uint32(MSL), np.uint32(1), np.uint32(1)),
+                            rows=1, heads=H, kv_heads=KVH, chunk_heads=1)
+                got = []
+                for early in (0, 1):
+                    out, fk, fv = self.dev(dt.poison((1, nq))), self.dev(kc0), self.dev(vc0)
+                    self.fn(f"kiln_qkv_attention_{dt.name}")(
+                        (H, 8, 1), (256, 1, 1),
+                        (x, nw if has_norm else np.uint64(0), wd, bd if has_bias else np.uint64(0), pd, cd, fk, fv, out,
+                         np.uint32(K), np.uint32(H), np.uint32(KVH), np.uint32(HD), np.uint32(KVR),
+                         np.uint32(int(has_norm)), np.float32(eps), np.uint32(int(has_bias)), np.uint32(early), scale,
+                         np.uint32(SL), np.uint32(MSL), *rope_args, table))
+                    self.cp.cuda.Device().synchronize()
+                    got.append((out.get(), fk.get(), fv.get()))
+                (out, fk, fv), (out2, fk2, fv2) = got
+                tag = f"qkv_attention {name} p={p} base={base}"
+                self.report.record(f"{tag}: early == late", dt.name,
+                                   out.tobytes() == out2.tobytes() and fk.tobytes() == fk2.tobytes() and fv.tobytes() == fv2.tobytes(),
+                                   "out and caches, bitwise")
+                self.report.compare(f"{tag}: out", dt.name, dt.load(out), dt.load(ref.get()), 0.0, 2e-2,
+                                    "vs qkv_rope + attention_cluster_g1")
+                row = base + p if p >= 0 and base + p < KVR else None
+                others = [r for r in range(KVR) if r != row]
+                rk_h, rv_h = rk.get(), rv.get()
+                self.report.record(f"{tag}: other cache rows untouched", dt.name,
+                                   np.array_equal(fk[others], kc0[others]) and np.array_equal(fv[others], vc0[others])
+                                   and np.array_equal(rk_h[others], kc0[others]), "bitwise; no row past the cache")
+                if row is not None:
+                    self.report.compare(f"{tag}: K/V row p", dt.name, dt.load(np.concatenate([fk[row], fv[row]])),
+                                        dt.load(np.concatenate([rk_h[row], rv_h[row]])), 2 * dt.unit, 1e-2,
+                                        "vs qkv_rope")
+                if p < 0:
+                    self.report.record(f"{tag}: padding row", dt.name, not np.any(dt.load(out)), "zeros")
+
     # kv_write -------------------------------------------------------------------------------
     def kv_write(self, dt):
         KVD, KVR = 256, 64
@@ -2021,7 +2098,7 @@ def main():
     print(f"compiled the kernels ({how}) in {time.time() - t0:.1f} s")
 
     checker = Checker(cp, module, np.random.default_rng(seed), report)
-    per_dtype = ["gather", "rms_norm", "add_rms_norm", "head_rms_norm", "linear", "dense", "walk", "tiles", "norm_pass", "fused", "out_norm", "qkv", "qkv_rope", "rope", "rope_kv_write", "kv_write", "attention",
+    per_dtype = ["gather", "rms_norm", "add_rms_norm", "head_rms_norm", "linear", "dense", "walk", "tiles", "norm_pass", "fused", "out_norm", "qkv", "qkv_rope", "qkv_attention", "rope", "rope_kv_write", "kv_write", "attention",
                  "attention_prefill",
                  "attention_split",
                  "swiglu", "add"]

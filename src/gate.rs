@@ -229,7 +229,9 @@ impl Gate {
 /// plans are tile-packed by default; `llama-vocab` is `llama-tiles` with a vocabulary over
 /// `lower::fuse::NORM_PROLOGUE_MAX_FEATURES` (16896), whose fused decode keeps the vocabulary
 /// projection a plain GEMV as the real models' does: a device loop's argmax key (rewrite 9) and, in
-/// bf16, the output norm carried by the last down projection (rewrite 10).
+/// bf16, the output norm carried by the last down projection (rewrite 10); `qwen2-hd64` is the
+/// Qwen2 one at head_dim 64 (hidden 256, tile-packed), the Qwen2.5-0.5B's attention class, whose
+/// one-row fused decode takes `qkv_attention` under `KILN_FUSE_QKV_ATTN=1` (rewrite 11).
 pub fn random_config(kind: &str) -> Result<ModelConfig> {
     let rope = |style, theta, scaling| RopeSpec { style, theta, rotary_dim: 0, scaling };
     let mut c = ModelConfig {
@@ -265,11 +267,16 @@ pub fn random_config(kind: &str) -> Result<ModelConfig> {
                 RopeScaling::Llama3 { factor: 8.0, low_freq_factor: 1.0, high_freq_factor: 4.0, original_max_position: 512 },
             );
         }
-        "qwen2" => {
+        "qwen2" | "qwen2-hd64" => {
             c.arch = Arch::Qwen2;
             c.qkv_bias = true;
             c.rms_norm_eps = 1e-6;
             c.rope = rope(RopeStyle::HalfSplit, 1000000.0, RopeScaling::None);
+            if kind == "qwen2-hd64" {
+                c.hidden_size = 256;
+                c.head_dim = 64;
+                c.intermediate_size = 352;
+            }
         }
         "qwen3" => {
             c.arch = Arch::Qwen3;
@@ -1121,6 +1128,7 @@ pub fn main(args: &GateArgs) -> Result<()> {
             ("qwen3", DType::BF16),
             ("llama-tiles", DType::BF16),
             ("llama-vocab", DType::BF16),
+            ("qwen2-hd64", DType::BF16),
         ] {
             if let Err(e) = check_random_vs_cpu(&mut g, kind, dtype, args.seed, args.per_launch, true) {
                 g.error(&format!("2 gpu==cpu [{kind} {dtype} fused]"), e);
@@ -1139,6 +1147,7 @@ pub fn main(args: &GateArgs) -> Result<()> {
             ("qwen2", DType::BF16, true),
             ("llama-tiles", DType::BF16, true),
             ("llama-vocab", DType::BF16, true),
+            ("qwen2-hd64", DType::BF16, true),
         ] {
             // The CPU stand-in only tests the check itself: one full burst and a partial one.
             let tokens = if args.cpu_stand_in { LOOP_BURST + 16 } else { LOOP_TOKENS };

@@ -16,7 +16,7 @@ use std::sync::OnceLock;
 
 /// Every symbol kernels/ must define: 12 kernels x 3 dtypes, attention_cluster x 3 chunk sizes x 3 dtypes, attention_prefill x 2 (f16, bf16),
 /// linear's and fused_linear's 5 (dt, out) pairs each, linear_argmax (f32 logits), gated_linear, qkv_linear and qkv_rope x 3
-/// dtypes (each also `_o3`), the out-norm pair (bf16), sample, advance, sample_advance.
+/// dtypes (each also `_o3`), the out-norm pair (bf16), qkv_attention (bf16), sample, advance, sample_advance.
 fn expected_symbols() -> BTreeSet<String> {
     let mut s = BTreeSet::new();
     for kernel in [
@@ -70,6 +70,8 @@ fn expected_symbols() -> BTreeSet<String> {
         s.insert(format!("kiln_linear_stats_bf16_f32{variant}"));
         s.insert(format!("kiln_linear_argmax_stats_bf16_f32{variant}"));
     }
+    // QKV-RoPE and the decode attention in one launch (`lower::fuse` rewrite 11, bf16 only).
+    s.insert("kiln_qkv_attention_bf16".to_string());
     s.insert("kiln_sample_f32".to_string());
     s.insert("kiln_advance".to_string());
     s.insert("kiln_sample_advance_f32".to_string());

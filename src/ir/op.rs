@@ -337,6 +337,27 @@ pub enum Op {
     /// `RmsNorm` over the rounded sum): a residual add and the norm that reads it in one pass
     /// (made by `lower::fuse`, never by lowering); equal, bit for bit, to the two ops.
     AddRmsNorm { a: ValueId, b: ValueId, weight: ValueId, sum: ValueId, out: ValueId, eps: f32 },
+    /// `QkvRope` whose rotated q only the decode `Attention` over the caches it writes reads, as
+    /// one op (made by `lower::fuse` rewrite 11 under the plan-time knob `KILN_FUSE_QKV_ATTN=1`,
+    /// decode programs of one row, never by lowering): the projections, RoPE and the KV write as
+    /// `QkvRope` (q rounded to the caches' dtype and rotated as `QkvRope` stores `q_out`), then
+    /// `Attention` of that q, with no q tensor in between; `out = attention(q)`, `[rows, heads *
+    /// head_dim]`. Equal, bit for bit, to the two ops on the CPU reference. Head counts from `out`
+    /// and `k_cache`; the caches are read and written in place (listed once, as writes).
+    QkvAttention {
+        x: ValueId,
+        norm: Option<(ValueId, f32)>,
+        weights: [ValueId; 3],
+        biases: Option<[ValueId; 3]>,
+        positions: ValueId,
+        cache_base: ValueId,
+        k_cache: ValueId,
+        v_cache: ValueId,
+        out: ValueId,
+        head_dim: u32,
+        rope: RopeSpec,
+        scale: f32,
+    },
 }
 
 impl Op {
@@ -363,6 +384,7 @@ impl Op {
             Op::Advance { .. } => "advance",
             Op::SampleAdvance { .. } => "sample_advance",
             Op::AddRmsNorm { .. } => "add_rms_norm",
+            Op::QkvAttention { .. } => "qkv_attention",
         }
     }
 
@@ -400,7 +422,8 @@ impl Op {
                 v.extend([gate, up]);
                 v
             }
-            Op::QkvRope { x, norm, weights, biases, positions, cache_base, .. } => {
+            Op::QkvRope { x, norm, weights, biases, positions, cache_base, .. }
+            | Op::QkvAttention { x, norm, weights, biases, positions, cache_base, .. } => {
                 let mut v = vec![x];
                 v.extend(norm.map(|n| n.0));
                 v.extend(weights);
@@ -463,6 +486,7 @@ impl Op {
                 v
             }
             Op::AddRmsNorm { sum, out, .. } => vec![sum, out],
+            Op::QkvAttention { k_cache, v_cache, out, .. } => vec![k_cache, v_cache, out],
         }
     }
 
@@ -490,9 +514,14 @@ impl Op {
             Op::HeadRmsNorm { head_dim, eps, .. } => {
                 vec![("head_dim", head_dim.to_string()), ("eps", format!("{eps:e}"))]
             }
-            Op::Rope { head_dim, rope, .. } | Op::RopeKvWrite { head_dim, rope, .. } | Op::QkvRope { head_dim, rope, .. } => {
+            Op::Rope { head_dim, rope, .. }
+            | Op::RopeKvWrite { head_dim, rope, .. }
+            | Op::QkvRope { head_dim, rope, .. }
+            | Op::QkvAttention { head_dim, rope, .. } => {
                 let mut a = match self {
-                    Op::QkvRope { norm: Some((_, eps)), .. } => vec![("norm_eps", format!("{eps:e}"))],
+                    Op::QkvRope { norm: Some((_, eps)), .. } | Op::QkvAttention { norm: Some((_, eps)), .. } => {
+                        vec![("norm_eps", format!("{eps:e}"))]
+                    }
                     _ => Vec::new(),
                 };
                 a.extend([
@@ -510,6 +539,9 @@ impl Op {
                         ));
                     }
                     RopeScaling::Linear { factor } => a.push(("scaling", format!("linear(factor={factor})"))),
+                }
+                if let Op::QkvAttention { scale, .. } = self {
+                    a.push(("scale", format!("{scale}")));
                 }
                 a
             }

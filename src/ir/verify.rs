@@ -5,7 +5,7 @@
 //! 1. Every value id an op names exists; value names and op names are unique in a program.
 //! 2. `Weight` values are never written; `Step` and `Ring` values only by `Advance` (the
 //!    device loop's step) or `SampleAdvance`; `State` values only by the KV writes (`KvWrite`,
-//!    `RopeKvWrite`, `QkvRope`) and the argmax key's two ops (`LinearArgmax`, `SampleAdvance`);
+//!    `RopeKvWrite`, `QkvRope`, `QkvAttention`) and the argmax key's two ops (`LinearArgmax`, `SampleAdvance`);
 //!    `Output` and `Temp` values exactly once.
 //! 3. A `Temp` or `Output` value is written before it is read; every `Temp` is read at least
 //!    once (a dead temp would waste arena bytes).
@@ -65,11 +65,12 @@ fn verify_inner(p: &Program) -> Result<()> {
                         Op::KvWrite { .. }
                             | Op::RopeKvWrite { .. }
                             | Op::QkvRope { .. }
+                            | Op::QkvAttention { .. }
                             | Op::LinearArgmax { .. }
                             | Op::NormedLinear { argmax: Some(_), .. }
                             | Op::SampleAdvance { argmax: Some(_), .. }
                     ),
-                    "op `{}` ({}) writes state `{}`; only kv_write, rope_kv_write, qkv_rope and the argmax key's \
+                    "op `{}` ({}) writes state `{}`; only kv_write, rope_kv_write, qkv_rope, qkv_attention and the argmax key's \
                      linear_argmax, normed_linear and sample_advance may",
                     node.name,
                     node.op.mnemonic(),
@@ -351,6 +352,38 @@ fn check_op(p: &Program, name: &str, op: &Op) -> Result<()> {
                 ensure!(v(c).dtype == v(q_out).dtype, ctx("q_out and the caches must share a dtype".to_string()));
             }
             want_float(q_out)?;
+        }
+        Op::QkvAttention { x, norm, weights, biases, positions, cache_base, k_cache, v_cache, out, head_dim, rope, scale } => {
+            // `QkvRope`'s rules with `out` in q_out's place, then `Attention`'s.
+            let (r, k) = want_2d(x)?;
+            let (ro, qd) = want_2d(out)?;
+            let (_, kd) = want_2d(k_cache)?;
+            ensure!(ro == r, ctx(format!("out has {ro} rows but x has {r}")));
+            if let Some((nw, eps)) = norm {
+                want_vec(nw, k)?;
+                ensure!(eps > 0.0, ctx(format!("eps must be positive, is {eps}")));
+            }
+            want_float(x)?;
+            for (i, want) in [qd, kd, kd].into_iter().enumerate() {
+                let (nf, kw) = want_2d(weights[i])?;
+                ensure!(k == kw, ctx(format!("x has {k} features but weight `{}` expects {kw}", v(weights[i]).name)));
+                ensure!(nf == want, ctx(format!("weight `{}` has {nf} outputs but its cache / out rows have {want}", v(weights[i]).name)));
+                if let Some(b) = biases {
+                    want_vec(b[i], nf)?;
+                }
+                want_float(weights[i])?;
+            }
+            rope_kv_write(r, qd, kd, (positions, cache_base), (k_cache, v_cache), head_dim, &rope)?;
+            ensure!(head_dim.is_multiple_of(16), ctx(format!("head_dim {head_dim} must be a multiple of 16")));
+            ensure!(rope.rotary_dim == head_dim, ctx(format!("rotary_dim {} must equal head_dim {head_dim}", rope.rotary_dim)));
+            let (heads, kv_heads) = (qd / head_dim as usize, kd / head_dim as usize);
+            ensure!(
+                kv_heads > 0 && heads.is_multiple_of(kv_heads),
+                ctx(format!("{heads} heads are not a multiple of {kv_heads} kv heads"))
+            );
+            ensure!(v(k_cache).dtype == v(out).dtype, ctx("out and the caches must share a dtype".to_string()));
+            want_float(out)?;
+            ensure!(scale > 0.0, ctx("scale must be positive".into()));
         }
         Op::RopeKvWrite { qkv, positions, cache_base, q_out, k_cache, v_cache, head_dim, rope } => {
             let (r, qd) = want_2d(q_out)?;

@@ -57,6 +57,15 @@
 //!     lose there). Both decode programs take it, so a device loop and one-step decode stay
 //!     bit-identical.
 //!
+//! 11. decode, one row, plan-time knob `KILN_FUSE_QKV_ATTN=1` (off until measured on a GPU): a
+//!     `QkvRope` whose rotated q only the next op reads, the `Attention` over the caches it writes
+//!     at the same positions -> one `QkvAttention` at the attention's place, where its kernel
+//!     covers the shape (`plan::geometry::qkv_attention_fits`: bf16, head_dim 64, at most 1024
+//!     inputs and 14 heads, the Qwen2.5-0.5B's attention): each query head's cluster computes its
+//!     own q / k / v rows, so the QKV-RoPE launch and its boundary leave the layer and no q tensor
+//!     is written (bench/NOTES-decode.md, session 48). Both decode programs take it, so a device
+//!     loop and one-step decode stay bit-identical.
+//!
 //! Values are renumbered densely in order of first use afterwards, so dumps stay canonical.
 //!
 //! Prefill programs take rewrites 4, 6 and the packed form of 5 (RoPE, the KV write, adds and
@@ -92,6 +101,12 @@ pub fn linear_argmax_enabled() -> bool {
 /// `bench/LEVERS.md`); the plan-time knob `KILN_FUSE_OUTPUT_NORM=1` turns it on (an A/B knob).
 pub fn output_norm_stats_enabled() -> bool {
     crate::plan::knob("KILN_FUSE_OUTPUT_NORM") == "1"
+}
+
+/// Whether rewrite 11 runs: off by default until measured on a GPU; the plan-time knob
+/// `KILN_FUSE_QKV_ATTN=1` turns it on (an A/B knob).
+pub fn qkv_attention_enabled() -> bool {
+    crate::plan::knob("KILN_FUSE_QKV_ATTN") == "1"
 }
 
 /// Whether rewrite 8 runs: on by default; the plan-time knob `KILN_FUSE_SAMPLE_ADVANCE=0` keeps
@@ -452,6 +467,40 @@ pub fn fuse(p: &Program) -> Result<Program> {
         }
     }
 
+    // 11. Decode, one row: QKV-RoPE and the attention of its q in one launch.
+    if decode && qkv_attention_enabled() {
+        for m in 0..ops.len() {
+            let Some(OpNode {
+                name,
+                op: Op::QkvRope { x, norm, weights, biases, positions, cache_base, q_out, k_cache, v_cache, head_dim, rope },
+            }) = ops[m].clone()
+            else {
+                continue;
+            };
+            let Some(ia) = (m + 1..ops.len()).find(|&i| ops[i].is_some()) else { continue };
+            let Some(Op::Attention { q, k_cache: kc, v_cache: vc, positions: pa, cache_base: ca, out, head_dim: ha, scale, .. }) =
+                ops[ia].as_ref().map(|o| o.op.clone())
+            else {
+                continue;
+            };
+            let same = q == q_out && kc == k_cache && vc == v_cache && pa == positions && ca == cache_base && ha == head_dim;
+            let val = |v: ValueId| value_of(p, &extra, v);
+            let bf16 = [x, out, k_cache, v_cache].into_iter().chain(weights).all(|v| val(v).dtype == crate::ir::DType::BF16);
+            let (rows, in_features) = (val(x).shape.rows(), val(x).shape.last());
+            let heads = val(out).shape.last() / head_dim.max(1) as usize;
+            let fits = crate::plan::geometry::qkv_attention_fits(rows, in_features, heads, head_dim, &rope, bf16);
+            if !same || !fits || !is_temp(q_out) || readers(&ops, q_out) != [ia] {
+                continue;
+            }
+            let fused_name = name.strip_suffix("qkv_rope").map(|s| format!("{s}qkv_attn")).unwrap_or_else(|| format!("{name}.attn"));
+            ops[ia] = Some(OpNode {
+                name: fused_name,
+                op: Op::QkvAttention { x, norm, weights, biases, positions, cache_base, k_cache, v_cache, out, head_dim, rope, scale },
+            });
+            ops[m] = None;
+        }
+    }
+
     let values: Vec<Value> = p.values.iter().cloned().chain(extra).collect();
     let fused = compact(p, &values, ops.into_iter().flatten().collect());
     verify(&fused)?;
@@ -580,6 +629,14 @@ fn op_values_mut(op: &mut Op) -> Vec<&mut ValueId> {
             v.extend(weights.iter_mut());
             v.extend(biases.iter_mut().flatten());
             v.extend([positions, cache_base, q_out, k_cache, v_cache]);
+            v
+        }
+        Op::QkvAttention { x, norm, weights, biases, positions, cache_base, k_cache, v_cache, out, .. } => {
+            let mut v = vec![x];
+            v.extend(norm.as_mut().map(|n| &mut n.0));
+            v.extend(weights.iter_mut());
+            v.extend(biases.iter_mut().flatten());
+            v.extend([positions, cache_base, k_cache, v_cache, out]);
             v
         }
         Op::Rope { x, positions, out, .. } => vec![x, positions, out],

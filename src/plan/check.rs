@@ -57,6 +57,10 @@
 //!     rows, in % 8 == 0, out % 8 == 0) in its default variant with no L2 prefetch, writing a
 //!     bf16 `out` and f32 `sumsq` `[rows, out / 8]` after it; the reading `Linear { stats }` is a
 //!     bias-less bf16 GEMV of the same kind whose second operand is such a `sumsq`.
+//! 15. QKV-RoPE with the attention in one launch (`Kernel::QkvAttention`, `lower::fuse` rewrite 11)
+//!     only where its kernel exists (`geometry::qkv_attention_fits`: bf16, head_dim 64, at most
+//!     1024 inputs and 14 heads), with operands of the sizes its shape gives and one cluster of 8
+//!     blocks per query head.
 
 use super::geometry::{dense_variant_covers, GEMV_DENSE_BLOCKS_PER_SM, LINEAR_GEMV_THREADS};
 use super::{Access, BufArg, Kernel, Layout, Plan, PlannedTensor, ProgramPlan, RegionKind, ALIGN};
@@ -170,6 +174,42 @@ fn linear_family(k: &Kernel) -> bool {
     )
 }
 
+/// Invariant 15 for launch `i`: a `QkvAttention` has the kernel's shape (bf16 operands, head_dim
+/// 64 rotated whole in halves, at most 1024 inputs and 14 heads: `geometry::qkv_attention_fits`),
+/// its operands (x, [norm weight], the packed weight, [the packed bias], positions, cache_base,
+/// k_cache, v_cache, out) of the sizes those give, and one cluster of 8 per head.
+fn check_qkv_attention(i: usize, l: &super::Launch) -> Result<()> {
+    let Kernel::QkvAttention { in_features, heads, kv_heads, head_dim, kv_rows, norm, bias, rope, split_len, .. } = l.kernel else {
+        return Ok(());
+    };
+    let bf16 = l.bufs.iter().filter(|b| b.dtype.is_float()).all(|b| b.dtype == DType::BF16);
+    let fits = super::geometry::qkv_attention_fits(1, in_features as usize, heads as usize, head_dim, &rope, bf16);
+    ensure!(
+        fits && kv_heads > 0 && heads.is_multiple_of(kv_heads),
+        "launch {i} `{}`: qkv_attention of a shape its kernel does not take",
+        l.name
+    );
+    let (k, width, kvd) = (in_features as u64, ((heads + 2 * kv_heads) * head_dim) as u64, (kv_heads * head_dim) as u64);
+    let mut want = vec![2 * k];
+    if norm {
+        want.push(2 * k);
+    }
+    want.push(2 * width * k);
+    if bias {
+        want.push(2 * width);
+    }
+    want.extend([4, 4, 2 * kvd * kv_rows as u64, 2 * kvd * kv_rows as u64, 2 * (heads * head_dim) as u64]);
+    let got: Vec<u64> = l.bufs.iter().map(|b| b.bytes).collect();
+    ensure!(got == want, "launch {i} `{}`: qkv_attention operands of {got:?} bytes, its shape needs {want:?}", l.name);
+    ensure!(
+        l.grid == [heads, super::ATTENTION_CLUSTER_SPLITS, 1] && split_len > 0,
+        "launch {i} `{}`: qkv_attention needs one cluster of {} blocks per head and a split length",
+        l.name,
+        super::ATTENTION_CLUSTER_SPLITS
+    );
+    Ok(())
+}
+
 /// Invariant 14 for launch `i`.
 fn check_out_norm(i: usize, l: &super::Launch) -> Result<()> {
     let gemv = |rows: u32, in_features: u32| (1..=super::geometry::LINEAR_GEMV_MAX_ROWS).contains(&rows) && in_features.is_multiple_of(8);
@@ -258,6 +298,8 @@ fn check_program(plan: &Plan, p: &ProgramPlan) -> Result<()> {
         }
         // 14: out-norm producers and stats readers.
         check_out_norm(i, l)?;
+        // 15: QKV-RoPE with the attention in one launch.
+        check_qkv_attention(i, l)?;
         // 13: planned L2 prefetch spans.
         if let Kernel::FusedLinear { norm, bias, residual, l2_prefetch, .. } = l.kernel {
             if l2_prefetch > 0 {

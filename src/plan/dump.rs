@@ -170,6 +170,28 @@ fn kernel_params(k: &Kernel) -> String {
                 if *early { " early=true" } else { "" }
             )
         }
+        Kernel::QkvAttention {
+            in_features,
+            heads,
+            kv_heads,
+            head_dim,
+            kv_rows,
+            norm,
+            eps,
+            bias,
+            rope,
+            scale,
+            split_len,
+            min_split_len,
+            early,
+        } => format!(
+            "in={in_features} heads={heads} kv_heads={kv_heads} head_dim={head_dim} kv_rows={kv_rows} norm={norm} eps={eps:e} bias={bias} style={:?} theta={} rotary_dim={} scaling={:?} scale={scale} split_len={split_len} min_split_len={min_split_len}{}",
+            rope.style,
+            rope.theta,
+            rope.rotary_dim,
+            rope.scaling,
+            if *early { " early=true" } else { "" }
+        ),
         Kernel::SwiGlu { n } | Kernel::Add { n } => format!("n={n}"),
         Kernel::Sample { rows, vocab } => format!("rows={rows} vocab={vocab}"),
         Kernel::Advance { rows, burst, stop_ids } => format!("rows={rows} burst={burst} stop_ids={stop_ids}"),

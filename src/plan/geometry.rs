@@ -311,12 +311,40 @@ pub fn attention_head_chunks(heads: u32, kv_heads: u32) -> u32 {
     (heads / kv_heads.max(1)).div_ceil(ATTENTION_SPLIT_MAX_GROUP).max(1)
 }
 
+/// `qkv_attention` (kernels/attention_qkv.cu): 256 threads per block, one block per SM (its
+/// launch bounds), one cluster of `ATTENTION_CLUSTER_SPLITS` blocks per query head.
+pub const QKV_ATTENTION_THREADS: u32 = 256;
+/// The head dimension `qkv_attention` is compiled for (8 lanes of 8 elements per key; the 8
+/// blocks of a cluster each take 8 q, 8 k and 8 v rows of the head).
+pub const QKV_ATTENTION_HEAD_DIM: u32 = 64;
+/// Most input features of `qkv_attention`: each lane holds 4 16-byte chunks of x and of every row
+/// its warp computes (in registers before the wait).
+pub const QKV_ATTENTION_MAX_IN: u32 = 1024;
+/// Most query heads of `qkv_attention`: one cluster of 8 blocks per head at one block per SM, in
+/// one wave (14 clusters of 8 single-block-per-SM blocks ran at once on the H200: the 0.5B shape's
+/// cluster attention in session 16, `ATTENTION_CLUSTER_WAVE`).
+pub const QKV_ATTENTION_MAX_HEADS: u32 = 14;
+
+/// Whether `Op::QkvAttention` has a kernel for the shape (`lower::fuse` rewrite 11 makes it only
+/// then): one row, bf16 everywhere, head_dim 64 rotated whole in halves (`RopeStyle::HalfSplit`),
+/// at most [`QKV_ATTENTION_MAX_IN`] inputs (a multiple of 8) and [`QKV_ATTENTION_MAX_HEADS`] heads.
+pub fn qkv_attention_fits(rows: usize, in_features: usize, heads: usize, head_dim: u32, rope: &crate::ir::RopeSpec, bf16: bool) -> bool {
+    rows == 1
+        && bf16
+        && head_dim == QKV_ATTENTION_HEAD_DIM
+        && rope.rotary_dim == head_dim
+        && rope.style == crate::ir::RopeStyle::HalfSplit
+        && in_features.is_multiple_of(8)
+        && in_features <= QKV_ATTENTION_MAX_IN as usize
+        && (1..=QKV_ATTENTION_MAX_HEADS as usize).contains(&heads)
+}
+
 /// Blocks per thread-block cluster of a kernel compiled with `__cluster_dims__` (sm_90+): the
 /// sampler's blocks of one row, the cluster attention's splits. None for every other kernel.
 pub fn cluster_blocks(kernel: &Kernel) -> Option<u32> {
     match kernel {
         Kernel::Sample { .. } | Kernel::SampleAdvance { .. } => Some(SAMPLE_BLOCKS_PER_ROW),
-        Kernel::AttentionCluster { .. } => Some(crate::plan::ATTENTION_CLUSTER_SPLITS),
+        Kernel::AttentionCluster { .. } | Kernel::QkvAttention { .. } => Some(crate::plan::ATTENTION_CLUSTER_SPLITS),
         _ => None,
     }
 }
@@ -371,6 +399,8 @@ pub fn launch_geometry(kernel: &Kernel, bufs: &[BufArg]) -> Geometry {
             let [x, y] = attention_cluster_grid(rows, heads, kv_heads, chunk_heads);
             g(x, y, ATTENTION_SPLIT_THREADS)
         }
+        // One cluster of ATTENTION_CLUSTER_SPLITS blocks (along y) per query head (along x).
+        Kernel::QkvAttention { heads, .. } => g(heads, crate::plan::ATTENTION_CLUSTER_SPLITS, QKV_ATTENTION_THREADS),
         // `qkv_linear` (linear_fused.cu): the GEMV grid over all three outputs, whatever the rows
         // (more than 8 rows take its SIMT path, 8 rows at a time).
         // `qkv_rope` (linear_fused.cu): the GEMV grid over its outputs and its variant, as the

@@ -298,6 +298,31 @@ pub enum Kernel {
     /// conditional handle, as `Advance`. `argmax`: a last operand, the key of the `LinearArgmax`
     /// that made the logits (a greedy row's token; zeroed).
     SampleAdvance { vocab: u32, burst: u32, stop_ids: u32, argmax: bool },
+    /// `Op::QkvAttention` in one launch (decode, one row): one thread-block cluster of
+    /// [`ATTENTION_CLUSTER_SPLITS`] blocks per query head computes the rows of the packed QKV
+    /// matrix its head needs (its q rows, its KV group's k and v rows: `QkvRope`'s arithmetic, up to
+    /// the order of each dot product's sum), rotates them, writes K/V row p (the clusters of each
+    /// group's first head), passes q, k_p and v_p between its blocks through distributed shared
+    /// memory, then runs `AttentionCluster`'s splits (chunks of one head) and merge. bufs: x,
+    /// `[norm weight]`, weight, `[bias]`, positions, cache_base, k_cache, v_cache, out (the three
+    /// weights and biases back to back, row-major, as `QkvRope`'s before tiling). `split_len`,
+    /// `min_split_len` and `early` as `AttentionCluster`'s. Planned only where
+    /// [`geometry::qkv_attention_fits`] holds (plan-time knob `KILN_FUSE_QKV_ATTN=1`).
+    QkvAttention {
+        in_features: u32,
+        heads: u32,
+        kv_heads: u32,
+        head_dim: u32,
+        kv_rows: u32,
+        norm: bool,
+        eps: f32,
+        bias: bool,
+        rope: crate::ir::RopeSpec,
+        scale: f32,
+        split_len: u32,
+        min_split_len: u32,
+        early: bool,
+    },
 }
 
 /// Splits (blocks of one cluster) of [`Kernel::AttentionCluster`] (`KILN_ATTN_CLUSTER_SPLITS`).
@@ -356,6 +381,7 @@ impl Kernel {
             Kernel::AttentionPrefill { .. } => "attention_prefill",
             Kernel::AttentionMerge { .. } => "attention_merge",
             Kernel::AttentionCluster { .. } => "attention_cluster",
+            Kernel::QkvAttention { .. } => "qkv_attention",
             Kernel::SwiGlu { .. } => "swiglu",
             Kernel::Add { .. } => "add",
             Kernel::Sample { .. } => "sample",
@@ -367,12 +393,14 @@ impl Kernel {
 
 /// The operands of a launch that its kernel may read before it waits for the grids before it
 /// (programmatic dependent launch), when [`early_reads_safe`] holds: the positions and cache
-/// bases of a `QkvRope`, an `AttentionSplit` and an `AttentionCluster`, the positions of an `AttentionMerge`. Indices into
+/// bases of a `QkvRope`, a `QkvAttention`, an `AttentionSplit` and an `AttentionCluster`, the positions of an
+/// `AttentionMerge`. Indices into
 /// `Launch::bufs`.
 pub fn early_read_operands(l: &Launch) -> Vec<usize> {
     let n = l.bufs.len();
     match l.kernel {
         Kernel::QkvRope { .. } if n >= 5 => vec![n - 5, n - 4],
+        Kernel::QkvAttention { .. } if n >= 5 => vec![n - 5, n - 4],
         Kernel::AttentionSplit { .. } | Kernel::AttentionCluster { .. } if n == 6 => vec![3, 4],
         Kernel::AttentionMerge { .. } if n == 3 => vec![1],
         _ => Vec::new(),
@@ -403,6 +431,7 @@ impl Kernel {
         matches!(
             self,
             Kernel::QkvRope { early: true, .. }
+                | Kernel::QkvAttention { early: true, .. }
                 | Kernel::AttentionSplit { early: true, .. }
                 | Kernel::AttentionMerge { early: true, .. }
                 | Kernel::AttentionCluster { early: true, .. }

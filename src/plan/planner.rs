@@ -257,7 +257,10 @@ fn layout_persistent(cfg: &ModelConfig, opts: &PlanOptions, programs: &[Program]
     let mut packs: Vec<Vec<&str>> = Vec::new();
     for p in programs {
         for node in &p.ops {
-            if let Op::QkvLinear { weights, biases, outs: Qkv::Packed(_), .. } | Op::QkvRope { weights, biases, .. } = &node.op {
+            if let Op::QkvLinear { weights, biases, outs: Qkv::Packed(_), .. }
+            | Op::QkvRope { weights, biases, .. }
+            | Op::QkvAttention { weights, biases, .. } = &node.op
+            {
                 let names = |ids: &[ValueId]| ids.iter().map(|&v| p.value(v).name.as_str()).collect::<Vec<_>>();
                 packs.push(names(weights));
                 packs.extend(biases.as_ref().map(|b| names(b)));
@@ -459,12 +462,21 @@ fn launches_of(p: &Program, name: &str, op: &Op, max_context: usize, workspaces:
     let mut kernel = kernel_of(p, op);
     // A packed QKV reads its three weights (and biases), consecutive operands, as one buffer.
     let packs = match *op {
-        Op::QkvLinear { weights, biases, outs: Qkv::Packed(_), .. } | Op::QkvRope { weights, biases, .. } => {
+        Op::QkvLinear { weights, biases, outs: Qkv::Packed(_), .. }
+        | Op::QkvRope { weights, biases, .. }
+        | Op::QkvAttention { weights, biases, .. } => {
             let at = |v: ValueId| operands.iter().position(|&(o, _)| o == Operand::Value(v)).expect("an operand of its op");
             [Some(weights), biases].into_iter().flatten().map(|run| (at(run[0]), run.len())).collect()
         }
         _ => Vec::new(),
     };
+    // The fused QKV + attention's splits: the cluster attention's (eight of the max context's
+    // length, a multiple of the quantum).
+    if let Kernel::QkvAttention { split_len, min_split_len, .. } = &mut kernel {
+        let splits = super::ATTENTION_CLUSTER_SPLITS;
+        *split_len = (max_context as u32).div_ceil(splits).div_ceil(super::SPLIT_LEN_QUANTUM) * super::SPLIT_LEN_QUANTUM;
+        *min_split_len = ATTENTION_MIN_SPLIT_LEN.min(*split_len);
+    }
     // Prefill attention on tensor cores where the kernel covers the shape.
     if let (Phase::Prefill, &Kernel::Attention { rows, heads, kv_heads, head_dim, scale, kv_rows }, Op::Attention { q, .. }) =
         (p.phase, &kernel, op)
@@ -708,8 +720,10 @@ fn plan_l2_prefetch(p: &mut ProgramPlan) {
         return;
     }
     for i in 1..p.launches.len() {
-        let after_attention =
-            matches!(p.launches[i - 1].kernel, Kernel::Attention { .. } | Kernel::AttentionCluster { .. } | Kernel::AttentionMerge { .. });
+        let after_attention = matches!(
+            p.launches[i - 1].kernel,
+            Kernel::Attention { .. } | Kernel::AttentionCluster { .. } | Kernel::AttentionMerge { .. } | Kernel::QkvAttention { .. }
+        );
         let l = &p.launches[i];
         let Kernel::FusedLinear { norm: false, residual: true, l2_prefetch: 0, out_norm: false, .. } = l.kernel else {
             continue;
@@ -757,7 +771,7 @@ fn plan_early_reads(p: &mut ProgramPlan) {
     for i in 0..p.launches.len() {
         let safe = super::early_reads_safe(&p.launches, &p.deps, i);
         match &mut p.launches[i].kernel {
-            Kernel::QkvRope { early, .. } => *early = safe,
+            Kernel::QkvRope { early, .. } | Kernel::QkvAttention { early, .. } => *early = safe,
             Kernel::AttentionSplit { early, .. } | Kernel::AttentionMerge { early, .. } | Kernel::AttentionCluster { early, .. } => {
                 *early = safe && attn_early
             }
@@ -920,6 +934,25 @@ fn kernel_of(p: &Program, op: &Op) -> Kernel {
                 bias: biases.is_some(),
                 early: false,
                 rope,
+            }
+        }
+        // Split lengths from the max context: set by `launches_of`.
+        Op::QkvAttention { x, norm, biases, k_cache, out, head_dim, rope, scale, .. } => {
+            let (dx, dout, dc) = (dims(x), dims(out), dims(k_cache));
+            Kernel::QkvAttention {
+                in_features: u(dx[1]),
+                heads: u(dout[1]) / head_dim,
+                kv_heads: u(dc[1]) / head_dim,
+                head_dim,
+                kv_rows: u(dc[0]),
+                norm: norm.is_some(),
+                eps: norm.map(|n| n.1).unwrap_or(0.0),
+                bias: biases.is_some(),
+                rope,
+                scale,
+                split_len: 0,
+                min_split_len: 0,
+                early: false,
             }
         }
         Op::GatedLinear { x, norm, gate, .. } => {

@@ -607,47 +607,46 @@ fn execute(regions: &mut [Vec<u8>; N_REGIONS], s: &mut Scratch, launch: &Launch)
         // The packed QKV's projections (FusedLinear's arithmetic over the three weights as one
         // matrix), rounded as it stores them, then RopeKvWrite's rotation and KV write.
         Kernel::QkvRope { rows, in_features, heads, kv_heads, head_dim, kv_rows, norm, eps, bias, rope, .. } => {
-            let (rows, k, hd) = (rows as usize, in_features as usize, head_dim as usize);
-            let (qw, kvw) = (heads as usize * hd, kv_heads as usize * hd);
-            let width = qw + 2 * kvw;
             let bufs = arity(launch, 4 + norm as usize + bias as usize, 3)?;
             let n = bufs.len();
-            let (x, weight, positions, cache_base) = (&bufs[0], &bufs[1 + norm as usize], &bufs[n - 5], &bufs[n - 4]);
             let (q_out, k_cache, v_cache) = (&bufs[n - 3], &bufs[n - 2], &bufs[n - 1]);
-            float_operand(x, "x", rows * k)?;
-            float_operand(weight, "weight", width * k)?;
-            typed_operand(positions, "positions", DType::I32, rows)?;
-            typed_operand(cache_base, "cache_base", DType::I32, rows)?;
-            float_operand(q_out, "q_out", rows * qw)?;
-            float_operand(k_cache, "k_cache", kv_rows as usize * kvw)?;
-            float_operand(v_cache, "v_cache", kv_rows as usize * kvw)?;
-            ensure!(rope.rotary_dim as usize == hd, "qkv_rope needs rotary_dim {} == head_dim {hd}", rope.rotary_dim);
-            load_ints(operand(regions, positions)?, &mut s.ints_a);
-            load_ints(operand(regions, cache_base)?, &mut s.ints_b);
-            check_kv_rows(&s.ints_a[..rows], &s.ints_b, kv_rows)?;
-            let scale = load_linear_input(regions, s, x, norm.then(|| &bufs[1]), rows, k, eps)?;
-            let bias_v = if bias {
-                let b = &bufs[2 + norm as usize];
-                float_operand(b, "bias", width)?;
-                let mut v = Vec::new();
-                load_all(operand(regions, b)?, b.dtype, &mut v);
-                v
-            } else {
-                Vec::new()
-            };
-            let dt = q_out.dtype;
-            let mut packed = vec![0.0f32; rows * width];
-            let tiled = s.tiled(weight);
-            gemv_each(&s.a, operand(regions, weight)?, weight.dtype, tiled, k, width, rows, &mut s.row, |r, col, acc| {
-                let acc = acc * scale[r];
-                packed[r * width + col] = round_to(dt, if bias { acc + bias_v[col] } else { acc });
-            });
-            let part = |lo: usize, n: usize| -> Vec<f32> {
-                (0..rows).flat_map(|r| packed[r * width + lo..r * width + lo + n].iter().copied()).collect()
-            };
-            let parts = [part(0, qw), part(qw, kvw), part(qw + kvw, kvw)];
-            let step = (&s.ints_a[..rows], &s.ints_b[..]);
-            rope_write_kv(regions, &rope, hd, parts, dt, step, [q_out, k_cache, v_cache])
+            let shape = QkvShape { rows: rows as usize, k: in_features as usize, heads, kv_heads, head_dim, kv_rows, norm, eps, bias };
+            float_operand(q_out, "q_out", shape.rows * shape.qw())?;
+            let parts = qkv_rope_parts(regions, s, &bufs[..n - 3], [k_cache, v_cache], shape, &rope, q_out.dtype)?;
+            let step = (&s.ints_a[..shape.rows], &s.ints_b[..]);
+            rope_write_kv(regions, &rope, head_dim as usize, parts, q_out.dtype, step, [Some(q_out), Some(k_cache), Some(v_cache)])?;
+            Ok(())
+        }
+        // QkvRope's arithmetic, its q rounded to the caches' dtype as QkvRope stores it, then
+        // AttentionCluster's over that q: bit for bit the two launches.
+        Kernel::QkvAttention {
+            in_features,
+            heads,
+            kv_heads,
+            head_dim,
+            kv_rows,
+            norm,
+            eps,
+            bias,
+            rope,
+            scale,
+            split_len,
+            min_split_len,
+            ..
+        } => {
+            let bufs = arity(launch, 4 + norm as usize + bias as usize, 3)?;
+            let n = bufs.len();
+            let (k_cache, v_cache, out) = (&bufs[n - 3], &bufs[n - 2], &bufs[n - 1]);
+            let shape = QkvShape { rows: 1, k: in_features as usize, heads, kv_heads, head_dim, kv_rows, norm, eps, bias };
+            float_operand(out, "out", shape.qw())?;
+            let dt = k_cache.dtype;
+            let parts = qkv_rope_parts(regions, s, &bufs[..n - 3], [k_cache, v_cache], shape, &rope, dt)?;
+            let step = (&s.ints_a[..1], &s.ints_b[..]);
+            let q = rope_write_kv(regions, &rope, head_dim as usize, parts, dt, step, [None, Some(k_cache), Some(v_cache)])?;
+            s.a.clear();
+            s.a.extend(q.iter().map(|&x| round_to(dt, x)));
+            let c = ClusterAttention { rows: 1, heads, kv_heads, head_dim, scale, kv_rows, split_len, min_split_len };
+            cluster_attention(regions, s, c, k_cache, v_cache, out)
         }
         Kernel::GatedLinear { rows, in_features, out_features, norm, eps } => {
             let (rows, k, n) = (rows as usize, in_features as usize, out_features as usize);
@@ -750,7 +749,8 @@ fn execute(regions: &mut [Vec<u8>; N_REGIONS], s: &mut Scratch, launch: &Launch)
             }
             let kv_dtype = inputs[if packed { 0 } else { 1 }].dtype;
             let step = (&s.ints_a[..rows], &s.ints_b[..]);
-            rope_write_kv(regions, &rope, hd, parts, kv_dtype, step, [q_out, k_cache, v_cache])
+            rope_write_kv(regions, &rope, hd, parts, kv_dtype, step, [Some(q_out), Some(k_cache), Some(v_cache)])?;
+            Ok(())
         }
         // The tensor-core prefill kernel has the semantics of `Attention`.
         Kernel::Attention { rows, heads, kv_heads, head_dim, scale, kv_rows }
@@ -865,47 +865,10 @@ fn execute(regions: &mut [Vec<u8>; N_REGIONS], s: &mut Scratch, launch: &Launch)
             Ok(())
         }
         Kernel::AttentionCluster { rows, heads, kv_heads, head_dim, scale, kv_rows, split_len, min_split_len, .. } => {
-            // The splits of AttentionSplit (ATTENTION_CLUSTER_SPLITS of them), then the merge of
-            // AttentionMerge's reference: the chunking of heads over blocks changes no arithmetic.
-            let splits_u = crate::plan::ATTENTION_CLUSTER_SPLITS;
-            let (rows, heads, kv_heads, hd, splits) =
-                (rows as usize, heads as usize, kv_heads as usize, head_dim as usize, splits_u as usize);
-            let [_, k_cache, v_cache, _, _, out] = attention_inputs(regions, s, launch, rows, heads, kv_heads, hd, kv_rows)? else {
-                unreachable!()
-            };
-            ensure!(split_len > 0, "attention split of zero length");
-            let (qw, kvw) = (heads * hd, kv_heads * hd);
-            float_operand(out, "out", rows * qw)?;
-            let group = heads / kv_heads;
-            s.row.clear();
-            s.row.resize(hd, 0.0);
-            s.out.clear();
-            s.out.resize(rows * qw, 0.0);
-            let (kb, vb) = (operand(regions, k_cache)?, operand(regions, v_cache)?);
-            for t in 0..rows {
-                let pos = s.ints_a[t];
-                if pos < 0 {
-                    continue;
-                }
-                let base = kv_span(t, pos, s.ints_b[t], kv_rows)?;
-                let n_keys = pos as usize + 1;
-                ensure!(n_keys <= splits * split_len as usize, "position {pos} is beyond the {splits} x {split_len} attention splits");
-                let live = crate::plan::live_split_len(pos, splits_u, split_len, min_split_len) as usize;
-                let active = (pos as usize / live + 1).min(splits);
-                for h in 0..heads {
-                    let g = h / group;
-                    let qh = &s.a[t * qw + h * hd..t * qw + (h + 1) * hd];
-                    let states: Vec<Vec<f32>> = (0..active)
-                        .map(|sp| {
-                            let (lo, hi) = (sp * live, ((sp + 1) * live).min(n_keys));
-                            let c = SplitRead { kb, kdt: k_cache.dtype, vb, vdt: v_cache.dtype, kvw, hd };
-                            split_state(c, qh, base, g, lo, hi, scale, &mut s.row, &mut s.b)
-                        })
-                        .collect();
-                    merge_split_states(states.iter().map(Vec::as_slice), hd, &mut s.out[(t * heads + h) * hd..][..hd]);
-                }
-            }
-            store(regions, out, &s.out)
+            let (r, h, kvh, hd) = (rows as usize, heads as usize, kv_heads as usize, head_dim as usize);
+            let [_, k_cache, v_cache, _, _, out] = attention_inputs(regions, s, launch, r, h, kvh, hd, kv_rows)? else { unreachable!() };
+            let c = ClusterAttention { rows, heads, kv_heads, head_dim, scale, kv_rows, split_len, min_split_len };
+            cluster_attention(regions, s, c, k_cache, v_cache, out)
         }
         Kernel::AttentionMerge { rows, heads, head_dim, splits, split_len, min_split_len, .. } => {
             let (splits_u, planned_len) = (splits, split_len);
@@ -1170,6 +1133,80 @@ fn load_linear_input(
 /// `kv_heads * head_dim` from `q_out` and `k_cache`): q rotated into `q_out`; k rotated and
 /// rounded to `kv_dtype` (as `Rope` stores it before `KvWrite` copies it), then k and v written
 /// to cache row `cache_base[t] + positions[t]` of every non-padding token (`step`, rows checked).
+/// The shape of a packed QKV projection (`QkvRope`, `QkvAttention`).
+#[derive(Clone, Copy)]
+struct QkvShape {
+    rows: usize,
+    k: usize,
+    heads: u32,
+    kv_heads: u32,
+    head_dim: u32,
+    kv_rows: u32,
+    norm: bool,
+    eps: f32,
+    bias: bool,
+}
+
+impl QkvShape {
+    fn qw(&self) -> usize {
+        (self.heads * self.head_dim) as usize
+    }
+    fn kvw(&self) -> usize {
+        (self.kv_heads * self.head_dim) as usize
+    }
+}
+
+/// The q, k, v projections of a packed QKV launch (`QkvRope`'s and `QkvAttention`'s operands
+/// before their three written ones: x, `[norm weight]`, weight, `[bias]`, positions, cache_base),
+/// each rounded to `dt` as `QkvRope` stores them, before RoPE; the positions and cache bases
+/// loaded into `s.ints_a` / `s.ints_b` and checked against the caches.
+fn qkv_rope_parts(
+    regions: &[Vec<u8>; N_REGIONS],
+    s: &mut Scratch,
+    bufs: &[BufArg],
+    [k_cache, v_cache]: [&BufArg; 2],
+    shape: QkvShape,
+    rope: &RopeSpec,
+    dt: DType,
+) -> Result<[Vec<f32>; 3]> {
+    let QkvShape { rows, k, kv_rows, norm, eps, bias, head_dim, .. } = shape;
+    let (qw, kvw, hd) = (shape.qw(), shape.kvw(), head_dim as usize);
+    let width = qw + 2 * kvw;
+    let n = bufs.len();
+    let (x, weight, positions, cache_base) = (&bufs[0], &bufs[1 + norm as usize], &bufs[n - 2], &bufs[n - 1]);
+    float_operand(x, "x", rows * k)?;
+    float_operand(weight, "weight", width * k)?;
+    typed_operand(positions, "positions", DType::I32, rows)?;
+    typed_operand(cache_base, "cache_base", DType::I32, rows)?;
+    float_operand(k_cache, "k_cache", kv_rows as usize * kvw)?;
+    float_operand(v_cache, "v_cache", kv_rows as usize * kvw)?;
+    ensure!(rope.rotary_dim as usize == hd, "qkv_rope needs rotary_dim {} == head_dim {hd}", rope.rotary_dim);
+    load_ints(operand(regions, positions)?, &mut s.ints_a);
+    load_ints(operand(regions, cache_base)?, &mut s.ints_b);
+    check_kv_rows(&s.ints_a[..rows], &s.ints_b, kv_rows)?;
+    let scale = load_linear_input(regions, s, x, norm.then(|| &bufs[1]), rows, k, eps)?;
+    let bias_v = if bias {
+        let b = &bufs[2 + norm as usize];
+        float_operand(b, "bias", width)?;
+        let mut v = Vec::new();
+        load_all(operand(regions, b)?, b.dtype, &mut v);
+        v
+    } else {
+        Vec::new()
+    };
+    let mut packed = vec![0.0f32; rows * width];
+    let tiled = s.tiled(weight);
+    gemv_each(&s.a, operand(regions, weight)?, weight.dtype, tiled, k, width, rows, &mut s.row, |r, col, acc| {
+        let acc = acc * scale[r];
+        packed[r * width + col] = round_to(dt, if bias { acc + bias_v[col] } else { acc });
+    });
+    let part =
+        |lo: usize, n: usize| -> Vec<f32> { (0..rows).flat_map(|r| packed[r * width + lo..r * width + lo + n].iter().copied()).collect() };
+    Ok([part(0, qw), part(qw, kvw), part(qw + kvw, kvw)])
+}
+
+/// RoPE of q and k, then the KV write of the rotated k (rounded to `kv_dtype`) and v; q stored to
+/// `q_out` where there is one. Returns the rotated q (not rounded).
 fn rope_write_kv(
     regions: &mut [Vec<u8>; N_REGIONS],
     rope: &RopeSpec,
@@ -1177,18 +1214,85 @@ fn rope_write_kv(
     [mut q, mut k, v]: [Vec<f32>; 3],
     kv_dtype: DType,
     (positions, cache_base): (&[i32], &[i32]),
-    [q_out, k_cache, v_cache]: [&BufArg; 3],
-) -> Result<()> {
+    [q_out, k_cache, v_cache]: [Option<&BufArg>; 3],
+) -> Result<Vec<f32>> {
     let rows = positions.len().max(1);
     let (qw, kvw) = (q.len() / rows, k.len() / rows);
     let inv_freq: Vec<f32> = (0..rope.rotary_dim as usize / 2).map(|i| rope.inv_freq(i)).collect();
     rotate_rows(&mut q, qw, head_dim, &inv_freq, rope, positions);
-    store(regions, q_out, &q)?;
+    if let Some(q_out) = q_out {
+        store(regions, q_out, &q)?;
+    }
     rotate_rows(&mut k, kvw, head_dim, &inv_freq, rope, positions);
     for x in k.iter_mut() {
         *x = round_to(kv_dtype, *x);
     }
-    write_kv_rows(regions, [(k_cache, &k), (v_cache, &v)], positions, cache_base, kvw)
+    let (Some(k_cache), Some(v_cache)) = (k_cache, v_cache) else { bail!("rope_write_kv without its caches") };
+    write_kv_rows(regions, [(k_cache, &k), (v_cache, &v)], positions, cache_base, kvw)?;
+    Ok(q)
+}
+
+/// The parameters of `AttentionCluster`'s arithmetic (also `QkvAttention`'s second half).
+#[derive(Clone, Copy)]
+struct ClusterAttention {
+    rows: u32,
+    heads: u32,
+    kv_heads: u32,
+    head_dim: u32,
+    scale: f32,
+    kv_rows: u32,
+    split_len: u32,
+    min_split_len: u32,
+}
+
+/// `AttentionCluster`'s arithmetic with q in `s.a`, the positions in `s.ints_a` and the cache bases
+/// in `s.ints_b`: the splits of AttentionSplit (ATTENTION_CLUSTER_SPLITS of them), then the merge
+/// of AttentionMerge's reference (the chunking of heads over blocks changes no arithmetic).
+fn cluster_attention(
+    regions: &mut [Vec<u8>; N_REGIONS],
+    s: &mut Scratch,
+    c: ClusterAttention,
+    k_cache: &BufArg,
+    v_cache: &BufArg,
+    out: &BufArg,
+) -> Result<()> {
+    let ClusterAttention { rows, heads, kv_heads, head_dim, scale, kv_rows, split_len, min_split_len } = c;
+    let splits_u = crate::plan::ATTENTION_CLUSTER_SPLITS;
+    let (rows, heads, kv_heads, hd, splits) = (rows as usize, heads as usize, kv_heads as usize, head_dim as usize, splits_u as usize);
+    ensure!(split_len > 0, "attention split of zero length");
+    ensure!(kv_heads > 0 && heads.is_multiple_of(kv_heads), "{heads} heads are not a multiple of {kv_heads} kv heads");
+    let (qw, kvw) = (heads * hd, kv_heads * hd);
+    float_operand(out, "out", rows * qw)?;
+    let group = heads / kv_heads;
+    s.row.clear();
+    s.row.resize(hd, 0.0);
+    s.out.clear();
+    s.out.resize(rows * qw, 0.0);
+    let (kb, vb) = (operand(regions, k_cache)?, operand(regions, v_cache)?);
+    for t in 0..rows {
+        let pos = s.ints_a[t];
+        if pos < 0 {
+            continue;
+        }
+        let base = kv_span(t, pos, s.ints_b[t], kv_rows)?;
+        let n_keys = pos as usize + 1;
+        ensure!(n_keys <= splits * split_len as usize, "position {pos} is beyond the {splits} x {split_len} attention splits");
+        let live = crate::plan::live_split_len(pos, splits_u, split_len, min_split_len) as usize;
+        let active = (pos as usize / live + 1).min(splits);
+        for h in 0..heads {
+            let g = h / group;
+            let qh = &s.a[t * qw + h * hd..t * qw + (h + 1) * hd];
+            let states: Vec<Vec<f32>> = (0..active)
+                .map(|sp| {
+                    let (lo, hi) = (sp * live, ((sp + 1) * live).min(n_keys));
+                    let c = SplitRead { kb, kdt: k_cache.dtype, vb, vdt: v_cache.dtype, kvw, hd };
+                    split_state(c, qh, base, g, lo, hi, scale, &mut s.row, &mut s.b)
+                })
+                .collect();
+            merge_split_states(states.iter().map(Vec::as_slice), hd, &mut s.out[(t * heads + h) * hd..][..hd]);
+        }
+    }
+    store(regions, out, &s.out)
 }
 
 /// RMSNorm of each consecutive `dim`-long row of `x` with weight `w` (see the module doc for

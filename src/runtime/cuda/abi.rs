@@ -189,6 +189,41 @@ pub fn scalars(kernel: &Kernel) -> Vec<Scalar> {
                 U32(early as u32),
             ]
         }
+        // (x, norm_w|0, weight, bias|0, positions, cache_base, k_cache, v_cache, out, in_features,
+        //  heads, kv_heads, head_dim, kv_rows, has_norm, eps, has_bias, early, scale, split_len,
+        //  min_split_len, then Rope's rotary_dim .. original_max_position, then RopeFreqs by value)
+        Kernel::QkvAttention {
+            in_features,
+            heads,
+            kv_heads,
+            head_dim,
+            kv_rows,
+            norm,
+            eps,
+            bias,
+            rope,
+            scale,
+            split_len,
+            min_split_len,
+            early,
+        } => [
+            vec![
+                U32(in_features),
+                U32(heads),
+                U32(kv_heads),
+                U32(head_dim),
+                U32(kv_rows),
+                U32(norm as u32),
+                F32(eps),
+                U32(bias as u32),
+                U32(early as u32),
+                F32(scale),
+                U32(split_len),
+                U32(min_split_len),
+            ],
+            rope_scalars(&rope),
+        ]
+        .concat(),
         // (gate, up, out, n) / (a, b, out, n)
         Kernel::SwiGlu { n } | Kernel::Add { n } => vec![U32(n)],
         // (tokens, stop_ids, token_ids, positions, counter, control, ring, rows, burst, stop_ids,
@@ -228,18 +263,20 @@ fn rope_scalars(rope: &crate::ir::RopeSpec) -> Vec<Scalar> {
     ]
 }
 
-/// Pairs of the inverse-frequency table a rotating launch (`qkv_rope`, `rope`, `rope_kv_write`)
+/// Pairs of the inverse-frequency table a rotating launch (`qkv_rope`, `qkv_attention`, `rope`, `rope_kv_write`)
 /// takes by value (kernels/rope.cuh `KILN_ROPE_TABLE`).
 pub const ROPE_TABLE: usize = 64;
 
 /// The by-value parameter after a launch's scalars, as consecutive 8-byte slots holding its bytes
 /// (little-endian; `LaunchParams` hands the driver a pointer to the first, and the driver copies
-/// the parameter's size from there): for the kernels that rotate (`qkv_rope`, `rope`,
-/// `rope_kv_write`), kernels/rope.cuh `RopeFreqs` { n, v[64] } with v[i] = `RopeSpec::inv_freq(i)`,
+/// the parameter's size from there): for the kernels that rotate (`qkv_rope`, `qkv_attention`,
+/// `rope`, `rope_kv_write`), kernels/rope.cuh `RopeFreqs` { n, v[64] } with v[i] = `RopeSpec::inv_freq(i)`,
 /// the CPU reference's own values, and n = rotary_dim / 2, or n = 0 (the kernel computes them)
 /// when the rope has more pairs than the table. Empty for every other kernel.
 pub fn by_value_slots(kernel: &Kernel) -> Vec<u64> {
-    let (Kernel::QkvRope { rope, .. } | Kernel::Rope { rope, .. } | Kernel::RopeKvWrite { rope, .. }) = kernel else {
+    let (Kernel::QkvRope { rope, .. } | Kernel::QkvAttention { rope, .. } | Kernel::Rope { rope, .. } | Kernel::RopeKvWrite { rope, .. }) =
+        kernel
+    else {
         return Vec::new();
     };
     let pairs = rope.rotary_dim as usize / 2;
@@ -259,7 +296,7 @@ pub fn pointer_slots(kernel: &Kernel, bufs: &[BufArg]) -> usize {
         Kernel::Linear { bias: false, .. } => bufs.len() + 1,
         Kernel::FusedLinear { out_norm, .. } => 7 + 2 * *out_norm as usize,
         Kernel::QkvLinear { .. } => 11,
-        Kernel::QkvRope { .. } => 9,
+        Kernel::QkvRope { .. } | Kernel::QkvAttention { .. } => 9,
         Kernel::RopeKvWrite { .. } => 8,
         Kernel::GatedLinear { .. } => 5,
         Kernel::SampleAdvance { .. } => 13,
@@ -308,9 +345,9 @@ pub fn pointers(kernel: &Kernel, bufs: &[BufArg], region_base: &[u64; crate::pla
             let o = [next(true), next(true), next(true)];
             return [vec![x, nw], w.to_vec(), b.to_vec(), o.to_vec()].concat();
         }
-        // Fixed slots x, norm_w, weight, bias, positions, cache_base, q_out, k_cache, v_cache;
-        // absent ones are null.
-        Kernel::QkvRope { norm, bias, .. } => {
+        // Fixed slots x, norm_w, weight, bias, positions, cache_base, q_out, k_cache, v_cache
+        // (`qkv_attention`: ..., cache_base, k_cache, v_cache, out); absent ones are null.
+        Kernel::QkvRope { norm, bias, .. } | Kernel::QkvAttention { norm, bias, .. } => {
             let mut it = p.into_iter();
             let mut next = |present: bool| if present { it.next().unwrap_or(0) } else { 0 };
             let head = [next(true), next(norm), next(true), next(bias)];

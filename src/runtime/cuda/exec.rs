@@ -296,10 +296,15 @@ fn cluster_fits(counters: &Counters, device: &Device, plan: &Plan, funcs: &[Vec<
 fn compile_kernels(device: &Device, plan: &Plan) -> Result<Vec<u8>> {
     let (major, minor) = device.compute_capability;
     if major < 9 {
-        if let Some(l) = plan.programs.iter().flat_map(|p| &p.launches).find(|l| matches!(l.kernel, Kernel::AttentionCluster { .. })) {
+        if let Some(l) = plan
+            .programs
+            .iter()
+            .flat_map(|p| &p.launches)
+            .find(|l| matches!(l.kernel, Kernel::AttentionCluster { .. } | Kernel::QkvAttention { .. }))
+        {
             bail!(
                 "launch {} of this plan is a thread-block cluster (decode attention in one launch), which needs sm_90 or newer; \
-                 {} is sm_{major}{minor}: re-plan with KILN_ATTN_CLUSTER=0",
+                 {} is sm_{major}{minor}: re-plan with KILN_ATTN_CLUSTER=0 and without KILN_FUSE_QKV_ATTN=1",
                 l.name,
                 device.name
             );

@@ -1,0 +1,407 @@
+// attention_qkv.cu: QKV-RoPE and the decode attention of its q in one launch (Op::QkvAttention,
+// Kernel::QkvAttention; `lower::fuse` rewrite 11, plan-time knob KILN_FUSE_QKV_ATTN=1).
+//
+//   kiln_qkv_attention_bf16(x, norm_w, weight, bias, positions, cache_base, k_cache, v_cache, out,
+//                           in_features, heads, kv_heads, head_dim, kv_rows, has_norm, eps,
+//                           has_bias, early, scale, split_len, min_split_len, <rope scalars>,
+//                           RopeFreqs by value)
+//   One row (batch 1), bf16. weight is the packed QKV matrix [(heads + 2 kv_heads) * 64][in]
+//   row-major (q rows, then k, then v), bias the packed biases (null without); norm_w null without
+//   a norm. Writes K and V row p = positions[0] at cache_base[0] + p (the clusters of each KV
+//   group's first head) and out [heads][64], the attention output.
+//
+// Check on a GPU: python3 scripts/kernel_check.py --only qkv_attention   (NVRTC build, no GPU:
+// cargo test --test kernels_compile)
+//
+// Semantics (CPU reference, src/runtime/cpu.rs Kernel::QkvAttention): Kernel::QkvRope's
+// projections, RoPE and KV write (q rounded to bf16 and rotated as it stores q_out), then
+// Kernel::AttentionCluster's attention over that q (chunks of one head). The GPU sums each dot
+// product in its own order (below), as every GEMV does; the rest is the two kernels' arithmetic.
+//
+// Algorithm (the design: bench/NOTES-decode.md, session 48; the probe it grew from:
+// scripts/probe_qkv_attn_fold.cu). Grid (heads, 8), one thread-block cluster of 8 (along y) per
+// query head h (KV group g = h / (heads / kv_heads)), 256 threads (8 warps):
+// - block rank s computes 24 rows of the packed matrix: q dims {4s..4s+3, 32+4s..32+4s+3} of head
+//   h and the same k dims of group g (each rotary pair (i, i + 32) within one block), and v dims
+//   8s..8s+7 of group g; warp w takes rows 3w..3w+2, lane l the 16-byte chunks l + 32c of the
+//   inputs (in <= 1024). The group's clusters each compute the group's k / v rows (the same
+//   bits: the same code on the same data), so their extra reads hit the L2, not the DRAM;
+// - before the wait (`early`: positions and cache bases predate the program): the block's rows
+//   and the norm weight into registers, the biases, the angles of its 4 pairs, and the K/V rows
+//   of its split other than row p (attention_split.cu's KILN_ATTN_KV_EARLY loads);
+// - after it: x, its sum of squares (warp shuffles: each warp covers all of x), the dot products
+//   (h = bf16(x * norm_w), each row's sum of its lanes' partial sums by a shuffle tree), the norm
+//   and bias as linear_fused.cu's post-norm epilogue, RoPE from the rounded values, a cluster
+//   barrier and one distributed-shared-memory round trip that give every block q, k_p and v_p;
+// - then attention_split.cu's split block for one head (8 lanes of 8 dims per key, 2 steps per
+//   stage, online softmax, the warp tree) with row p from shared memory, and its cluster merge.
+// Shapes other than head_dim 64, in % 8 == 0, in <= 1024 and 8 splits write nothing (the planner
+// plans no other: plan::geometry::qkv_attention_fits). sm_90+ (clusters); elsewhere it traps.
+#include "common.cuh"
+#include "rope.cuh"
+
+#define KILN_QKV_ATTN_THREADS 256
+#define KILN_QKV_ATTN_WARPS 8
+#define KILN_QKV_ATTN_SPLITS 8  // = KILN_ATTN_CLUSTER_SPLITS, plan::ATTENTION_CLUSTER_SPLITS
+#define KILN_QKV_ATTN_HD 64
+#define KILN_QKV_ATTN_ROWS 24                           // packed rows per block
+#define KILN_QKV_ATTN_RPW (KILN_QKV_ATTN_ROWS / KILN_QKV_ATTN_WARPS)  // per warp
+#define KILN_QKV_ATTN_CHUNKS 4                          // 16-byte chunks per lane: in <= 1024
+#define KILN_QKV_ATTN_UNROLL 2                          // attention_split.cu's KILN_ATTN_SPLIT_UNROLL
+
+namespace kiln {
+namespace qkv_attn {
+
+__device__ __forceinline__ float bf16r(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
+__device__ __forceinline__ float weight_of(float x, float m) { return x == -inf() ? 0.0f : __expf(x - m); }
+// Dim of rank s's j-th q (or k) row within its head (j < 8): the rotary pairs (j, j + 4) of a block.
+__device__ __forceinline__ unsigned int qk_dim(unsigned int s, unsigned int j) { return j < 4 ? 4 * s + j : 32 + 4 * s + (j - 4); }
+// attention_split.cu's live_split_len (src/plan/mod.rs `live_split_len`), the same arithmetic.
+__device__ __forceinline__ unsigned int live_len(int p, unsigned int splits, unsigned int split_len, unsigned int min_split_len) {
+  const unsigned int keys = (unsigned int)max(p, 0) + 1u;
+  const unsigned int even = (keys + splits - 1u) / splits;
+  const unsigned int q = (even + 15u) / 16u * 16u;
+  return max(min(max(q, min_split_len), split_len), 1u);
+}
+__device__ __forceinline__ void unpack_bf16x8(const uint4& r, float (&f)[8]) { unpack16<__nv_bfloat16>(r, f); }
+
+__device__ void qkv_attention(const __nv_bfloat16* x, const __nv_bfloat16* norm_w, const __nv_bfloat16* w,
+                              const __nv_bfloat16* bias, const int* positions, const int* cache_base,
+                              __nv_bfloat16* k_cache, __nv_bfloat16* v_cache, __nv_bfloat16* out, unsigned int in,
+                              unsigned int heads, unsigned int kv_heads, unsigned int head_dim, unsigned int kv_rows,
+                              bool has_norm, float eps, bool has_bias, bool early, float scale, unsigned int planned_len,
+                              unsigned int min_split_len, unsigned int rotary_dim, float theta, unsigned int scaling_kind,
+                              float factor, float low, float high, unsigned int orig, const RopeFreqs& freqs) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  constexpr unsigned int HD = KILN_QKV_ATTN_HD, S = KILN_QKV_ATTN_SPLITS, NW = KILN_QKV_ATTN_WARPS;
+  constexpr unsigned int RPW = KILN_QKV_ATTN_RPW, CH = KILN_QKV_ATTN_CHUNKS, U = KILN_QKV_ATTN_UNROLL;
+  __shared__ float vals[KILN_QKV_ATTN_ROWS];  // the block's projections (+ bias, rounded)
+  __shared__ float mine[KILN_QKV_ATTN_ROWS];  // its q, k (rotated) and v values, read by the cluster
+  __shared__ __align__(16) __nv_bfloat16 full[3 * HD];  // q, k_p, v_p of the head
+  __shared__ float2 ang[4];
+  __shared__ float sh_m[NW], sh_l[NW];
+  __shared__ float sh_acc[NW / 2][HD];
+  __shared__ float slot[HD + 2];  // this split's (acc, m, l), merged by rank 0
+  const unsigned int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const unsigned int h = blockIdx.x, s = blockIdx.y;
+  // Shapes the planner never plans: every block of the cluster returns alike (no barrier reached).
+  if (head_dim != HD || kv_heads == 0 || heads % kv_heads != 0 || in % 8 != 0 || in > 32 * CH * 8 || h >= heads ||
+      gridDim.y != S || planned_len == 0) {
+    wait_prior_grids();
+    return;
+  }
+  const unsigned int group = heads / kv_heads, g = h / group;
+  const size_t nq = (size_t)heads * HD, kvd = (size_t)kv_heads * HD;
+  if (!early) wait_prior_grids();
+
+  // ---- before the wait (when early) ----------------------------------------------------------
+  const int p = early ? __ldcg(positions) : positions[0];
+  const long long base_t = early ? __ldcg(cache_base) : cache_base[0];
+  const unsigned int n8 = in / 8;
+  uint4 wr[RPW][CH], nr[CH];
+  float br[RPW];
+#pragma unroll
+  for (unsigned int i = 0; i < RPW; ++i) {
+    const unsigned int r = RPW * warp + i;
+    const size_t row = r < 8 ? h * HD + qk_dim(s, r) : r < 16 ? nq + g * HD + qk_dim(s, r - 8) : nq + kvd + g * HD + 8 * s + (r - 16);
+    const __nv_bfloat16* wp = w + row * in;
+#pragma unroll
+    for (unsigned int c = 0; c < CH; ++c) {
+      const unsigned int k = lane + 32 * c;
+      wr[i][c] = k < n8 ? load16_stream(wp + 8 * k) : make_uint4(0, 0, 0, 0);
+    }
+    br[i] = has_bias ? __bfloat162float(bias[row]) : 0.0f;
+  }
+#pragma unroll
+  for (unsigned int c = 0; c < CH; ++c) {
+    const unsigned int k = lane + 32 * c;
+    nr[c] = has_norm && k < n8 ? load16_stream(norm_w + 8 * k) : make_uint4(0, 0, 0, 0);
+  }
+  if (tid < 4) {
+    const RopeAngle a = rope_angle_or(rope_table(freqs, rotary_dim), p, 4 * s + tid, rotary_dim, theta, scaling_kind, factor,
+                                      low, high, orig);
+    ang[tid] = make_float2(a.s, a.c);
+  }
+  // The split: attention_cluster's (attention_split.cu) for a chunk of one head.
+  const unsigned int pi = lane >> 3, d0 = (lane & 7) * 8;
+  const unsigned int split_len = live_len(p, S, planned_len, min_split_len);
+  const unsigned int n_active = p < 0 ? 0u : min((unsigned int)p / split_len + 1u, S);
+  long long base = base_t, lo = (long long)s * split_len, hi = min(lo + (long long)split_len, (long long)p + 1);
+  if (base < 0) {
+    base = 0;
+    hi = lo;  // no readable row: an empty split
+  } else {
+    hi = min(hi, (long long)kv_rows - base);
+  }
+  const bool active = s < n_active;
+  const long long per_warp = U * 4, stride = NW * per_warp;
+  const __nv_bfloat16* kp = k_cache + (size_t)base * kvd + g * HD + d0;
+  const __nv_bfloat16* vp = v_cache + (size_t)base * kvd + g * HD + d0;
+  long long j0 = lo + warp * per_warp;
+  uint4 kr[U], vr[U];
+  // K and V rows of the U steps from `first` (zeros past the split's end and at row p, which
+  // this launch computes).
+  auto load_steps = [&](long long first, uint4(&kk)[U], uint4(&vv)[U]) {
+#pragma unroll
+    for (unsigned int u = 0; u < U; ++u) {
+      const long long j = first + u * 4 + pi;
+      if (active && j < hi && j != p) {
+        kk[u] = load16_stream_act(kp + (size_t)j * kvd);
+        vv[u] = load16_stream_act(vp + (size_t)j * kvd);
+      } else {
+        kk[u] = make_uint4(0, 0, 0, 0);
+        vv[u] = make_uint4(0, 0, 0, 0);
+      }
+    }
+  };
+  load_steps(j0, kr, vr);
+  if (early) wait_prior_grids();
+  allow_dependents();
+
+  // ---- after the wait: x, the block's rows, RoPE ---------------------------------------------
+  uint4 xr[CH];
+#pragma unroll
+  for (unsigned int c = 0; c < CH; ++c) {
+    const unsigned int k = lane + 32 * c;
+    xr[c] = k < n8 ? load16_act(x + 8 * k) : make_uint4(0, 0, 0, 0);
+  }
+  float ss = 0.0f, dot[RPW];
+#pragma unroll
+  for (unsigned int i = 0; i < RPW; ++i) dot[i] = 0.0f;
+#pragma unroll
+  for (unsigned int c = 0; c < CH; ++c) {
+    float xf[8], nf[8], hf[8];
+    unpack_bf16x8(xr[c], xf);
+    unpack_bf16x8(nr[c], nf);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      ss = __fmaf_rn(xf[e], xf[e], ss);
+      hf[e] = has_norm ? bf16r(xf[e] * nf[e]) : xf[e];
+    }
+#pragma unroll
+    for (unsigned int i = 0; i < RPW; ++i) {
+      float wf[8];
+      unpack_bf16x8(wr[i][c], wf);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) dot[i] = __fmaf_rn(hf[e], wf[e], dot[i]);
+    }
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    ss += __shfl_xor_sync(0xffffffffu, ss, o);
+#pragma unroll
+    for (unsigned int i = 0; i < RPW; ++i) dot[i] += __shfl_xor_sync(0xffffffffu, dot[i], o);
+  }
+  const float inv = has_norm ? 1.0f / sqrtf(ss / (float)in + eps) : 1.0f;
+  if (lane == 0) {
+#pragma unroll
+    for (unsigned int i = 0; i < RPW; ++i) vals[RPW * warp + i] = bf16r(__fmul_rn(dot[i], inv) + br[i]);
+  }
+  __syncthreads();
+  if (tid < 4 || (tid >= 8 && tid < 12)) {  // q pairs (tid), k pairs (tid - 8)
+    const unsigned int j = tid & 3, o = tid & 8;
+    const RopeAngle a{ang[j].x, ang[j].y};
+    const float2 r = rope_rotate(vals[o + j], vals[o + j + 4], a);
+    mine[o + j] = bf16r(r.x);
+    mine[o + j + 4] = bf16r(r.y);
+  } else if (tid >= 16 && tid < 24) {
+    mine[tid] = vals[tid];
+  }
+  cluster_sync();
+  if (tid < 3 * HD) {  // q, k_p, v_p of the head from the blocks that computed them
+    const unsigned int which = tid / HD, d = tid % HD;
+    const unsigned int rank = which < 2 ? (d % 32) / 4 : d / 8;
+    const unsigned int idx = which < 2 ? 8 * which + d % 4 + (d >= 32 ? 4 : 0) : 16 + d % 8;
+    full[tid] = __float2bfloat16_rn(*cluster_map(&mine[idx], rank));
+  }
+  // K and V row p for later steps: the clusters of each group's first head, each rank its dims.
+  if (h % group == 0 && tid < 16 && p >= 0 && base_t >= 0 && base_t + p < (long long)kv_rows) {
+    const size_t row = (size_t)(base_t + p) * kvd + g * HD;
+    if (tid < 8) {
+      k_cache[row + qk_dim(s, tid)] = __float2bfloat16_rn(mine[8 + tid]);
+    } else {
+      v_cache[row + 8 * s + (tid - 8)] = __float2bfloat16_rn(mine[16 + tid - 8]);
+    }
+  }
+  __syncthreads();
+
+  // ---- attention_split.cu's split block (one head), row p from `full` -------------------------
+  if (active) {
+    float qv[8], acc[8], m = -inf(), l = 0.0f;
+    unpack_bf16x8(*reinterpret_cast<const uint4*>(&full[d0]), qv);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) acc[e] = 0.0f;
+    const uint4 kfresh = *reinterpret_cast<const uint4*>(&full[HD + d0]);
+    const uint4 vfresh = *reinterpret_cast<const uint4*>(&full[2 * HD + d0]);
+#pragma unroll
+    for (unsigned int u = 0; u < U; ++u) {
+      if (j0 + u * 4 + pi == p && p < hi) {
+        kr[u] = kfresh;
+        vr[u] = vfresh;
+      }
+    }
+    for (; j0 < hi; j0 += stride) {
+      uint4 kn[U], vn[U];
+      const long long nxt = j0 + stride < hi ? j0 + stride : hi;
+      load_steps(nxt, kn, vn);
+#pragma unroll
+      for (unsigned int u = 0; u < U; ++u) {
+        if (nxt + u * 4 + pi == p && p < hi) {
+          kn[u] = kfresh;
+          vn[u] = vfresh;
+        }
+      }
+      float sc[U];
+#pragma unroll
+      for (unsigned int u = 0; u < U; ++u) {
+        float kf[8];
+        unpack_bf16x8(kr[u], kf);
+        float d = 0.0f;
+#pragma unroll
+        for (int e = 0; e < 8; ++e) d = __fmaf_rn(qv[e], kf[e], d);
+        sc[u] = d;
+      }
+      // Sum over the 8 lanes of each key.
+#pragma unroll
+      for (int o = 4; o > 0; o >>= 1)
+#pragma unroll
+        for (unsigned int u = 0; u < U; ++u) sc[u] += __shfl_xor_sync(0xffffffffu, sc[u], o);
+#pragma unroll
+      for (unsigned int u = 0; u < U; ++u) sc[u] = j0 + u * 4 + pi < hi ? scale * sc[u] : -inf();
+      float mx = m;
+#pragma unroll
+      for (unsigned int u = 0; u < U; ++u) mx = fmaxf(mx, sc[u]);
+      const bool any = mx != -inf();
+      const float corr = any ? weight_of(m, mx) : 1.0f;
+      l *= corr;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) acc[e] *= corr;
+#pragma unroll
+      for (unsigned int u = 0; u < U; ++u) {
+        sc[u] = any ? weight_of(sc[u], mx) : 0.0f;
+        l += sc[u];
+      }
+      m = any ? mx : m;
+#pragma unroll
+      for (unsigned int u = 0; u < U; ++u) {
+        float vf[8];
+        unpack_bf16x8(vr[u], vf);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) acc[e] = __fmaf_rn(sc[u], vf[e], acc[e]);
+      }
+#pragma unroll
+      for (unsigned int u = 0; u < U; ++u) {
+        kr[u] = kn[u];
+        vr[u] = vn[u];
+      }
+    }
+    // The warp's position groups (lanes l, l ^ 8, l ^ 16, l ^ 24), then across warps.
+    for (unsigned int o = 8; o < 32; o <<= 1) {
+      const float mo = __shfl_xor_sync(0xffffffffu, m, o);
+      const float lo2 = __shfl_xor_sync(0xffffffffu, l, o);
+      const float mx = fmaxf(m, mo);
+      const float a = weight_of(m, mx), b = weight_of(mo, mx);
+      l = a * l + b * lo2;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        const float ao = __shfl_xor_sync(0xffffffffu, acc[e], o);
+        acc[e] = a * acc[e] + b * ao;
+      }
+      m = mx;
+    }
+    if (lane == 0) {
+      sh_m[warp] = m;
+      sh_l[warp] = l;
+    }
+    __syncthreads();
+    float big_m = -inf(), big_l = 0.0f;
+#pragma unroll
+    for (unsigned int wv = 0; wv < NW; ++wv) big_m = fmaxf(big_m, sh_m[wv]);
+#pragma unroll
+    for (unsigned int wv = 0; wv < NW; ++wv) big_l += weight_of(sh_m[wv], big_m) * sh_l[wv];
+    const float own = weight_of(m, big_m);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) acc[e] *= own;
+    const bool writer = pi == 0;
+#pragma unroll
+    for (unsigned int half = NW / 2; half > 0; half >>= 1) {
+      if (writer && warp >= half && warp < 2 * half) {
+#pragma unroll
+        for (int e = 0; e < 8; ++e) sh_acc[warp - half][d0 + e] = acc[e];
+      }
+      __syncthreads();
+      if (writer && warp < half) {
+#pragma unroll
+        for (int e = 0; e < 8; ++e) acc[e] += sh_acc[warp][d0 + e];
+      }
+      __syncthreads();
+    }
+    if (warp == 0 && writer) {
+#pragma unroll
+      for (int e = 0; e < 8; ++e) slot[d0 + e] = acc[e];
+      if (lane == 0) {
+        slot[HD] = big_m;
+        slot[HD + 1] = big_l;
+      }
+    }
+  }
+  cluster_sync();
+  if (s == 0 && tid < HD) {  // attention_cluster's merge: every active split's slot, in split order
+    float ms[S], as[S], ls[S], big_m = -inf(), num = 0.0f, den = 0.0f;
+#pragma unroll
+    for (unsigned int r = 0; r < S; ++r) {
+      if (r < n_active) {
+        const float* st = cluster_map(slot, r);
+        ms[r] = st[HD];
+        as[r] = st[tid];
+        ls[r] = st[HD + 1];
+      } else {
+        ms[r] = -inf();
+        as[r] = 0.0f;
+        ls[r] = 0.0f;
+      }
+    }
+#pragma unroll
+    for (unsigned int r = 0; r < S; ++r) big_m = fmaxf(big_m, ms[r]);
+    if (big_m != -inf()) {
+#pragma unroll
+      for (unsigned int r = 0; r < S; ++r) {
+        if (r < n_active) {
+          const float wt = weight_of(ms[r], big_m);
+          num += wt * as[r];
+          den += wt * ls[r];
+        }
+      }
+    }
+    out[(size_t)h * HD + tid] = __float2bfloat16_rn(den > 0.0f ? num / den : 0.0f);
+  }
+  cluster_sync();
+#else
+  __trap();  // needs thread-block clusters (sm_90+); such a plan refuses to load before sm_90
+#endif
+}
+
+}  // namespace qkv_attn
+}  // namespace kiln
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define KILN_QKV_ATTN_CLUSTER_ATTR __cluster_dims__(1, KILN_QKV_ATTN_SPLITS, 1)
+#else
+#define KILN_QKV_ATTN_CLUSTER_ATTR
+#endif
+// One block per SM (plan::geometry::QKV_ATTENTION_MAX_HEADS assumes it): the block's rows stay in
+// registers across the wait (188 registers, no spills, sm_90a).
+extern "C" __global__ void __launch_bounds__(KILN_QKV_ATTN_THREADS, 1) KILN_QKV_ATTN_CLUSTER_ATTR kiln_qkv_attention_bf16(
+    const __nv_bfloat16* x, const __nv_bfloat16* norm_w, const __nv_bfloat16* weight, const __nv_bfloat16* bias,
+    const int* positions, const int* cache_base, __nv_bfloat16* k_cache, __nv_bfloat16* v_cache, __nv_bfloat16* out,
+    unsigned int in_features, unsigned int heads, unsigned int kv_heads, unsigned int head_dim, unsigned int kv_rows,
+    unsigned int has_norm, float eps, unsigned int has_bias, unsigned int early, float scale, unsigned int split_len,
+    unsigned int min_split_len, unsigned int rotary_dim, unsigned int interleaved, float theta, unsigned int scaling_kind,
+    float factor, float low_freq_factor, float high_freq_factor, unsigned int original_max_position,
+    const __grid_constant__ kiln::RopeFreqs freqs) {
+  (void)interleaved;  // half-split pairs only (the planner's rule)
+  kiln::qkv_attn::qkv_attention(x, norm_w, weight, bias, positions, cache_base, k_cache, v_cache, out, in_features, heads,
+                                kv_heads, head_dim, kv_rows, has_norm != 0, eps, has_bias != 0, early != 0, scale, split_len,
+                                min_split_len, rotary_dim, theta, scaling_kind, factor, low_freq_factor, high_freq_factor,
+                                original_max_position, freqs);
+}
