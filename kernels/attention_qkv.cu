@@ -18,8 +18,8 @@
 // Kernel::AttentionCluster's attention over that q (chunks of one head). The GPU sums each dot
 // product in its own order (below), as every GEMV does; the rest is the two kernels' arithmetic.
 //
-// Algorithm (the design: bench/NOTES-decode.md, session 48; the probe it grew from:
-// scripts/probe_qkv_attn_fold.cu). Grid (heads, 8), one thread-block cluster of 8 (along y) per
+// Algorithm (the design: bench/NOTES-decode.md, session 48; scripts/probe_qkv_attn_fold.py times it
+// against kiln's qkv_rope -> attention_cluster chain and replays its index arithmetic in NumPy). Grid (heads, 8), one thread-block cluster of 8 (along y) per
 // query head h (KV group g = h / (heads / kv_heads)), 256 threads (8 warps):
 // - block rank s computes 24 rows of the packed matrix: q dims {4s..4s+3, 32+4s..32+4s+3} of head
 //   h and the same k dims of group g (each rotary pair (i, i + 32) within one block), and v dims
@@ -35,6 +35,11 @@
 //   barrier and one distributed-shared-memory round trip that give every block q, k_p and v_p;
 // - then attention_split.cu's split block for one head (8 lanes of 8 dims per key, 2 steps per
 //   stage, online softmax, the warp tree) with row p from shared memory, and its cluster merge.
+//   That half is a copy of attention_split.cu's arithmetic rather than a call into it: the split
+//   block loads row p from the cache after its wait, which here no block may do (another cluster
+//   writes it), and threading a hook and a shared-memory row through the measured cluster kernel
+//   would change its code before this one is measured. If this kernel becomes the default, the
+//   two should share one device function.
 // Shapes other than head_dim 64, in % 8 == 0, in <= 1024 and 8 splits write nothing (the planner
 // plans no other: plan::geometry::qkv_attention_fits). sm_90+ (clusters); elsewhere it traps.
 #include "common.cuh"
@@ -48,6 +53,13 @@
 #define KILN_QKV_ATTN_RPW (KILN_QKV_ATTN_ROWS / KILN_QKV_ATTN_WARPS)  // per warp
 #define KILN_QKV_ATTN_CHUNKS 4                          // 16-byte chunks per lane: in <= 1024
 #define KILN_QKV_ATTN_UNROLL 2                          // attention_split.cu's KILN_ATTN_SPLIT_UNROLL
+// Blocks per SM the registers must allow (__launch_bounds__): 1 keeps the block's rows in registers
+// across the wait (202 registers, no spills, sm_90a); 2 caps them at 128 so that a block of the
+// next launch fits beside one of these (a -D for timing: scripts/probe_qkv_attn_fold.py
+// --kiln-define; plan::geometry::QKV_ATTENTION_MAX_HEADS assumes 1).
+#ifndef KILN_QKV_ATTN_MIN_BLOCKS
+#define KILN_QKV_ATTN_MIN_BLOCKS 1
+#endif
 
 namespace kiln {
 namespace qkv_attn {
@@ -389,9 +401,7 @@ __device__ void qkv_attention(const __nv_bfloat16* x, const __nv_bfloat16* norm_
 #else
 #define KILN_QKV_ATTN_CLUSTER_ATTR
 #endif
-// One block per SM (plan::geometry::QKV_ATTENTION_MAX_HEADS assumes it): the block's rows stay in
-// registers across the wait (188 registers, no spills, sm_90a).
-extern "C" __global__ void __launch_bounds__(KILN_QKV_ATTN_THREADS, 1) KILN_QKV_ATTN_CLUSTER_ATTR kiln_qkv_attention_bf16(
+extern "C" __global__ void __launch_bounds__(KILN_QKV_ATTN_THREADS, KILN_QKV_ATTN_MIN_BLOCKS) KILN_QKV_ATTN_CLUSTER_ATTR kiln_qkv_attention_bf16(
     const __nv_bfloat16* x, const __nv_bfloat16* norm_w, const __nv_bfloat16* weight, const __nv_bfloat16* bias,
     const int* positions, const int* cache_base, __nv_bfloat16* k_cache, __nv_bfloat16* v_cache, __nv_bfloat16* out,
     unsigned int in_features, unsigned int heads, unsigned int kv_heads, unsigned int head_dim, unsigned int kv_rows,

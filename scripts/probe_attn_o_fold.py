@@ -186,6 +186,7 @@ def main():
           f"{'QKV, attention/o' if args.no_mlp else 'QKV, attention/o, gate/up, down'} per layer")
     print(f"{'p':>5} {'kiln':>8} {'noattn':>8} {'fold':>8} {'nomath':>8} {'kiln-fold':>10}  us per layer; check")
     u32 = np.uint32
+    mlp_buffers, add_mlp = pp.mlp_stand_ins(cp, np, kc, pdl, f_lin, HIDDEN, INTER)
     layers = []
     for _ in range(LAYERS):
         ly = dict(
@@ -200,17 +201,12 @@ def main():
             y=cp.zeros(HIDDEN, dtype=cp.uint16),
         )
         if not args.no_mlp:
-            ly.update(wgu=pp.bf16_random(cp, 2 * INTER * HIDDEN, 1.0 / math.sqrt(HIDDEN)),
-                      gu=cp.zeros(2 * INTER, dtype=cp.uint16),
-                      wd=pp.bf16_random(cp, HIDDEN * INTER, 1.0 / math.sqrt(INTER)),
-                      d=cp.zeros(HIDDEN, dtype=cp.uint16))
+            ly.update(mlp_buffers())
         layers.append(ly)
     cb = cp.zeros(1, dtype=cp.int32)
     gq, bq = kc.geometry("linear", rows=1, out_features=QKV, in_features=HIDDEN)
     ga, ba = kc.geometry("attention_cluster", rows=1, heads=H, kv_heads=KVH, chunk_heads=1)
     go, bo = kc.geometry("linear", rows=1, out_features=HIDDEN, in_features=H * HD)
-    ggu, bgu = kc.geometry("linear", rows=1, out_features=2 * INTER, in_features=HIDDEN)
-    gd, bd = kc.geometry("linear", rows=1, out_features=HIDDEN, in_features=INTER)
     scale = np.float32(1.0 / math.sqrt(HD))
     fails = 0
     for p in [int(v) for v in args.positions.split(",")]:
@@ -233,10 +229,7 @@ def main():
                     out.append(lambda ly=ly, fn=fn: pdl(fn, (HIDDEN // 16, 1, 1), (512, 1, 1), (
                         ly["q"], ly["kc"], ly["vc"], pos, cb, ly["w"], ly["y"], scale), smem=SMEM))
                 if not args.no_mlp:
-                    out.append(lambda ly=ly: pdl(f_lin, ggu, bgu, (
-                        ly["y"], ly["wgu"], np.uint64(0), ly["gu"], u32(1), u32(HIDDEN), u32(2 * INTER), u32(0))))
-                    out.append(lambda ly=ly: pdl(f_lin, gd, bd, (
-                        ly["gu"], ly["wd"], np.uint64(0), ly["d"], u32(1), u32(INTER), u32(HIDDEN), u32(0))))
+                    add_mlp(out, ly)
             return out
 
         times, ys = pp.time_chains(cp, layers, chain, ("kiln", "noattn", "fold", "nomath"), LAYERS)

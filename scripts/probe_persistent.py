@@ -130,6 +130,28 @@ def time_chains(cp, layers, chain, kinds, per):
     return times, ys
 
 
+def mlp_stand_ins(cp, np, kc, pdl, f_lin, hidden, inter):
+    """The fold probes' MLP stand-ins (kiln_linear of the real bytes, so that a fold's neighbours
+    compete for its SMs as in decode): (buffers(), add(out, ly)). buffers() makes one layer's
+    gate/up and down weights and outputs; add appends the layer's two launches to `out`: gate/up
+    (hidden -> 2 inter) reading the layer's `y`, then down (inter -> hidden)."""
+    u32 = np.uint32
+    ggu, bgu = kc.geometry("linear", rows=1, out_features=2 * inter, in_features=hidden)
+    gd, bd = kc.geometry("linear", rows=1, out_features=hidden, in_features=inter)
+
+    def buffers():
+        return dict(wgu=bf16_random(cp, 2 * inter * hidden, 1.0 / hidden ** 0.5), gu=cp.zeros(2 * inter, dtype=cp.uint16),
+                    wd=bf16_random(cp, hidden * inter, 1.0 / inter ** 0.5), d=cp.zeros(hidden, dtype=cp.uint16))
+
+    def add(out, ly):
+        out.append(lambda: pdl(f_lin, ggu, bgu, (ly["y"], ly["wgu"], np.uint64(0), ly["gu"], u32(1), u32(hidden),
+                                                 u32(2 * inter), u32(0))))
+        out.append(lambda: pdl(f_lin, gd, bd, (ly["gu"], ly["wd"], np.uint64(0), ly["d"], u32(1), u32(inter), u32(hidden),
+                                               u32(0))))
+
+    return buffers, add
+
+
 def graph_time(cp, launches, reps=9):
     stream = cp.cuda.Stream(non_blocking=True)
     with stream:

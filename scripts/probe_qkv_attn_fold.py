@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
-"""Probe (GPU, CuPy): the decode QKV projection (norm, q/k/v rows, RoPE, the KV row write) computed
-inside kiln's cluster attention, against kiln's qkv_rope -> attention chain (the Qwen2.5-0.5B shape,
-batch 1, bf16).
+"""Probe (GPU, CuPy): kiln's QKV-RoPE computed inside the cluster attention, `kiln_qkv_attention_bf16`
+(kernels/attention_qkv.cu, the plan-time knob KILN_FUSE_QKV_ATTN=1), against kiln's qkv_rope ->
+attention chain in stand-in layers (the Qwen2.5-0.5B shape, batch 1, bf16).
 
     python3 scripts/probe_qkv_attn_fold.py                  # on the GPU
-    python3 scripts/probe_qkv_attn_fold.py --compile-only   # no GPU: NVRTC build of the probe
+    python3 scripts/probe_qkv_attn_fold.py --compile-only   # no GPU: NVRTC build of the kernels it runs
+    python3 scripts/probe_qkv_attn_fold.py --emulate        # no GPU: NumPy replay of the kernel's indices
 
 Per layer (24, each with its own weights, KV cache, x and outputs, so weights come from HBM as in
 decode), live position p (129, 200, 255, 383, 1000), all launches with PDL in one CUDA graph, each
@@ -14,18 +15,21 @@ neighbours compete for its SMs as in decode:
 - `kiln`: kiln_qkv_rope (norm, bias, RoPE, early reads; 72 blocks of 256 threads, the plan's
   narrow GEMV) -> kiln_attention_cluster_g1 (early reads) -> o;
 - `noattn`: kiln_qkv_rope -> o: kiln's chain with the attention free (a floor);
-- `fold`: probe_qkv_attn_fold (scripts/probe_qkv_attn_fold.cu: 14 clusters of 8 blocks, one per q
-  head; each cluster computes its head's q rows and its KV group's k / v rows, rotates them, shares
-  them through distributed shared memory and runs kiln's split attention and cluster merge) -> o;
-- `foldqkv`: the fold without its attention (att = q): what its QKV part costs.
-`kiln` - `fold` is what the fold would save per layer (24 per step). Each line: us per layer
-(median of 9 graph replays). Before the timing, layer 0's attention output and KV row p of the
-fold and of kiln's chain are each checked against a float64 NumPy reference (tolerance 2e-2 of
-max|ref|: bf16 rounding of q/k/v may differ in the last place between the two GEMVs' sum orders),
-and every layer's o output of `fold` against `kiln`'s after the timing.
+- `fold`: kiln_qkv_attention_bf16 (14 clusters of 8 blocks, one per q head; each cluster computes its
+  head's q rows and its KV group's k / v rows, rotates them, shares them through distributed shared
+  memory and runs the split attention and cluster merge) -> o.
+`kiln` - `fold` is what the fold saves per layer (24 per step). Each line: us per layer (median of 9
+graph replays). Before the timing, layer 0's attention output and KV row p of the fold and of
+kiln's chain are each checked against a float64 NumPy reference (tolerance 2e-2 of max|ref|: bf16
+rounding of q/k/v may differ in the last place between the two GEMVs' sum orders), and every
+layer's o output of `fold` against `kiln`'s after the timing. `--kiln-define NAME=VALUE` compiles
+kiln's kernels with a -D (e.g. KILN_QKV_ATTN_MIN_BLOCKS=2: the fused kernel capped at 128 registers).
 
 The fold works at any context (the cluster's splits grow with it, as kiln's), so unlike the
 attention-in-o fold (probe_attn_o_fold.py) it needs no short-context bucket; p = 1000 checks that.
+`--emulate` replays the kernel's index arithmetic (the rows each warp computes, the input chunks of
+each lane, the rotary pairs, the gather through distributed shared memory, the keys of every lane
+of every split, row p, the merge) with float64 arithmetic against the reference.
 """
 
 import argparse
@@ -37,7 +41,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import probe_persistent as pp  # noqa: E402
 
-SRC = os.path.join(HERE, "probe_qkv_attn_fold.cu")
+KILN_FILES = ["linear.cu", "linear_fused.cu", "attention_split.cu", "attention_qkv.cu"]
 H, KVH, HD, HIDDEN, INTER, LAYERS = 14, 2, 64, 896, 4864, 24
 NQ, NK = H * HD, KVH * HD
 QKV = NQ + 2 * NK
@@ -91,7 +95,7 @@ def live_split_len(p, splits, split_len, min_split_len):  # the kernel's (kiln's
 
 
 def emulate_fold(np, a, p, inv_freq):
-    """probe_qkv_attn_fold's index arithmetic replayed block by block, warp by warp and lane by lane
+    """kiln_qkv_attention_bf16's index arithmetic replayed block by block, warp by warp and lane by lane
     (the rows each warp computes and the input chunks each lane reads, the rotary pairs, the
     distributed-shared-memory gather, the keys each lane of each split takes, row p from the
     gathered values, the merge over the active splits), with float64 arithmetic: (att [H][HD], K
@@ -200,32 +204,37 @@ def main():
     ap.add_argument("--positions", default="129,200,255,383,1000")
     ap.add_argument("--no-mlp", action="store_true", help="no gate/up and down stand-ins after o")
     ap.add_argument("--emulate", action="store_true", help="no GPU: the kernel's index arithmetic in NumPy")
+    ap.add_argument("--kiln-define", action="append", default=[], metavar="NAME=VALUE",
+                    help="compile kiln's kernels with -DNAME=VALUE (repeatable)")
     args = ap.parse_args()
-    if args.compile_only:
-        return pp.compile_only(args.compile_only, SRC, kiln_headers=True)
     if args.emulate:
         return emulate()
+
+    import kernel_check as kc
+
+    if args.compile_only:
+        _, log = kc.nvrtc_cubin(None, args.compile_only, only=KILN_FILES, defines=args.kiln_define)
+        bad = "warning" in log.lower()
+        print(log + "probe compile:", "FAIL" if bad else "ok")
+        return 1 if bad else 0
 
     import cupy as cp
     import numpy as np
 
-    import kernel_check as kc
-
-    probe, kiln_mod, how, pdl = pp.probe_and_kiln(cp, SRC, "probe_qkv_attn_fold",
-                                                  ["linear.cu", "linear_fused.cu", "attention_split.cu"])
+    kiln_mod, how = kc.load_module(cp, kc.Report(), only=KILN_FILES, defines=args.kiln_define)
+    pdl = kc.PdlLaunch(cp)
     f_qkv = kiln_mod.get_function("kiln_qkv_rope_bf16")
     f_attn = kiln_mod.get_function("kiln_attention_cluster_g1_bf16")
     f_lin = kiln_mod.get_function("kiln_linear_bf16_bf16")
-    f_fold = probe.get_function("probe_qkv_attn_fold")
-    f_foldqkv = probe.get_function("probe_qkv_attn_fold_noattn")
+    f_fold = kiln_mod.get_function("kiln_qkv_attention_bf16")
     print(f"GPU {cp.cuda.runtime.getDeviceProperties(0)['name'].decode()}; kiln kernels: {how}; "
           f"{'QKV, attention, o' if args.no_mlp else 'QKV, attention, o, gate/up, down'} per layer")
     u32, f32s = np.uint32, np.float32
     inv_freq = np.array([kc.Checker.inv_freq(i, HD, THETA, 0, 1.0, 0.0, 0.0, 0) for i in range(HD // 2)],
                         dtype=np.float32)
-    inv_freq_d = cp.asarray(inv_freq)
     table = kc.rope_table(HD, THETA, 0, 1.0, 0.0, 0.0, 0, True)
     rope_args = (u32(HD), u32(0), f32s(THETA), u32(0), f32s(1.0), f32s(0.0), f32s(0.0), u32(0))
+    mlp_buffers, add_mlp = pp.mlp_stand_ins(cp, np, kc, pdl, f_lin, HIDDEN, INTER)
     layers = []
     for _ in range(LAYERS):
         ly = dict(
@@ -243,18 +252,13 @@ def main():
         )
         ly["kc0"], ly["vc0"] = ly["kc"].copy(), ly["vc"].copy()
         if not args.no_mlp:
-            ly.update(wgu=pp.bf16_random(cp, 2 * INTER * HIDDEN, 1.0 / math.sqrt(HIDDEN)),
-                      gu=cp.zeros(2 * INTER, dtype=cp.uint16),
-                      wd=pp.bf16_random(cp, HIDDEN * INTER, 1.0 / math.sqrt(INTER)),
-                      d=cp.zeros(HIDDEN, dtype=cp.uint16))
+            ly.update(mlp_buffers())
         layers.append(ly)
     cb = cp.zeros(1, dtype=cp.int32)
     gq, bq = (QKV // 16, 1, 1), (256, 1, 1)  # the plan's qkv_rope for the 0.5B: narrow (KILN_GEMV_NARROW)
     ga, ba = kc.geometry("attention_cluster", rows=1, heads=H, kv_heads=KVH, chunk_heads=1)
     gf, bf = (H, 8, 1), (256, 1, 1)
     go, bo = kc.geometry("linear", rows=1, out_features=HIDDEN, in_features=NQ)
-    ggu, bgu = kc.geometry("linear", rows=1, out_features=2 * INTER, in_features=HIDDEN)
-    gd, bd = kc.geometry("linear", rows=1, out_features=HIDDEN, in_features=INTER)
     scale = np.float32(1.0 / math.sqrt(HD))
     f32 = lambda a: pp.bf16_to_f32(cp, a).get()  # noqa: E731
     fails = 0
@@ -268,11 +272,12 @@ def main():
         pdl(f_attn, ga, ba, (ly["q"], ly["kc"], ly["vc"], pos, cb, ly["att"], u32(1), u32(H), u32(KVH), u32(HD),
                              scale, u32(KV_ROWS), u32(PLANNED_LEN), u32(MIN_SPLIT), u32(1), u32(1)))
 
-    def fold(ly, pos, fn):
-        pdl(fn, gf, bf, (ly["x"], ly["nw"], ly["wqkv"], ly["bias"], inv_freq_d, pos, cb, ly["kc"], ly["vc"],
-                         ly["att"], scale, f32s(EPS), u32(KV_ROWS), u32(PLANNED_LEN), u32(MIN_SPLIT)))
+    def fold(ly, pos):
+        pdl(f_fold, gf, bf, (ly["x"], ly["nw"], ly["wqkv"], ly["bias"], pos, cb, ly["kc"], ly["vc"], ly["att"],
+                             u32(HIDDEN), u32(H), u32(KVH), u32(HD), u32(KV_ROWS), u32(1), f32s(EPS), u32(1), u32(1),
+                             scale, u32(PLANNED_LEN), u32(MIN_SPLIT), *rope_args, table))
 
-    print(f"{'p':>5} {'kiln':>8} {'noattn':>8} {'fold':>8} {'foldqkv':>8} {'kiln-fold':>10}  us per layer; check")
+    print(f"{'p':>5} {'kiln':>8} {'noattn':>8} {'fold':>8} {'kiln-fold':>10}  us per layer; check")
     for p in [int(v) for v in args.positions.split(",")]:
         pos = cp.full(1, p, dtype=cp.int32)
         # Layer 0 against the float64 reference: kiln's chain, then the fold (each from the original cache).
@@ -290,7 +295,7 @@ def main():
                 qkv_rope(ly, pos)
                 attention(ly, pos)
             else:
-                fold(ly, pos, f_fold)
+                fold(ly, pos)
             cp.cuda.Device().synchronize()
             got_k = f32(ly["kc"]).reshape(KV_ROWS, NK)[p]
             got_v = f32(ly["vc"]).reshape(KV_ROWS, NK)[p]
@@ -308,19 +313,15 @@ def main():
                     out.append(lambda ly=ly: qkv_rope(ly, pos))
                 if kind == "kiln":
                     out.append(lambda ly=ly: attention(ly, pos))
-                if kind in ("fold", "foldqkv"):
-                    fn = f_fold if kind == "fold" else f_foldqkv
-                    out.append(lambda ly=ly, fn=fn: fold(ly, pos, fn))
+                if kind == "fold":
+                    out.append(lambda ly=ly: fold(ly, pos))
                 out.append(lambda ly=ly: pdl(f_lin, go, bo, (
                     ly["att"], ly["w"], np.uint64(0), ly["y"], u32(1), u32(NQ), u32(HIDDEN), u32(0))))
                 if not args.no_mlp:
-                    out.append(lambda ly=ly: pdl(f_lin, ggu, bgu, (
-                        ly["y"], ly["wgu"], np.uint64(0), ly["gu"], u32(1), u32(HIDDEN), u32(2 * INTER), u32(0))))
-                    out.append(lambda ly=ly: pdl(f_lin, gd, bd, (
-                        ly["gu"], ly["wd"], np.uint64(0), ly["d"], u32(1), u32(INTER), u32(HIDDEN), u32(0))))
+                    add_mlp(out, ly)
             return out
 
-        times, ys = pp.time_chains(cp, layers, chain, ("kiln", "noattn", "fold", "foldqkv"), LAYERS)
+        times, ys = pp.time_chains(cp, layers, chain, ("kiln", "noattn", "fold"), LAYERS)
         worst = 0.0
         for a, b in zip(ys["fold"], ys["kiln"]):
             worst = max(worst, float(cp.max(cp.abs(a - b))) / max(float(cp.max(cp.abs(b))), 1e-30))
@@ -328,7 +329,7 @@ def main():
             all(bool(cp.all(cp.isfinite(a))) for a in ys["fold"])
         fails += not ok
         print(f"{p:>5} {times['kiln'] * 1e6:>8.2f} {times['noattn'] * 1e6:>8.2f} {times['fold'] * 1e6:>8.2f} "
-              f"{times['foldqkv'] * 1e6:>8.2f} {(times['kiln'] - times['fold']) * 1e6:>+10.2f}  {'PASS' if ok else 'FAIL'} "
+              f"{(times['kiln'] - times['fold']) * 1e6:>+10.2f}  {'PASS' if ok else 'FAIL'} "
               f"(layer 0 vs float64: kiln {errs['kiln']:.1e}, fold {errs['fold']:.1e}; o outputs fold vs kiln "
               f"{worst:.1e})", flush=True)
     print("probe:", "FAIL" if fails else "ok")

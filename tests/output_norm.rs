@@ -10,26 +10,13 @@
 
 mod common_cpu;
 
-use common_cpu::loops::{looped, one_step, MAX_CONTEXT};
+use common_cpu::loops::{loop_plan, looped, one_step};
 use common_cpu::{normalized_error, Shape};
 use kiln::ir::{DType, Phase, RopeScaling, RopeStyle};
 use kiln::model::SrcDType;
-use kiln::plan::{build_plan, Kernel, Plan, PlanOptions};
+use kiln::plan::Kernel;
 use kiln::runtime::cpu::CpuExecutor;
 use kiln::synth::MemWeights;
-
-fn plan(cfg: &kiln::model::ModelConfig, dtype: DType, fuse: bool) -> Plan {
-    let opts = PlanOptions {
-        decode_buckets: vec![1, 2],
-        prefill_buckets: vec![8],
-        max_context: MAX_CONTEXT,
-        dtype,
-        memory_budget: None,
-        burst: 16,
-        fuse,
-    };
-    build_plan(cfg, &opts).unwrap()
-}
 
 /// (out-norm producers, stats linears, stats linears with a key, rms_norm launches) of a program.
 fn census(p: &kiln::plan::ProgramPlan) -> (usize, usize, usize, usize) {
@@ -61,7 +48,7 @@ fn the_down_projection_carries_the_output_norm() {
         qk_norm: false,
     }
     .build();
-    let fused = plan(&cfg, DType::BF16, true);
+    let fused = loop_plan(&cfg, DType::BF16, true);
     for p in &fused.programs {
         let (producers, stats, keyed, norms) = census(p);
         match p.phase {
@@ -89,7 +76,7 @@ fn the_down_projection_carries_the_output_norm() {
     }
 
     // Within rounding of the unfused plan: the norm after the dot product, as rewrite 1's.
-    let plain = plan(&cfg, DType::BF16, false);
+    let plain = loop_plan(&cfg, DType::BF16, false);
     let w = MemWeights::random(&cfg, 7, SrcDType::BF16);
     let (mut a, mut b) = (CpuExecutor::new(plain.clone(), &w).unwrap(), CpuExecutor::new(fused.clone(), &w).unwrap());
     let mut worst = 0.0f64;
@@ -117,7 +104,7 @@ fn the_down_projection_carries_the_output_norm() {
 
     // Only bf16 takes it (its kernels' dtype); f16 and f32 keep the norm launch.
     for dtype in [DType::F16, DType::F32] {
-        let p = plan(&cfg, dtype, true);
+        let p = loop_plan(&cfg, dtype, true);
         for prog in &p.programs {
             let (producers, stats, _, _) = census(prog);
             assert_eq!((producers, stats), (0, 0), "{dtype:?} {}", prog.label());

@@ -10,12 +10,12 @@
 
 mod common_cpu;
 
-use common_cpu::loops::{looped, one_step, MAX_CONTEXT};
+use common_cpu::loops::{loop_plan, looped, one_step};
 use common_cpu::Shape;
 use kiln::ir::{DType, Phase, RopeScaling, RopeStyle};
 use kiln::lower::names;
 use kiln::model::{ModelConfig, SrcDType};
-use kiln::plan::{build_plan, Kernel, Plan, PlanOptions};
+use kiln::plan::{Kernel, Plan};
 use kiln::runtime::cpu::CpuExecutor;
 use kiln::runtime::{Executor, StepBlock};
 use kiln::synth::MemWeights;
@@ -40,19 +40,6 @@ fn config() -> ModelConfig {
         qk_norm: false,
     }
     .build()
-}
-
-fn plan(cfg: &ModelConfig, dtype: DType) -> Plan {
-    let opts = PlanOptions {
-        decode_buckets: vec![1, 2],
-        prefill_buckets: vec![8],
-        max_context: MAX_CONTEXT,
-        dtype,
-        memory_budget: None,
-        burst: 16,
-        fuse: true,
-    };
-    build_plan(cfg, &opts).unwrap()
 }
 
 /// FNV-1a over `bytes`, continuing from `h`.
@@ -84,7 +71,7 @@ fn census(plan: &Plan) -> String {
 /// device loop of 12 steps at temperature 0.9 after asserting them equal to one-step decode's.
 fn child_report() -> String {
     let cfg = config();
-    let plan = plan(&cfg, DType::BF16);
+    let plan = loop_plan(&cfg, DType::BF16, true);
     // The plan file keeps it (and the checker, run on every load, accepts it).
     let bytes = kiln::plan::file::to_bytes(&plan).unwrap();
     assert_eq!(kiln::plan::file::from_bytes(&bytes, "the test plan").unwrap(), plan);
@@ -200,7 +187,7 @@ fn qkv_attention_is_the_two_launches_bit_for_bit() {
 fn other_dtypes_and_head_dims_keep_two_launches() {
     let cfg = config();
     for dtype in [DType::F16, DType::F32] {
-        let p = plan(&cfg, dtype);
+        let p = loop_plan(&cfg, dtype, true);
         assert!(!census(&p).split(',').any(|c| !c.contains(":0/")), "{dtype:?}: {}", census(&p));
     }
     let mut narrow = cfg.clone();
@@ -209,6 +196,6 @@ fn other_dtypes_and_head_dims_keep_two_launches() {
     narrow.n_heads = 8;
     narrow.n_kv_heads = 4;
     narrow.validate().unwrap();
-    let p = plan(&narrow, DType::BF16);
+    let p = loop_plan(&narrow, DType::BF16, true);
     assert!(!census(&p).split(',').any(|c| !c.contains(":0/")), "head_dim 32: {}", census(&p));
 }

@@ -322,11 +322,14 @@ fn check_op(p: &Program, name: &str, op: &Op) -> Result<()> {
             );
             ensure!(rope.theta > 0.0, ctx("rope theta must be positive".into()));
         }
-        Op::QkvRope { x, norm, weights, biases, positions, cache_base, q_out, k_cache, v_cache, head_dim, rope } => {
+        // `QkvAttention` writes the attention of the q that `QkvRope` writes as q_out: the same rules
+        // with its `out` in q_out's place, then `Attention`'s.
+        Op::QkvRope { x, norm, weights, biases, positions, cache_base, q_out: q, k_cache, v_cache, head_dim, rope }
+        | Op::QkvAttention { x, norm, weights, biases, positions, cache_base, out: q, k_cache, v_cache, head_dim, rope, .. } => {
             let (r, k) = want_2d(x)?;
-            let (rq, qd) = want_2d(q_out)?;
+            let (rq, qd) = want_2d(q)?;
             let (_, kd) = want_2d(k_cache)?;
-            ensure!(rq == r, ctx(format!("q_out has {rq} rows but x has {r}")));
+            ensure!(rq == r, ctx(format!("`{}` has {rq} rows but x has {r}", v(q).name)));
             if let Some((nw, eps)) = norm {
                 want_vec(nw, k)?;
                 ensure!(eps > 0.0, ctx(format!("eps must be positive, is {eps}")));
@@ -337,7 +340,7 @@ fn check_op(p: &Program, name: &str, op: &Op) -> Result<()> {
                 ensure!(k == kw, ctx(format!("x has {k} features but weight `{}` expects {kw}", v(weights[i]).name)));
                 ensure!(
                     nf == want,
-                    ctx(format!("weight `{}` has {nf} outputs but its cache / q_out rows have {want}", v(weights[i]).name))
+                    ctx(format!("weight `{}` has {nf} outputs but its cache / `{}` rows have {want}", v(weights[i]).name, v(q).name))
                 );
                 if let Some(b) = biases {
                     want_vec(b[i], nf)?;
@@ -349,41 +352,17 @@ fn check_op(p: &Program, name: &str, op: &Op) -> Result<()> {
             ensure!(head_dim.is_multiple_of(16), ctx(format!("head_dim {head_dim} must be a multiple of 16")));
             ensure!(rope.rotary_dim == head_dim, ctx(format!("rotary_dim {} must equal head_dim {head_dim}", rope.rotary_dim)));
             for c in [k_cache, v_cache] {
-                ensure!(v(c).dtype == v(q_out).dtype, ctx("q_out and the caches must share a dtype".to_string()));
+                ensure!(v(c).dtype == v(q).dtype, ctx(format!("`{}` and the caches must share a dtype", v(q).name)));
             }
-            want_float(q_out)?;
-        }
-        Op::QkvAttention { x, norm, weights, biases, positions, cache_base, k_cache, v_cache, out, head_dim, rope, scale } => {
-            // `QkvRope`'s rules with `out` in q_out's place, then `Attention`'s.
-            let (r, k) = want_2d(x)?;
-            let (ro, qd) = want_2d(out)?;
-            let (_, kd) = want_2d(k_cache)?;
-            ensure!(ro == r, ctx(format!("out has {ro} rows but x has {r}")));
-            if let Some((nw, eps)) = norm {
-                want_vec(nw, k)?;
-                ensure!(eps > 0.0, ctx(format!("eps must be positive, is {eps}")));
+            want_float(q)?;
+            if let Op::QkvAttention { scale, .. } = *op {
+                let (heads, kv_heads) = (qd / head_dim as usize, kd / head_dim as usize);
+                ensure!(
+                    kv_heads > 0 && heads.is_multiple_of(kv_heads),
+                    ctx(format!("{heads} heads are not a multiple of {kv_heads} kv heads"))
+                );
+                ensure!(scale > 0.0, ctx("scale must be positive".into()));
             }
-            want_float(x)?;
-            for (i, want) in [qd, kd, kd].into_iter().enumerate() {
-                let (nf, kw) = want_2d(weights[i])?;
-                ensure!(k == kw, ctx(format!("x has {k} features but weight `{}` expects {kw}", v(weights[i]).name)));
-                ensure!(nf == want, ctx(format!("weight `{}` has {nf} outputs but its cache / out rows have {want}", v(weights[i]).name)));
-                if let Some(b) = biases {
-                    want_vec(b[i], nf)?;
-                }
-                want_float(weights[i])?;
-            }
-            rope_kv_write(r, qd, kd, (positions, cache_base), (k_cache, v_cache), head_dim, &rope)?;
-            ensure!(head_dim.is_multiple_of(16), ctx(format!("head_dim {head_dim} must be a multiple of 16")));
-            ensure!(rope.rotary_dim == head_dim, ctx(format!("rotary_dim {} must equal head_dim {head_dim}", rope.rotary_dim)));
-            let (heads, kv_heads) = (qd / head_dim as usize, kd / head_dim as usize);
-            ensure!(
-                kv_heads > 0 && heads.is_multiple_of(kv_heads),
-                ctx(format!("{heads} heads are not a multiple of {kv_heads} kv heads"))
-            );
-            ensure!(v(k_cache).dtype == v(out).dtype, ctx("out and the caches must share a dtype".to_string()));
-            want_float(out)?;
-            ensure!(scale > 0.0, ctx("scale must be positive".into()));
         }
         Op::RopeKvWrite { qkv, positions, cache_base, q_out, k_cache, v_cache, head_dim, rope } => {
             let (r, qd) = want_2d(q_out)?;

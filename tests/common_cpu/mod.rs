@@ -323,6 +323,21 @@ pub mod loops {
     /// The context of the plans these helpers run (each sequence's KV rows).
     pub const MAX_CONTEXT: usize = 64;
 
+    /// A plan these helpers run: decode buckets 1 and 2, prefill bucket 8, [`MAX_CONTEXT`],
+    /// device loops of 16 tokens (`tests/output_norm.rs`, `tests/qkv_attention.rs`).
+    pub fn loop_plan(cfg: &kiln::model::ModelConfig, dtype: kiln::ir::DType, fuse: bool) -> Plan {
+        let opts = kiln::plan::PlanOptions {
+            decode_buckets: vec![1, 2],
+            prefill_buckets: vec![8],
+            max_context: MAX_CONTEXT,
+            dtype,
+            memory_budget: None,
+            burst: 16,
+            fuse,
+        };
+        kiln::plan::build_plan(cfg, &opts).unwrap()
+    }
+
     pub fn ints(b: &[u8]) -> Vec<i32> {
         b.chunks_exact(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
     }

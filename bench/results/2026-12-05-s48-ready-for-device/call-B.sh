@@ -1,9 +1,8 @@
 #!/bin/bash
-# Written in session 48 (no device lent); never run. The landed form of part 1 of call-A.sh: QKV-RoPE and the
-# decode attention in one launch, `kiln_qkv_attention_bf16` (kernels/attention_qkv.cu) behind the plan-time knob
-# KILN_FUSE_QKV_ATTN=1 (lower::fuse rewrite 11; the 0.5B's one-row decode programs take it, the 1B and 8B never).
-# Run it after call-A.sh whatever the probe said (the probe prices the fold in stand-in chains; this prices it in
-# kiln's own decode):
+# Written in session 48 (no device lent); never run. QKV-RoPE and the decode attention in one launch,
+# `kiln_qkv_attention_bf16` (kernels/attention_qkv.cu) behind the plan-time knob KILN_FUSE_QKV_ATTN=1 (lower::fuse
+# rewrite 11; the 0.5B's one-row decode programs take it, the 1B and 8B never), in kiln's own decode. Run it
+# after call-A.sh whatever its part 1 said (that part times the same kernel in stand-in layers):
 #   1. kernel_check --only qkv_attention: the kernel against qkv_rope + attention_cluster_g1 (out and K/V row p
 #      within rounding, other cache rows untouched, early == late bitwise, padding row zeros);
 #   2. greedy ids of the 0.5B with the knob off and on (they may differ: the fused GEMV sums in its own order);
