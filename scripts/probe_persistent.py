@@ -79,7 +79,7 @@ def compile_probe(arch, src_path=SRC, kiln_headers=False):
                     if n.endswith(".cu") or n.endswith(".cuh")]
     opts = [f"--gpu-architecture={arch}", "-std=c++17", "-lineinfo", f"--include-path={nvrtc_util.cuda_include()}",
             "--ptxas-options=-v"]
-    opts += [f"-D{d}" for d in os.environ.get("PROBE_NVRTC_DEFINES", "").split()]  # a variant, e.g. QF_MINB=2
+    opts += [f"-D{d}" for d in os.environ.get("PROBE_NVRTC_DEFINES", "").split()]  # a variant of the probe's own kernel
     try:
         return nvrtc_util.compile_unit(open(src_path, "rb").read(), os.path.basename(src_path), headers, opts)
     except (OSError, RuntimeError) as e:
