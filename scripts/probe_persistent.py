@@ -100,6 +100,7 @@ def load_probe(cp, src_path, name):
     """The probe's module on this GPU (sm_90a on an sm_90 device) with kiln's kernels as headers."""
     import tempfile
 
+    cp.cuda.nvrtc.getVersion()  # makes CuPy load libnvrtc, so that nvrtc_util's soname resolves (kernel_check.nvrtc_cubin)
     cc = cp.cuda.Device().compute_capability
     cubin, _ = compile_probe("sm_90a" if cc == "90" else f"sm_{cc}", src_path, kiln_headers=True)
     path = os.path.join(tempfile.mkdtemp(), name + ".cubin")
