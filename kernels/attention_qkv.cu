@@ -42,7 +42,7 @@
 //   two should share one device function.
 // Shapes other than head_dim 64, in % 8 == 0, in <= 1024 and 8 splits write nothing (the planner
 // plans no other: plan::geometry::qkv_attention_fits). sm_90+ (clusters); elsewhere it traps.
-#include "common.cuh"
+#include "attention_split.cuh"  // live_split_len, weight_of: the split attention's, the same bits
 #include "rope.cuh"
 
 #define KILN_QKV_ATTN_THREADS 256
@@ -64,17 +64,8 @@
 namespace kiln {
 namespace qkv_attn {
 
-__device__ __forceinline__ float bf16r(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
-__device__ __forceinline__ float weight_of(float x, float m) { return x == -inf() ? 0.0f : __expf(x - m); }
 // Dim of rank s's j-th q (or k) row within its head (j < 8): the rotary pairs (j, j + 4) of a block.
 __device__ __forceinline__ unsigned int qk_dim(unsigned int s, unsigned int j) { return j < 4 ? 4 * s + j : 32 + 4 * s + (j - 4); }
-// attention_split.cu's live_split_len (src/plan/mod.rs `live_split_len`), the same arithmetic.
-__device__ __forceinline__ unsigned int live_len(int p, unsigned int splits, unsigned int split_len, unsigned int min_split_len) {
-  const unsigned int keys = (unsigned int)max(p, 0) + 1u;
-  const unsigned int even = (keys + splits - 1u) / splits;
-  const unsigned int q = (even + 15u) / 16u * 16u;
-  return max(min(max(q, min_split_len), split_len), 1u);
-}
 __device__ __forceinline__ void unpack_bf16x8(const uint4& r, float (&f)[8]) { unpack16<__nv_bfloat16>(r, f); }
 
 __device__ void qkv_attention(const __nv_bfloat16* x, const __nv_bfloat16* norm_w, const __nv_bfloat16* w,
@@ -136,7 +127,7 @@ __device__ void qkv_attention(const __nv_bfloat16* x, const __nv_bfloat16* norm_
   }
   // The split: attention_cluster's (attention_split.cu) for a chunk of one head.
   const unsigned int pi = lane >> 3, d0 = (lane & 7) * 8;
-  const unsigned int split_len = live_len(p, S, planned_len, min_split_len);
+  const unsigned int split_len = live_split_len(p, S, planned_len, min_split_len);
   const unsigned int n_active = p < 0 ? 0u : min((unsigned int)p / split_len + 1u, S);
   long long base = base_t, lo = (long long)s * split_len, hi = min(lo + (long long)split_len, (long long)p + 1);
   if (base < 0) {
@@ -188,7 +179,7 @@ __device__ void qkv_attention(const __nv_bfloat16* x, const __nv_bfloat16* norm_
 #pragma unroll
     for (int e = 0; e < 8; ++e) {
       ss = __fmaf_rn(xf[e], xf[e], ss);
-      hf[e] = has_norm ? bf16r(xf[e] * nf[e]) : xf[e];
+      hf[e] = has_norm ? round_to<__nv_bfloat16>(xf[e] * nf[e]) : xf[e];
     }
 #pragma unroll
     for (unsigned int i = 0; i < RPW; ++i) {
@@ -207,15 +198,15 @@ __device__ void qkv_attention(const __nv_bfloat16* x, const __nv_bfloat16* norm_
   const float inv = has_norm ? 1.0f / sqrtf(ss / (float)in + eps) : 1.0f;
   if (lane == 0) {
 #pragma unroll
-    for (unsigned int i = 0; i < RPW; ++i) vals[RPW * warp + i] = bf16r(__fmul_rn(dot[i], inv) + br[i]);
+    for (unsigned int i = 0; i < RPW; ++i) vals[RPW * warp + i] = round_to<__nv_bfloat16>(__fmul_rn(dot[i], inv) + br[i]);
   }
   __syncthreads();
   if (tid < 4 || (tid >= 8 && tid < 12)) {  // q pairs (tid), k pairs (tid - 8)
     const unsigned int j = tid & 3, o = tid & 8;
     const RopeAngle a{ang[j].x, ang[j].y};
     const float2 r = rope_rotate(vals[o + j], vals[o + j + 4], a);
-    mine[o + j] = bf16r(r.x);
-    mine[o + j + 4] = bf16r(r.y);
+    mine[o + j] = round_to<__nv_bfloat16>(r.x);
+    mine[o + j + 4] = round_to<__nv_bfloat16>(r.y);
   } else if (tid >= 16 && tid < 24) {
     mine[tid] = vals[tid];
   }

@@ -68,7 +68,7 @@
 //          head_chunks), ...) of the group; blockIdx.x = (t * kv_heads + g) * head_chunks + c.
 //   merge: grid (rows, heads), block 256.
 // head_dim <= KILN_ATTN_SPLIT_MAX_HEAD_DIM (256); heads a multiple of kv_heads.
-#include "common.cuh"
+#include "attention_split.cuh"  // live_split_len, weight_of (shared with attention_qkv.cu)
 
 #define KILN_ATTN_SPLIT_THREADS 256
 #define KILN_ATTN_SPLIT_WARPS 8
@@ -103,18 +103,6 @@
 #endif
 
 namespace kiln {
-
-// The live split length (src/plan/mod.rs `live_split_len`, the same integer arithmetic).
-__device__ __forceinline__ unsigned int live_split_len(int p, unsigned int splits, unsigned int split_len,
-                                                       unsigned int min_split_len) {
-#ifdef KILN_ATTN_SPLIT_MIN_LEN_OVERRIDE
-  min_split_len = KILN_ATTN_SPLIT_MIN_LEN_OVERRIDE;
-#endif
-  const unsigned int keys = (unsigned int)max(p, 0) + 1u;
-  const unsigned int even = (keys + max(splits, 1u) - 1u) / max(splits, 1u);
-  const unsigned int q = (even + 15u) / 16u * 16u;
-  return max(min(max(q, min_split_len), split_len), 1u);
-}
 
 // Storage bits of 8 consecutive elements of T: 16 bytes (f16, bf16) or 32 (f32).
 template <typename T> struct Raw8 {
@@ -168,9 +156,6 @@ template <typename T> __device__ __forceinline__ void unpack8(const Raw8<T>& r, 
     }
   }
 }
-
-// exp(x - m) with exp(-inf) = 0 and nothing to weigh when m = -inf.
-__device__ __forceinline__ float weight_of(float x, float m) { return x == -inf() ? 0.0f : __expf(x - m); }
 
 // Shared memory of one split block: per-warp (m, l) of each head, then half the warps' acc.
 // (Summing every warp's acc after one barrier instead of the tree's two barriers per level was

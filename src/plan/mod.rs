@@ -399,8 +399,7 @@ impl Kernel {
 pub fn early_read_operands(l: &Launch) -> Vec<usize> {
     let n = l.bufs.len();
     match l.kernel {
-        Kernel::QkvRope { .. } if n >= 5 => vec![n - 5, n - 4],
-        Kernel::QkvAttention { .. } if n >= 5 => vec![n - 5, n - 4],
+        Kernel::QkvRope { .. } | Kernel::QkvAttention { .. } if n >= 5 => vec![n - 5, n - 4],
         Kernel::AttentionSplit { .. } | Kernel::AttentionCluster { .. } if n == 6 => vec![3, 4],
         Kernel::AttentionMerge { .. } if n == 3 => vec![1],
         _ => Vec::new(),

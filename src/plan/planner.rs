@@ -433,20 +433,17 @@ pub fn attention_cluster(
         Some((c, _)) => c,
         None => ATTENTION_CLUSTER_WAVE.into_iter().find(fits)?.0,
     };
+    let (split_len, min_split_len) = cluster_split_len(max_context);
+    Some(Kernel::AttentionCluster { rows, heads, kv_heads, head_dim, scale, kv_rows, split_len, min_split_len, chunk_heads, early: false })
+}
+
+/// The planned and shortest live split lengths of a decode attention over one cluster's
+/// [`super::ATTENTION_CLUSTER_SPLITS`] splits (`AttentionCluster`, `QkvAttention`): eight of the max
+/// context's length, rounded up to the quantum, and [`ATTENTION_MIN_SPLIT_LEN`] at most that.
+fn cluster_split_len(max_context: u32) -> (u32, u32) {
     let splits = super::ATTENTION_CLUSTER_SPLITS;
     let split_len = max_context.div_ceil(splits).div_ceil(super::SPLIT_LEN_QUANTUM) * super::SPLIT_LEN_QUANTUM;
-    Some(Kernel::AttentionCluster {
-        rows,
-        heads,
-        kv_heads,
-        head_dim,
-        scale,
-        kv_rows,
-        split_len,
-        min_split_len: ATTENTION_MIN_SPLIT_LEN.min(split_len),
-        chunk_heads,
-        early: false,
-    })
+    (split_len, ATTENTION_MIN_SPLIT_LEN.min(split_len))
 }
 
 /// The shortest live split of decode attention ([`super::live_split_len`]): at context 128 the
@@ -470,12 +467,9 @@ fn launches_of(p: &Program, name: &str, op: &Op, max_context: usize, workspaces:
         }
         _ => Vec::new(),
     };
-    // The fused QKV + attention's splits: the cluster attention's (eight of the max context's
-    // length, a multiple of the quantum).
+    // The fused QKV + attention's splits: the cluster attention's.
     if let Kernel::QkvAttention { split_len, min_split_len, .. } = &mut kernel {
-        let splits = super::ATTENTION_CLUSTER_SPLITS;
-        *split_len = (max_context as u32).div_ceil(splits).div_ceil(super::SPLIT_LEN_QUANTUM) * super::SPLIT_LEN_QUANTUM;
-        *min_split_len = ATTENTION_MIN_SPLIT_LEN.min(*split_len);
+        (*split_len, *min_split_len) = cluster_split_len(max_context as u32);
     }
     // Prefill attention on tensor cores where the kernel covers the shape.
     if let (Phase::Prefill, &Kernel::Attention { rows, heads, kv_heads, head_dim, scale, kv_rows }, Op::Attention { q, .. }) =

@@ -614,7 +614,7 @@ fn execute(regions: &mut [Vec<u8>; N_REGIONS], s: &mut Scratch, launch: &Launch)
             float_operand(q_out, "q_out", shape.rows * shape.qw())?;
             let parts = qkv_rope_parts(regions, s, &bufs[..n - 3], [k_cache, v_cache], shape, &rope, q_out.dtype)?;
             let step = (&s.ints_a[..shape.rows], &s.ints_b[..]);
-            rope_write_kv(regions, &rope, head_dim as usize, parts, q_out.dtype, step, [Some(q_out), Some(k_cache), Some(v_cache)])?;
+            rope_write_kv(regions, &rope, head_dim as usize, parts, q_out.dtype, step, (Some(q_out), [k_cache, v_cache]))?;
             Ok(())
         }
         // QkvRope's arithmetic, its q rounded to the caches' dtype as QkvRope stores it, then
@@ -642,7 +642,7 @@ fn execute(regions: &mut [Vec<u8>; N_REGIONS], s: &mut Scratch, launch: &Launch)
             let dt = k_cache.dtype;
             let parts = qkv_rope_parts(regions, s, &bufs[..n - 3], [k_cache, v_cache], shape, &rope, dt)?;
             let step = (&s.ints_a[..1], &s.ints_b[..]);
-            let q = rope_write_kv(regions, &rope, head_dim as usize, parts, dt, step, [None, Some(k_cache), Some(v_cache)])?;
+            let q = rope_write_kv(regions, &rope, head_dim as usize, parts, dt, step, (None, [k_cache, v_cache]))?;
             s.a.clear();
             s.a.extend(q.iter().map(|&x| round_to(dt, x)));
             let c = ClusterAttention { rows: 1, heads, kv_heads, head_dim, scale, kv_rows, split_len, min_split_len };
@@ -749,7 +749,7 @@ fn execute(regions: &mut [Vec<u8>; N_REGIONS], s: &mut Scratch, launch: &Launch)
             }
             let kv_dtype = inputs[if packed { 0 } else { 1 }].dtype;
             let step = (&s.ints_a[..rows], &s.ints_b[..]);
-            rope_write_kv(regions, &rope, hd, parts, kv_dtype, step, [Some(q_out), Some(k_cache), Some(v_cache)])?;
+            rope_write_kv(regions, &rope, hd, parts, kv_dtype, step, (Some(q_out), [k_cache, v_cache]))?;
             Ok(())
         }
         // The tensor-core prefill kernel has the semantics of `Attention`.
@@ -1214,7 +1214,7 @@ fn rope_write_kv(
     [mut q, mut k, v]: [Vec<f32>; 3],
     kv_dtype: DType,
     (positions, cache_base): (&[i32], &[i32]),
-    [q_out, k_cache, v_cache]: [Option<&BufArg>; 3],
+    (q_out, [k_cache, v_cache]): (Option<&BufArg>, [&BufArg; 2]),
 ) -> Result<Vec<f32>> {
     let rows = positions.len().max(1);
     let (qw, kvw) = (q.len() / rows, k.len() / rows);
@@ -1227,7 +1227,6 @@ fn rope_write_kv(
     for x in k.iter_mut() {
         *x = round_to(kv_dtype, *x);
     }
-    let (Some(k_cache), Some(v_cache)) = (k_cache, v_cache) else { bail!("rope_write_kv without its caches") };
     write_kv_rows(regions, [(k_cache, &k), (v_cache, &v)], positions, cache_base, kvw)?;
     Ok(q)
 }
