@@ -9,7 +9,7 @@
 #   3. `kiln gate --checks 2,3,5` with the knob: GPU == CPU (its qwen2-hd64 model takes the fused kernel),
 #      GPU == transformers on the Qwen2.5-0.5B shape, device loop == one-step;
 #   4. the A/B: scripts/ab_placement.py, knob off / on, 0.5B, batch 1, contexts 128 and 4096, pads 0/32/64/1024.
-# Carry: [".device/bin/kiln-s48.xz", ".device/kc48", ".device/kcc48.tar.xz"] (the binary of 2322a62, kiln's
+# Carry: [".device/bin/kiln-s48.xz", ".device/kc48", ".device/kcc48.tar.xz"] (the binary of 0c419a5, kiln's
 # kernel cache for it and kernel_check's CUBINs, all built here with NVRTC 13.0; rebuild them after any change
 # to src/ or kernels/: bench/README.md "Device calls" and call-A.sh's header).
 # ~20 s unpack + ~60 s check + ~40 s synth/ids + ~150 s gate + 8 runs of ~15 s: ~450 s plus the start.
