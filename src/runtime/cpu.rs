@@ -23,7 +23,7 @@
 //!   `t = round(x * inv)` to the storage dtype of `x`, then `out = round(t * w)`. The
 //!   intermediate rounding is a no-op for f32 and reproduces the rounding of `LlamaRMSNorm`'s
 //!   `weight * x.to(input_dtype)` for bf16/f16; it is the same rule for every dtype;
-//! - a norm fused into a linear (`FusedLinear`, `QkvLinear`, `QkvRope`, `GatedLinear`) is the
+//! - a norm fused into a linear (`FusedLinear`, `QkvLinear`, `QkvRope`, `QkvAttention`, `GatedLinear`) is the
 //!   RMSNorm above for f16 x, and for f32 / bf16 x the same function with one rounding moved
 //!   ([`NormOrder`]): `h = round(x * w)`, then each dot product of h times `inv`;
 //! - RoPE angles are `scaled_position(p) * inv_freq(i)` in f32; their cosine and sine are
