@@ -61,6 +61,22 @@
 #define KILN_QKV_ATTN_MIN_BLOCKS 1
 #endif
 
+// Hooks for a probe (none is defined in kiln's build, so its code is what it was without them):
+// scripts/probe_qkv_attn_o.cu includes this file with the o projection as a tail. With
+// KILN_QKV_ATTN_EVERY_RANK_MERGES 1 every rank merges the splits and stores the head's output (the
+// bf16 values `out` gets, as floats) in KILN_QKV_ATTN_ATT[tid]; KILN_QKV_ATTN_BEFORE_WAIT() runs
+// just before the PDL wait, KILN_QKV_ATTN_AFTER_MERGE() after the last cluster barrier (both see
+// the kernel's locals: h, s, tid, ...).
+#ifndef KILN_QKV_ATTN_EVERY_RANK_MERGES
+#define KILN_QKV_ATTN_EVERY_RANK_MERGES 0
+#endif
+#ifndef KILN_QKV_ATTN_BEFORE_WAIT
+#define KILN_QKV_ATTN_BEFORE_WAIT()
+#endif
+#ifndef KILN_QKV_ATTN_AFTER_MERGE
+#define KILN_QKV_ATTN_AFTER_MERGE()
+#endif
+
 namespace kiln {
 namespace qkv_attn {
 
@@ -158,6 +174,7 @@ __device__ void qkv_attention(const __nv_bfloat16* x, const __nv_bfloat16* norm_
     }
   };
   load_steps(j0, kr, vr);
+  KILN_QKV_ATTN_BEFORE_WAIT();
   if (early) wait_prior_grids();
   allow_dependents();
 
@@ -349,7 +366,7 @@ __device__ void qkv_attention(const __nv_bfloat16* x, const __nv_bfloat16* norm_
     }
   }
   cluster_sync();
-  if (s == 0 && tid < HD) {  // attention_cluster's merge: every active split's slot, in split order
+  if ((s == 0 || KILN_QKV_ATTN_EVERY_RANK_MERGES) && tid < HD) {  // attention_cluster's merge, in split order
     float ms[S], as[S], ls[S], big_m = -inf(), num = 0.0f, den = 0.0f;
 #pragma unroll
     for (unsigned int r = 0; r < S; ++r) {
@@ -376,9 +393,16 @@ __device__ void qkv_attention(const __nv_bfloat16* x, const __nv_bfloat16* norm_
         }
       }
     }
+#if KILN_QKV_ATTN_EVERY_RANK_MERGES
+    const __nv_bfloat16 a = __float2bfloat16_rn(den > 0.0f ? num / den : 0.0f);
+    if (s == 0) out[(size_t)h * HD + tid] = a;
+    KILN_QKV_ATTN_ATT[tid] = __bfloat162float(a);
+#else
     out[(size_t)h * HD + tid] = __float2bfloat16_rn(den > 0.0f ? num / den : 0.0f);
+#endif
   }
   cluster_sync();
+  KILN_QKV_ATTN_AFTER_MERGE();
 #else
   __trap();  // needs thread-block clusters (sm_90+); such a plan refuses to load before sm_90
 #endif

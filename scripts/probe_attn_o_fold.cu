@@ -48,12 +48,6 @@
 #define PF_ATT_BYTES (PF_K * 2)
 #define PROBE_SMEM (PF_V_BYTES + PF_W_BYTES + PF_PART_BYTES + PF_ML_BYTES + PF_ATT_BYTES)
 
-__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_u32(dst)), "l"(src) : "memory");
-}
-__device__ __forceinline__ void cp_async_wait_all() {
-  asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory");
-}
 __device__ __forceinline__ unsigned int pack_bf16(float lo, float hi) {
   const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<const unsigned int*>(&v);

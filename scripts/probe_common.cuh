@@ -57,6 +57,14 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], unsigned a0, unsigned a1
 __device__ __forceinline__ unsigned int smem_u32(const void* p) {
   return (unsigned int)__cvta_generic_to_shared(p);
 }
+// 16 bytes global -> shared through the L2 (cp.async.cg), and the wait for all of a thread's copies
+// (the fold probes: probe_attn_o_fold.cu, probe_qkv_attn_o.cu).
+__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_u32(dst)), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async_wait_all() {
+  asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory");
+}
 __device__ __forceinline__ void mbar_init(unsigned long long* b, unsigned int count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(b)), "r"(count) : "memory");
 }

@@ -90,9 +90,6 @@ __global__ void __launch_bounds__(256, 3) gemv(const __nv_bfloat16* __restrict__
 // (chunks w and w + 8 of the stage's 16: kiln's assignment) as lane (g, t): 16 bytes of rows g and g + 8
 // at k + 8t, from rows padded to SE * 2 + 64 bytes (a stride of 16 words mod 32: a quarter warp's 16-byte
 // reads fall in 8 different bank groups). The same MMAs in the same order as `rowmajor`.
-__device__ __forceinline__ void cp_async16(void* smem, const void* g) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"((unsigned)__cvta_generic_to_shared(smem)), "l"(g) : "memory");
-}
 __device__ __forceinline__ uint4 lds(const void* p) {
   uint4 v;
   asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"((unsigned)__cvta_generic_to_shared(p)));

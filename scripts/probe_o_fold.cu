@@ -30,10 +30,6 @@
 
 #define OF_SPLITS KILN_ATTN_CLUSTER_SPLITS
 
-__device__ __forceinline__ void of_cp_async16(void* smem, const void* g) {
-  const unsigned int s = (unsigned int)__cvta_generic_to_shared(smem);
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(g) : "memory");
-}
 __device__ __forceinline__ void of_prefetch_l2(const void* g) {
   asm volatile("prefetch.global.L2 [%0];\n" ::"l"(g));
 }
@@ -60,7 +56,7 @@ extern "C" __global__ void __launch_bounds__(KILN_ATTN_SPLIT_THREADS, 3) __clust
   if (stage & 1) {
     for (unsigned int e = threadIdx.x; e < R * C; e += blockDim.x) {
       const unsigned int j = e / C, c = e % C;
-      of_cp_async16(of_dyn + (size_t)e * 16, wslice + (size_t)j * K + c * 8);
+      cp_async16(of_dyn + (size_t)e * 16, wslice + (size_t)j * K + c * 8);
     }
     asm volatile("cp.async.commit_group;\n" ::: "memory");
   } else {

@@ -17,12 +17,20 @@ neighbours compete for its SMs as in decode:
 - `noattn`: kiln_qkv_rope -> o: kiln's chain with the attention free (a floor);
 - `fold`: kiln_qkv_attention_bf16 (14 clusters of 8 blocks, one per q head; each cluster computes its
   head's q rows and its KV group's k / v rows, rotates them, shares them through distributed shared
-  memory and runs the split attention and cluster merge) -> o.
-`kiln` - `fold` is what the fold saves per layer (24 per step). Each line: us per layer (median of 9
-graph replays). Before the timing, layer 0's attention output and KV row p of the fold and of
+  memory and runs the split attention and cluster merge) -> o;
+- `fold+o` (session 49): the same kernel with the o projection as a tail (scripts/probe_qkv_attn_o.cu:
+  each cluster adds its head's term W_o[:, head] att_head of every output into an int64 accumulator
+  at 2^-32 fixed point, by L2 reductions, so the sum is the same bits in any order) and no o launch:
+  three launches per layer. The gate/up and down stand-ins still read the o stand-in's buffer, so the
+  reads kiln's consumers would add (resid + accumulator) are not in its time.
+`kiln` - `fold` is what the fold saves per layer (24 per step), `kiln` - `fold+o` what the three-launch
+layer saves. Each line: us per layer (median of 9 graph replays). Before the timing, layer 0's attention output and KV row p of the fold and of
 kiln's chain are each checked against a float64 NumPy reference (tolerance 2e-2 of max|ref|: bf16
 rounding of q/k/v may differ in the last place between the two GEMVs' sum orders), and every
-layer's o output of `fold` against `kiln`'s after the timing. `--kiln-define NAME=VALUE` compiles
+layer's o output of `fold` against `kiln`'s after the timing; `fold+o`'s accumulator of layer 0 after one
+launch against W_o @ the reference attention output, and every layer's after the timing (11 runs of the
+chain: graph_time's eager pass, warm-up replay and 9 timed) against 11 x `kiln`'s o output, each entry a
+multiple of 11 exactly (the same bits every run). `--kiln-define NAME=VALUE` compiles
 kiln's kernels with a -D (e.g. KILN_QKV_ATTN_MIN_BLOCKS=2: the fused kernel capped at 128 registers).
 
 The fold works at any context (the cluster's splits grow with it, as kiln's), so unlike the
@@ -41,6 +49,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import probe_persistent as pp  # noqa: E402
 
+SRC_O = os.path.join(HERE, "probe_qkv_attn_o.cu")  # kind `fold+o`: kiln's fused kernel with the o tail
 KILN_FILES = ["linear.cu", "linear_fused.cu", "attention_split.cu", "attention_qkv.cu"]
 H, KVH, HD, HIDDEN, INTER, LAYERS = 14, 2, 64, 896, 4864, 24
 NQ, NK = H * HD, KVH * HD
@@ -49,6 +58,8 @@ KV_ROWS = 2048  # the cache rows of one sequence
 PLANNED_LEN = 256  # the cluster's planned split length for a 2048-position bucket (8 x 256)
 MIN_SPLIT = 32
 THETA, EPS = 1e6, 1e-6
+FIXED = 2.0 ** 32  # probe_qkv_attn_o.cu's fixed point
+RUNS = pp.GRAPH_REPS + 2  # executions of a chain in pp.graph_time: eager, warm-up, timed replays
 
 
 def bf16_round(np, x):
@@ -172,6 +183,32 @@ def emulate_fold(np, a, p, inv_freq):
     return att, krow, vrow
 
 
+def emulate_o_tail(np, att, wo):
+    """probe_qkv_attn_o.cu's tail replayed: for every head h, rank s, thread tid and pass i, the W_o
+    chunk it copies and multiplies, its 8-lane sums and the fixed-point adds; float64 arithmetic on
+    the bf16-rounded attention output `att` [H][HD]. Returns the accumulator (Python ints) and
+    asserts that every weight of W_o [HIDDEN][NQ] is used exactly once."""
+    rows = HIDDEN // 8
+    used = np.zeros((HIDDEN, NQ), dtype=np.int64)
+    acc = [0] * HIDDEN
+    a = bf16_round(np, att)
+    for h in range(H):
+        for s in range(8):
+            sums = {}
+            for tid in range(256):
+                c = tid & 7
+                for i in range(4):
+                    r = (tid >> 3) + 32 * i
+                    if r < rows:
+                        n, cols = s * rows + r, [h * HD + 8 * c + e for e in range(8)]
+                        used[n, cols] += 1
+                        sums[r] = sums.get(r, 0.0) + float(wo[n, cols] @ a[h, 8 * c:8 * c + 8])
+            for r, d in sums.items():
+                acc[s * rows + r] += int(round(d * FIXED))
+    assert (used == 1).all(), "the tail does not use every weight of W_o once"
+    return acc
+
+
 def emulate():
     """--emulate: emulate_fold against reference at several positions (no GPU, NumPy only)."""
     import numpy as np
@@ -185,14 +222,19 @@ def emulate():
              wqkv=bf16_round(np, rng.standard_normal((QKV, HIDDEN)) / math.sqrt(HIDDEN)),
              bias=bf16_round(np, 0.5 * rng.standard_normal(QKV)),
              kc0=bf16_round(np, rng.standard_normal((KV_ROWS, NK))), vc0=bf16_round(np, rng.standard_normal((KV_ROWS, NK))))
+    wo = bf16_round(np, rng.standard_normal((HIDDEN, NQ)) / math.sqrt(NQ))
     worst = 0.0
     for p in (0, 5, 129, 383, 1000, KV_ROWS - 1):
         ref_att, ref_k, ref_v, _ = reference(np, a, p, inv_freq)
         att, k, v = emulate_fold(np, a, p, inv_freq)
         err = max(float(np.abs(att - ref_att).max() / np.abs(ref_att).max()),
                   float(np.abs(k - ref_k).max() / np.abs(ref_k).max()), float(np.abs(v - ref_v).max() / np.abs(ref_v).max()))
-        worst = max(worst, err)
-        print(f"p {p:>4}: emulated fold vs float64 reference (att, K and V row p), max error {err:.1e} of max|ref|")
+        ref_o = wo @ bf16_round(np, att).reshape(-1)
+        o = np.array(emulate_o_tail(np, att, wo), dtype=np.float64) / FIXED
+        err_o = float(np.abs(o - ref_o).max() / np.abs(ref_o).max())
+        worst = max(worst, err, err_o)
+        print(f"p {p:>4}: emulated fold vs float64 reference (att, K and V row p), max error {err:.1e} of max|ref|; "
+              f"o tail (fold+o) vs W_o att {err_o:.1e}")
     ok = worst < 1e-6
     print("emulation:", "ok" if ok else "FAIL")
     return 0 if ok else 1
@@ -212,11 +254,13 @@ def main():
 
     import kernel_check as kc
 
+    # The fold+o module is kiln's fused kernel built with the probe's tail: the same -D options.
+    os.environ["PROBE_NVRTC_DEFINES"] = " ".join([os.environ.get("PROBE_NVRTC_DEFINES", "")] + args.kiln_define)
     if args.compile_only:
         _, log = kc.nvrtc_cubin(None, args.compile_only, only=KILN_FILES, defines=args.kiln_define)
         bad = "warning" in log.lower()
-        print(log + "probe compile:", "FAIL" if bad else "ok")
-        return 1 if bad else 0
+        print(log + "kiln kernels compile:", "FAIL" if bad else "ok")
+        return max(1 if bad else 0, pp.compile_only(args.compile_only, SRC_O, kiln_headers=True))
 
     import cupy as cp
     import numpy as np
@@ -227,6 +271,7 @@ def main():
     f_attn = kiln_mod.get_function("kiln_attention_cluster_g1_bf16")
     f_lin = kiln_mod.get_function("kiln_linear_bf16_bf16")
     f_fold = kiln_mod.get_function("kiln_qkv_attention_bf16")
+    f_foldo = pp.load_probe(cp, SRC_O, "probe_qkv_attn_o").get_function("kiln_qkv_attention_bf16")
     print(f"GPU {cp.cuda.runtime.getDeviceProperties(0)['name'].decode()}; kiln kernels: {how}; "
           f"{'QKV, attention, o' if args.no_mlp else 'QKV, attention, o, gate/up, down'} per layer")
     u32, f32s = np.uint32, np.float32
@@ -246,10 +291,13 @@ def main():
             q=cp.zeros(NQ, dtype=cp.uint16),
             kc=pp.bf16_random(cp, KV_ROWS * NK, 1.0),
             vc=pp.bf16_random(cp, KV_ROWS * NK, 1.0),
-            att=cp.zeros(NQ, dtype=cp.uint16),
+            att=cp.zeros(NQ + 16, dtype=cp.uint16),  # + fold+o's ProbeO {wo, acc, out_features} (32 bytes)
             w=pp.bf16_random(cp, HIDDEN * NQ, 1.0 / math.sqrt(NQ)),
             y=cp.zeros(HIDDEN, dtype=cp.uint16),
+            acc=cp.zeros(HIDDEN, dtype=cp.uint64),
         )
+        desc = np.array([ly["w"].data.ptr, ly["acc"].data.ptr, HIDDEN, 0], dtype=np.uint64)
+        ly["att"][NQ:] = cp.asarray(desc.view(np.uint16))
         ly["kc0"], ly["vc0"] = ly["kc"].copy(), ly["vc"].copy()
         if not args.no_mlp:
             ly.update(mlp_buffers())
@@ -272,12 +320,13 @@ def main():
         pdl(f_attn, ga, ba, (ly["q"], ly["kc"], ly["vc"], pos, cb, ly["att"], u32(1), u32(H), u32(KVH), u32(HD),
                              scale, u32(KV_ROWS), u32(PLANNED_LEN), u32(MIN_SPLIT), u32(1), u32(1)))
 
-    def fold(ly, pos):
-        pdl(f_fold, gf, bf, (ly["x"], ly["nw"], ly["wqkv"], ly["bias"], pos, cb, ly["kc"], ly["vc"], ly["att"],
+    def fold(ly, pos, f=f_fold):
+        pdl(f, gf, bf, (ly["x"], ly["nw"], ly["wqkv"], ly["bias"], pos, cb, ly["kc"], ly["vc"], ly["att"],
                              u32(HIDDEN), u32(H), u32(KVH), u32(HD), u32(KV_ROWS), u32(1), f32s(EPS), u32(1), u32(1),
                              scale, u32(PLANNED_LEN), u32(MIN_SPLIT), *rope_args, table))
 
-    print(f"{'p':>5} {'kiln':>8} {'noattn':>8} {'fold':>8} {'kiln-fold':>10}  us per layer; check")
+    print(f"{'p':>5} {'kiln':>8} {'noattn':>8} {'fold':>8} {'fold+o':>8} {'kiln-fold':>10} {'kiln-fold+o':>12}  "
+          "us per layer; check")
     for p in [int(v) for v in args.positions.split(",")]:
         pos = cp.full(1, p, dtype=cp.int32)
         # Layer 0 against the float64 reference: kiln's chain, then the fold (each from the original cache).
@@ -286,25 +335,31 @@ def main():
         arrays["wqkv"] = arrays["wqkv"].reshape(QKV, HIDDEN)
         arrays["kc0"], arrays["vc0"] = arrays["kc0"].reshape(KV_ROWS, NK), arrays["vc0"].reshape(KV_ROWS, NK)
         ref_att, ref_k, ref_v, _ = reference(np, arrays, p, inv_freq)
+        ref_o = f32(ly["w"]).reshape(HIDDEN, NQ).astype(np.float64) @ bf16_round(np, ref_att).reshape(-1)
         errs = {}
-        for kind in ("kiln", "fold"):
+        for kind in ("kiln", "fold", "fold+o"):
             ly["kc"][:] = ly["kc0"]
             ly["vc"][:] = ly["vc0"]
-            ly["att"].fill(0)
+            ly["att"][:NQ].fill(0)
+            ly["acc"].fill(0)
             if kind == "kiln":
                 qkv_rope(ly, pos)
                 attention(ly, pos)
             else:
-                fold(ly, pos)
+                fold(ly, pos, f_fold if kind == "fold" else f_foldo)
             cp.cuda.Device().synchronize()
             got_k = f32(ly["kc"]).reshape(KV_ROWS, NK)[p]
             got_v = f32(ly["vc"]).reshape(KV_ROWS, NK)[p]
-            errs[kind] = max(float(np.abs(f32(ly["att"]).reshape(H, HD) - ref_att).max() / np.abs(ref_att).max()),
+            errs[kind] = max(float(np.abs(f32(ly["att"][:NQ]).reshape(H, HD) - ref_att).max() / np.abs(ref_att).max()),
                              float(np.abs(got_k - ref_k).max() / np.abs(ref_k).max()),
                              float(np.abs(got_v - ref_v).max() / np.abs(ref_v).max()))
+            if kind == "fold+o":
+                got_o = ly["acc"].get().view(np.int64).astype(np.float64) / FIXED
+                errs[kind] = max(errs[kind], float(np.abs(got_o - ref_o).max() / np.abs(ref_o).max()))
         for ly in layers:
             ly["kc"][:] = ly["kc0"]
             ly["vc"][:] = ly["vc0"]
+            ly["acc"].fill(0)
 
         def chain(kind):
             out = []
@@ -315,23 +370,33 @@ def main():
                     out.append(lambda ly=ly: attention(ly, pos))
                 if kind == "fold":
                     out.append(lambda ly=ly: fold(ly, pos))
-                out.append(lambda ly=ly: pdl(f_lin, go, bo, (
-                    ly["att"], ly["w"], np.uint64(0), ly["y"], u32(1), u32(NQ), u32(HIDDEN), u32(0))))
+                if kind == "fold+o":
+                    out.append(lambda ly=ly: fold(ly, pos, f_foldo))
+                else:
+                    out.append(lambda ly=ly: pdl(f_lin, go, bo, (
+                        ly["att"], ly["w"], np.uint64(0), ly["y"], u32(1), u32(NQ), u32(HIDDEN), u32(0))))
                 if not args.no_mlp:
                     add_mlp(out, ly)
             return out
 
-        times, ys = pp.time_chains(cp, layers, chain, ("kiln", "noattn", "fold"), LAYERS)
-        worst = 0.0
-        for a, b in zip(ys["fold"], ys["kiln"]):
-            worst = max(worst, float(cp.max(cp.abs(a - b))) / max(float(cp.max(cp.abs(b))), 1e-30))
-        ok = worst < 2e-2 and errs["fold"] < 2e-2 and errs["kiln"] < 2e-2 and \
+        times, ys = pp.time_chains(cp, layers, chain, ("kiln", "noattn", "fold", "fold+o"), LAYERS)
+        worst = worst_o = 0.0
+        exact = True
+        for a, b, ly in zip(ys["fold"], ys["kiln"], layers):
+            scale_b = max(float(cp.max(cp.abs(b))), 1e-30)
+            worst = max(worst, float(cp.max(cp.abs(a - b))) / scale_b)
+            acc = ly["acc"].view(cp.int64)
+            exact = exact and bool(cp.all(acc % RUNS == 0))
+            worst_o = max(worst_o, float(cp.max(cp.abs(acc.astype(cp.float64) / (RUNS * FIXED) - b))) / scale_b)
+        ok = worst < 2e-2 and worst_o < 2e-2 and exact and all(e < 2e-2 for e in errs.values()) and \
             all(bool(cp.all(cp.isfinite(a))) for a in ys["fold"])
         fails += not ok
         print(f"{p:>5} {times['kiln'] * 1e6:>8.2f} {times['noattn'] * 1e6:>8.2f} {times['fold'] * 1e6:>8.2f} "
-              f"{(times['kiln'] - times['fold']) * 1e6:>+10.2f}  {'PASS' if ok else 'FAIL'} "
-              f"(layer 0 vs float64: kiln {errs['kiln']:.1e}, fold {errs['fold']:.1e}; o outputs fold vs kiln "
-              f"{worst:.1e})", flush=True)
+              f"{times['fold+o'] * 1e6:>8.2f} {(times['kiln'] - times['fold']) * 1e6:>+10.2f} "
+              f"{(times['kiln'] - times['fold+o']) * 1e6:>+12.2f}  {'PASS' if ok else 'FAIL'} "
+              f"(layer 0 vs float64: kiln {errs['kiln']:.1e}, fold {errs['fold']:.1e}, fold+o {errs['fold+o']:.1e}; "
+              f"o outputs vs kiln: fold {worst:.1e}, fold+o {worst_o:.1e}, its {RUNS} runs' sums "
+              f"{'exact multiples' if exact else 'NOT multiples'})", flush=True)
     print("probe:", "FAIL" if fails else "ok")
     return 1 if fails else 0
 
