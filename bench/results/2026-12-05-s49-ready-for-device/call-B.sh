@@ -1,5 +1,6 @@
 #!/bin/bash
-# Written in session 48 (no device lent); never run. QKV-RoPE and the decode attention in one launch,
+# Written in session 48; its carried files rebuilt in session 49 (kernels/attention_qkv.cu gained empty probe hooks:
+# the same machine code, new cache keys). No device lent in either; never run. QKV-RoPE and the decode attention in one launch,
 # `kiln_qkv_attention_bf16` (kernels/attention_qkv.cu) behind the plan-time knob KILN_FUSE_QKV_ATTN=1 (lower::fuse
 # rewrite 11; the 0.5B's one-row decode programs take it, the 1B and 8B never), in kiln's own decode. Run it
 # after call-A.sh whatever its part 1 said (that part times the same kernel in stand-in layers):
@@ -9,7 +10,7 @@
 #   3. `kiln gate --checks 2,3,5` with the knob: GPU == CPU (its qwen2-hd64 model takes the fused kernel),
 #      GPU == transformers on the Qwen2.5-0.5B shape, device loop == one-step;
 #   4. the A/B: scripts/ab_placement.py, knob off / on, 0.5B, batch 1, contexts 128 and 4096, pads 0/32/64/1024.
-# Carry: [".device/bin/kiln-s48.xz", ".device/kc48", ".device/kcc48.tar.xz"] (the binary of 0c419a5, kiln's
+# Carry: [".device/bin/kiln-s49.xz", ".device/kc49", ".device/kcc49.tar.xz"] (the binary of a81a15e, kiln's
 # kernel cache for it and kernel_check's CUBINs, all built here with NVRTC 13.0; rebuild them after any change
 # to src/ or kernels/: bench/README.md "Device calls" and call-A.sh's header).
 # ~20 s unpack + ~60 s check + ~40 s synth/ids + ~150 s gate + 8 runs of ~15 s: ~450 s plus the start.
@@ -17,9 +18,9 @@ set -u
 T0=$(date +%s)
 el() { echo $(( $(date +%s) - T0 )); }
 mkdir -p target
-xz -d -c .device/bin/kiln-s48.xz > target/kiln && chmod +x target/kiln; (cd .device/kc48 && xz -d -f *.xz 2>/dev/null)
-tar -C /tmp -xJf .device/kcc48.tar.xz
-export KILN_CUDA_INCLUDE=/usr/local/cuda/include KILN_CACHE_DIR=$PWD/.device/kc48 KILN_CHECK_CACHE=/tmp/kcc48
+xz -d -c .device/bin/kiln-s49.xz > target/kiln && chmod +x target/kiln; (cd .device/kc49 && xz -d -f *.xz 2>/dev/null)
+tar -C /tmp -xJf .device/kcc49.tar.xz
+export KILN_CUDA_INCLUDE=/usr/local/cuda/include KILN_CACHE_DIR=$PWD/.device/kc49 KILN_CHECK_CACHE=/tmp/kcc49
 S=$OUT/b-summary.txt; { date -u; target/kiln --version; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; } > $S
 timeout 150 python3 scripts/kernel_check.py --only qkv_attention --dtypes bf16 > $OUT/check.txt 2>&1
 echo "kernel_check qkv_attention rc $? at $(el) s" >> $S; grep -a -E "qkv_attention|FAIL|compiled" $OUT/check.txt >> $S
@@ -33,8 +34,8 @@ done
 KILN_FUSE_QKV_ATTN=1 timeout 200 target/kiln gate --checks 2,3,5 --hf-shapes $M --synth-dir target/synth > $OUT/gate.log 2>&1
 echo "gate 2,3,5 with KILN_FUSE_QKV_ATTN=1 rc $? at $(el) s" >> $S; grep -a -E 'FAIL|qwen2-hd64|transformers|kiln gate:' $OUT/gate.log | cut -c1-220 >> $S
 timeout $(( 590 - $(el) )) python3 scripts/ab_placement.py --arm base=target/kiln --arm qkvattn=target/kiln:KILN_FUSE_QKV_ATTN=1 \
-  --pads 0,32,64,1024 --rounds 1 --timeout 60 --out /tmp/ab48 -- \
+  --pads 0,32,64,1024 --rounds 1 --timeout 60 --out /tmp/ab49 -- \
   --shapes $M --synth-root target/synth --batches 1 --contexts 128,4096 --repeats 3 --fuse >> $S 2>&1
 echo "ab end rc $? at $(el) s" >> $S
-cp /tmp/ab48/*.log $OUT/ 2>/dev/null
+cp /tmp/ab49/*.log $OUT/ 2>/dev/null
 cat $S
