@@ -1,0 +1,36 @@
+#!/bin/bash
+# Written in session 49 (no device lent); never run. Where the 0.5B's step goes with KILN_FUSE_QKV_ATTN off and on:
+# block traces (kernels built with KILN_TRACE=1: kernels/common.cuh wait_prior_grids records each block's wait) of
+# 256 greedy decode tokens after a 128-token prompt, batch 1, summed per launch role by scripts/trace_summary.py
+# (each launch charged release(i + 1) - release(i), boundary included; late = blocks not resident at the release).
+# Run after call-B.sh (any result: the trace says where the fused launch's time goes either way), if device time is
+# left; ~15 s unpack + 2 x (~10 s plan + ~20 s traced run): ~90 s plus the start.
+# Carry: [".device/bin/kiln-s49.xz", ".device/kc49t"] (the binary of a81a15e and kiln's kernel cache built with
+# KILN_NVRTC_DEFINES=KILN_TRACE=1, on the CPU machine:
+#   KILN_NVRTC_DEFINES=KILN_TRACE=1 KILN_CACHE_DIR=$PWD/.device/kc49t LD_LIBRARY_PATH=$PWD/target/ci-cuda13/nvidia/cu13/lib \
+#     KILN_CUDA_INCLUDE=$PWD/target/ci-cuda13/nvidia/cu13/include target/kiln-s49 kernels --modules both && xz -9 .device/kc49t/*.cubin)
+set -u
+T0=$(date +%s)
+el() { echo $(( $(date +%s) - T0 )); }
+mkdir -p target
+[ -x target/kiln ] || { xz -d -c .device/bin/kiln-s49.xz > target/kiln && chmod +x target/kiln; }
+(cd .device/kc49t && xz -d -f *.xz 2>/dev/null)
+export KILN_CUDA_INCLUDE=/usr/local/cuda/include KILN_NVRTC_DEFINES=KILN_TRACE=1 KILN_CACHE_DIR=$PWD/.device/kc49t
+B=$PWD/target/kiln M=qwen2.5-0.5b
+D=target/synth/$M-seed1
+S=$OUT/d-summary.txt; { date -u; $B --version; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; } > $S
+[ -f $D/config.json ] || timeout 100 $B synth --shape $M --seed 1 --out $D > $OUT/log-synth.txt 2>&1
+for K in 0 1; do
+  N=$M-qkvattn$K
+  echo "== trace $N (KILN_FUSE_QKV_ATTN=$K) at $(el) s" >> $S
+  KILN_FUSE_QKV_ATTN=$K $B plan --model $D --fuse --decode-buckets 1 -o $OUT/$N.plan > $OUT/log-plan-$K.txt 2>&1
+  KILN_TRACE_OUT=/tmp/trace.bin timeout 90 $B run --model $D --plan $OUT/$N.plan --prompt-ids $(seq -s, 1 128) \
+    --max-tokens 256 --temperature 0 --device cuda > /tmp/traced.txt 2>&1
+  echo "rc $? ids $(grep -a -v '^\[kiln\]\|^kiln:' /tmp/traced.txt | md5sum | cut -c1-12)" >> $S
+  grep -a '^\[kiln\]\|^kiln:' /tmp/traced.txt | cut -c1-200 >> $S
+  python3 scripts/trace_summary.py /tmp/trace.bin $OUT/$N.plan.txt --csv $OUT/launches-$N.csv >> $S 2>&1
+  rm -f /tmp/trace.bin $OUT/$N.plan
+done
+echo "end $(el) s" >> $S
+cd $OUT && gzip -f launches-*.csv; tar czf extra.tgz log-*.txt launches-*.csv.gz *.plan.txt 2>/dev/null; rm -f log-*.txt launches-*.csv.gz *.plan.txt
+cat $S
