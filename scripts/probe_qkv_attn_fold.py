@@ -24,20 +24,22 @@ neighbours compete for its SMs as in decode:
   three launches per layer. The gate/up and down stand-ins still read the o stand-in's buffer, so the
   reads kiln's consumers would add (resid + accumulator) are not in its time.
 `kiln` - `fold` is what the fold saves per layer (24 per step), `kiln` - `fold+o` what the three-launch
-layer saves. Each line: us per layer (median of 9 graph replays). Before the timing, layer 0's attention output and KV row p of the fold and of
-kiln's chain are each checked against a float64 NumPy reference (tolerance 2e-2 of max|ref|: bf16
-rounding of q/k/v may differ in the last place between the two GEMVs' sum orders), and every
-layer's o output of `fold` against `kiln`'s after the timing; `fold+o`'s accumulator of layer 0 after one
-launch against W_o @ the reference attention output, and every layer's after the timing (11 runs of the
-chain: graph_time's eager pass, warm-up replay and 9 timed) against 11 x `kiln`'s o output, each entry a
-multiple of 11 exactly (the same bits every run). `--kiln-define NAME=VALUE` compiles
-kiln's kernels with a -D (e.g. KILN_QKV_ATTN_MIN_BLOCKS=2: the fused kernel capped at 128 registers).
+layer saves. Each line: us per layer (median of 9 graph replays). Before the timing, layer 0's attention
+output and KV row p of the fold and of kiln's chain are each checked against a float64 NumPy reference
+(tolerance 2e-2 of max|ref|: bf16 rounding of q/k/v may differ in the last place between the two GEMVs'
+sum orders), and every layer's o output of `fold` against `kiln`'s after the timing; `fold+o`'s
+accumulator of layer 0 after one launch against W_o @ the reference attention output, and every layer's
+after the timing (11 runs of the chain: graph_time's eager pass, warm-up replay and 9 timed) against 11
+x `kiln`'s o output, each entry a multiple of 11 exactly (the same bits every run). `--kiln-define
+NAME=VALUE` compiles kiln's kernels with a -D (e.g. KILN_QKV_ATTN_MIN_BLOCKS=2: the fused kernel capped
+at 128 registers), the fold+o module too.
 
 The fold works at any context (the cluster's splits grow with it, as kiln's), so unlike the
 attention-in-o fold (probe_attn_o_fold.py) it needs no short-context bucket; p = 1000 checks that.
 `--emulate` replays the kernel's index arithmetic (the rows each warp computes, the input chunks of
 each lane, the rotary pairs, the gather through distributed shared memory, the keys of every lane
-of every split, row p, the merge) with float64 arithmetic against the reference.
+of every split, row p, the merge; fold+o's tail: the W_o chunks of every thread, its 8-lane sums, the
+fixed-point adds) with float64 arithmetic against the reference.
 """
 
 import argparse
@@ -322,8 +324,8 @@ def main():
 
     def fold(ly, pos, f=f_fold):
         pdl(f, gf, bf, (ly["x"], ly["nw"], ly["wqkv"], ly["bias"], pos, cb, ly["kc"], ly["vc"], ly["att"],
-                             u32(HIDDEN), u32(H), u32(KVH), u32(HD), u32(KV_ROWS), u32(1), f32s(EPS), u32(1), u32(1),
-                             scale, u32(PLANNED_LEN), u32(MIN_SPLIT), *rope_args, table))
+                        u32(HIDDEN), u32(H), u32(KVH), u32(HD), u32(KV_ROWS), u32(1), f32s(EPS), u32(1), u32(1),
+                        scale, u32(PLANNED_LEN), u32(MIN_SPLIT), *rope_args, table))
 
     print(f"{'p':>5} {'kiln':>8} {'noattn':>8} {'fold':>8} {'fold+o':>8} {'kiln-fold':>10} {'kiln-fold+o':>12}  "
           "us per layer; check")
