@@ -46,13 +46,6 @@ MIN_SPLIT = 32
 SMEM = 2 * 384 * 64 * 2 + 16 * 896 * 2 + 2 * 8 * 7 * 64 * 4 + 2 * 8 * 7 * 2 * 4 + 896 * 2  # PROBE_SMEM
 
 
-def bf16_round(np, x):
-    """float32 values rounded to the nearest bf16 (ties to even), as float32."""
-    u = np.asarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
-    u = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16) << 16
-    return u.astype(np.uint32).view(np.float32)
-
-
 def mma_emulated(np, d, a, b):
     """mma.m16n8k16 over a warp: a[lane] = the 8 A values (a0..a7), b[lane] = the 4 B values, d[lane]
     = the 4 accumulators (PTX ISA fragment layouts; groupID = lane / 4, t = lane % 4)."""
@@ -109,7 +102,7 @@ def emulate_block(np, q, K, V, p, scale):
                     break
                 a = []
                 for ln in range(32):
-                    e = [0.0] * 4 if m[ln] == ninf else bf16_round(np, np.exp(s[i, :, ln, :].ravel() - m[ln]))
+                    e = [0.0] * 4 if m[ln] == ninf else pp.bf16_round(np, np.exp(s[i, :, ln, :].ravel() - m[ln]))
                     lsum[ln] += float(np.sum(e))
                     a.append([e[0], e[1], 0, 0, e[2], e[3], 0, 0])
                 for mm in range(4):  # ldmatrix.x4.trans: matrix j's rows from lanes 8 j .. 8 j + 7
@@ -142,9 +135,9 @@ def emulate():
     rng = np.random.default_rng(47)
     worst = 0.0
     for p in (0, 5, 129, 200, 383):
-        q = bf16_round(np, rng.standard_normal((H, HD)))
-        K = bf16_round(np, rng.standard_normal((p + 1, KVH, HD)))
-        V = bf16_round(np, rng.standard_normal((p + 1, KVH, HD)))
+        q = pp.bf16_round(np, rng.standard_normal((H, HD)))
+        K = pp.bf16_round(np, rng.standard_normal((p + 1, KVH, HD)))
+        V = pp.bf16_round(np, rng.standard_normal((p + 1, KVH, HD)))
         ref = np.zeros((H, HD))
         for h in range(H):
             sc = K[:, h // (H // KVH)] @ q[h] / math.sqrt(HD)

@@ -187,6 +187,13 @@ def bf16_random(cp, n, scale):  # bits of bf16 values (truncated f32 normals)
     return (a.view(cp.uint32) >> 16).astype(cp.uint16)
 
 
+def bf16_round(np, x):
+    """float32 values rounded to the nearest bf16 (ties to even), as float32 (the fold probes' NumPy side)."""
+    u = np.asarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    u = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16) << 16
+    return u.astype(np.uint32).view(np.float32)
+
+
 def bf16_to_f32(cp, a):
     return (a.astype(cp.uint32) << 16).view(cp.float32)
 
