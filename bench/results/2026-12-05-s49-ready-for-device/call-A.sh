@@ -37,6 +37,7 @@ S=$OUT/a-summary.txt
 mkdir -p /tmp && tar -C /tmp -xJf .device/kcc49.tar.xz && echo "kernel cache: $(ls /tmp/kcc49 | wc -l) files" >> $S
 export KILN_CUDA_INCLUDE=/usr/local/cuda/include KILN_CHECK_CACHE=/tmp/kcc49
 for round in 1 2 3 4; do
+  [ $(( $(date +%s) - T0 )) -gt 440 ] && { echo "round $round skipped (time)" >> $S; continue; }
   A=""
   [ $round = 3 ] && A="--kiln-define KILN_QKV_ATTN_MIN_BLOCKS=2"
   [ $round = 4 ] && A=--no-mlp
@@ -45,6 +46,7 @@ for round in 1 2 3 4; do
   grep -v "^ptxas" $OUT/qkv-fold-$round.txt >> $S
 done
 for round in 1 2 3; do
+  [ $(( $(date +%s) - T0 )) -gt 460 ] && { echo "o-fold round $round skipped (time)" >> $S; continue; }
   A=""; [ $round = 3 ] && A=--no-mlp
   timeout 110 python3 scripts/probe_attn_o_fold.py --positions 129,200,255,383 $A > $OUT/o-fold-$round.txt 2>&1
   echo "attention-in-o probe round $round ($A) rc $? at $(( $(date +%s) - T0 )) s" >> $S
