@@ -46,7 +46,7 @@ for round in 1 2 3 4; do
   grep -v "^ptxas" $OUT/qkv-fold-$round.txt >> $S
 done
 for round in 1 2 3; do
-  [ $(( $(date +%s) - T0 )) -gt 460 ] && { echo "o-fold round $round skipped (time)" >> $S; continue; }
+  [ $(( $(date +%s) - T0 )) -gt ${A_PART2_UNTIL:-460} ] && { echo "o-fold round $round skipped (time)" >> $S; continue; }
   A=""; [ $round = 3 ] && A=--no-mlp
   timeout 110 python3 scripts/probe_attn_o_fold.py --positions 129,200,255,383 $A > $OUT/o-fold-$round.txt 2>&1
   echo "attention-in-o probe round $round ($A) rc $? at $(( $(date +%s) - T0 )) s" >> $S
