@@ -5,15 +5,15 @@
 # orders, the 1024 MiB control; 1B alone, two rounds), (2) the device loop's copies per pass (KILN_LOOP_UNROLL
 # 2 = default, 4, 8) A/B'd over pads with scripts/ab_placement.py, (3) `kiln gate` with the defaults (its new
 # large-vocabulary model runs the argmax key of the fused loop on the GPU for the first time), if time is left.
-# Carry: [".device/bin/kiln-s49.xz", ".device/kc49"].
-# (Session 49: the carried files are now session 49's, .device/bin/kiln-s49.xz of a81a15e and .device/kc49, which keep
+# Carry: [".device/bin/kiln-s49.xz", ".device/kc50"].
+# (Session 49: the carried files are now session 49's, .device/bin/kiln-s49.xz of a81a15e and .device/kc50, which keep
 # every knob this call sets; session 45's were removed. Lowest priority of the ready calls: after the s49 calls.)
 # 2 id checks (~10 s each) + 20 + 12 runs of ~6-9 s + the gate (~60 s): ~420 s plus the start.
 set -u
 T0=$(date +%s)
 mkdir -p target
-xz -d -c .device/bin/kiln-s49.xz > target/kiln && chmod +x target/kiln; (cd .device/kc49 && xz -d -f *.xz 2>/dev/null)
-export KILN_CUDA_INCLUDE=/usr/local/cuda/include KILN_CACHE_DIR=$PWD/.device/kc49
+xz -d -c .device/bin/kiln-s49.xz > target/kiln && chmod +x target/kiln; (cd .device/kc50 && xz -d -f *.xz 2>/dev/null)
+export KILN_CUDA_INCLUDE=/usr/local/cuda/include KILN_CACHE_DIR=$PWD/.device/kc50
 S=$OUT/a-summary.txt; date -u > $S
 el() { echo $(( $(date +%s) - T0 )); }
 for M in llama3.2-1b qwen2.5-0.5b; do

@@ -4,17 +4,18 @@
 # 0.5B at context 128 (and call-B's kernel_check and gate passed): the official command with the knob on,
 # so that its tables, JSON and chart record `knobs: KILN_FUSE_QKV_ATTN=1` (the 1B and 8B plans do not change:
 # their rows measure the defaults). Then the full gate with the knob if time is left.
-# Carry: [".device/bin/kiln-s49.xz", ".device/kc49"] (as call-B.sh). ~380 s for the bench (+ synth of the 1B and
+# Carry: [".device/bin/kiln-s49.xz", ".device/kc50"] (as call-B.sh; kc50 from scripts/device_cache.sh). ~380 s for the bench (+ synth of the 1B and
 # 8B shapes if the machine is fresh: ~60 s).
 set -u
 T0=$(date +%s)
 el() { echo $(( $(date +%s) - T0 )); }
 mkdir -p target
 [ -x target/kiln ] || { xz -d -c .device/bin/kiln-s49.xz > target/kiln && chmod +x target/kiln; }
-(cd .device/kc49 && xz -d -f *.xz 2>/dev/null)
-export KILN_CUDA_INCLUDE=/usr/local/cuda/include KILN_CACHE_DIR=$PWD/.device/kc49
+(cd .device/kc50 && xz -d -f *.xz 2>/dev/null)
+export KILN_CUDA_INCLUDE=/usr/local/cuda/include KILN_CACHE_DIR=$PWD/.device/kc50
 B=$PWD/target/kiln
 S=$OUT/c-summary.txt; { date -u; $B --version; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; } > $S
+echo "kernel cache: $(timeout 10 target/kiln kernels --modules both 2>&1 | grep -c 'already cached') of 2 modules cached (2 expected)" >> $S
 for M in qwen2.5-0.5b llama3.2-1b llama3.1-8b; do
   [ -f target/synth/$M-seed1/config.json ] || timeout 240 $B synth --shape $M --seed 1 --out target/synth/$M-seed1 > $OUT/log-$M.txt 2>&1
 done

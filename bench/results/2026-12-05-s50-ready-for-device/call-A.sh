@@ -1,5 +1,7 @@
 #!/bin/bash
-# Written in session 48, extended in session 49 (no device lent in either); never run. Prices the folds that would
+# Written in session 48, extended in session 49 (no device lent in either). Session 50 ran part 1's rounds 1 and 4
+# through call-E (results/2026-12-05-h100-decode-ab-s50, H100): fold saves 0.20-0.61 us per layer, fold+o no more than
+# fold (the o tail costs what the o launch did). Left: rounds 2-3 and part 2, low priority (after call-B). Prices the folds that would
 # take the 0.5B's layer from five dependent launches to four, or three (bench/NOTES-decode.md, sessions 47-49),
 # Qwen2.5-0.5B shape, 24 layers per chain, PDL graphs, gate/up and down stand-ins of the real bytes unless --no-mlp:
 #   part 1: scripts/probe_qkv_attn_fold.py: QKV-RoPE computed inside kiln's cluster attention (one launch and one

@@ -5,20 +5,21 @@
 # (each launch charged release(i + 1) - release(i), boundary included; late = blocks not resident at the release).
 # Run after call-B.sh (any result: the trace says where the fused launch's time goes either way), if device time is
 # left; ~15 s unpack + 2 x (~10 s plan + ~20 s traced run): ~90 s plus the start.
-# Carry: [".device/bin/kiln-s49.xz", ".device/kc49t"] (the binary of a81a15e and kiln's kernel cache built with
-# KILN_NVRTC_DEFINES=KILN_TRACE=1, on the CPU machine:
-#   KILN_NVRTC_DEFINES=KILN_TRACE=1 KILN_CACHE_DIR=$PWD/.device/kc49t LD_LIBRARY_PATH=$PWD/target/ci-cuda13/nvidia/cu13/lib \
-#     KILN_CUDA_INCLUDE=$PWD/target/ci-cuda13/nvidia/cu13/include target/kiln-s49 kernels --modules both && xz -9 .device/kc49t/*.cubin)
+# Carry: [".device/bin/kiln-s49.xz", ".device/kc50t"] (the binary of a81a15e and kiln's kernel cache built with
+# KILN_NVRTC_DEFINES=KILN_TRACE=1 on the CPU machine: `scripts/device_cache.sh target/kiln-s49 .device/kc50t KILN_TRACE=1`,
+# which keys it by the device's include path and checks that the binary finds it; session 49's kc49t was keyed by
+# the wheel's include path and would have compiled on the device).
 set -u
 T0=$(date +%s)
 el() { echo $(( $(date +%s) - T0 )); }
 mkdir -p target
 [ -x target/kiln ] || { xz -d -c .device/bin/kiln-s49.xz > target/kiln && chmod +x target/kiln; }
-(cd .device/kc49t && xz -d -f *.xz 2>/dev/null)
-export KILN_CUDA_INCLUDE=/usr/local/cuda/include KILN_NVRTC_DEFINES=KILN_TRACE=1 KILN_CACHE_DIR=$PWD/.device/kc49t
+(cd .device/kc50t && xz -d -f *.xz 2>/dev/null)
+export KILN_CUDA_INCLUDE=/usr/local/cuda/include KILN_NVRTC_DEFINES=KILN_TRACE=1 KILN_CACHE_DIR=$PWD/.device/kc50t
 B=$PWD/target/kiln M=qwen2.5-0.5b
 D=target/synth/$M-seed1
 S=$OUT/d-summary.txt; { date -u; $B --version; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; } > $S
+echo "kernel cache: $(timeout 10 target/kiln kernels --modules both 2>&1 | grep -c 'already cached') of 2 modules cached (2 expected)" >> $S
 [ -f $D/config.json ] || timeout 100 $B synth --shape $M --seed 1 --out $D > $OUT/log-synth.txt 2>&1
 for K in 0 1; do
   N=$M-qkvattn$K

@@ -10,18 +10,22 @@
 #   3. `kiln gate --checks 2,3,5` with the knob: GPU == CPU (its qwen2-hd64 model takes the fused kernel),
 #      GPU == transformers on the Qwen2.5-0.5B shape, device loop == one-step;
 #   4. the A/B: scripts/ab_placement.py, knob off / on, 0.5B, batch 1, contexts 128 and 4096, pads 0/32/64/1024.
-# Carry: [".device/bin/kiln-s49.xz", ".device/kc49", ".device/kcc49.tar.xz"] (the binary of a81a15e, kiln's
+# Carry: [".device/bin/kiln-s49.xz", ".device/kc50", ".device/kcc49.tar.xz"] (the binary of a81a15e, kiln's
 # kernel cache for it and kernel_check's CUBINs, all built here with NVRTC 13.0; rebuild them after any change
-# to src/ or kernels/: bench/README.md "Device calls" and call-A.sh's header).
+# to src/ or kernels/: bench/README.md "Device calls", scripts/device_cache.sh and call-A.sh's header).
+# Session 50 (H100, results/2026-12-05-h100-decode-ab-s50): steps 1 and part of 3 ran and passed; the A/B and the ids
+# timed out because kc49 missed the binary's cache key (every run compiled); .device/kc50 is rebuilt and checked by
+# scripts/device_cache.sh, and the call now prints how many modules it finds cached. This is the next first call.
 # ~20 s unpack + ~60 s check + ~40 s synth/ids + ~150 s gate + 8 runs of ~15 s: ~450 s plus the start.
 set -u
 T0=$(date +%s)
 el() { echo $(( $(date +%s) - T0 )); }
 mkdir -p target
-xz -d -c .device/bin/kiln-s49.xz > target/kiln && chmod +x target/kiln; (cd .device/kc49 && xz -d -f *.xz 2>/dev/null)
+xz -d -c .device/bin/kiln-s49.xz > target/kiln && chmod +x target/kiln; (cd .device/kc50 && xz -d -f *.xz 2>/dev/null)
 tar -C /tmp -xJf .device/kcc49.tar.xz
-export KILN_CUDA_INCLUDE=/usr/local/cuda/include KILN_CACHE_DIR=$PWD/.device/kc49 KILN_CHECK_CACHE=/tmp/kcc49
+export KILN_CUDA_INCLUDE=/usr/local/cuda/include KILN_CACHE_DIR=$PWD/.device/kc50 KILN_CHECK_CACHE=/tmp/kcc49
 S=$OUT/b-summary.txt; { date -u; target/kiln --version; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; } > $S
+echo "kernel cache: $(timeout 10 target/kiln kernels --modules both 2>&1 | grep -c 'already cached') of 2 modules cached (2 expected)" >> $S
 timeout 150 python3 scripts/kernel_check.py --only qkv_attention --dtypes bf16 > $OUT/check.txt 2>&1
 echo "kernel_check qkv_attention rc $? at $(el) s" >> $S; grep -a -E "qkv_attention|FAIL|compiled" $OUT/check.txt >> $S
 M=qwen2.5-0.5b
