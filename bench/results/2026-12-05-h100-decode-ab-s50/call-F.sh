@@ -1,5 +1,5 @@
 #!/bin/bash
-# Session 50, the last 250 s of device time: call-E's A/B timed out because the carried kernel cache (kc49) did not
+# Session 50; NOT RUN (the device refused: too little device time left to start a machine). Meant for the last 250 s: call-E's A/B timed out because the carried kernel cache (kc49) did not
 # match the binary's cache key, so every run compiled (>60 s). The cache rebuilt with the binary itself
 # (.device/kc50). kiln's own decode, 0.5B, batch 1, ctx 128, KILN_FUSE_QKV_ATTN off / on, alternating, 3 rounds.
 # Carry: [".device/bin/kiln-s49.xz", ".device/kc50"].
