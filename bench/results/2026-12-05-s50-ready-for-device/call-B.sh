@@ -25,7 +25,8 @@ xz -d -c .device/bin/kiln-s49.xz > target/kiln && chmod +x target/kiln; (cd .dev
 tar -C /tmp -xJf .device/kcc49.tar.xz
 export KILN_CUDA_INCLUDE=/usr/local/cuda/include KILN_CACHE_DIR=$PWD/.device/kc50 KILN_CHECK_CACHE=/tmp/kcc49
 S=$OUT/b-summary.txt; { date -u; target/kiln --version; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; } > $S
-echo "kernel cache: $(timeout 10 target/kiln kernels --modules both 2>&1 | grep -c 'already cached') of 2 modules cached (2 expected)" >> $S
+KC=$(timeout 10 target/kiln kernels --modules both 2>&1 | grep -c 'already cached'); echo "kernel cache: $KC of 2 modules cached at $(el) s" >> $S
+[ "$KC" = 2 ] || { timeout 200 target/kiln kernels --modules both >> $S 2>&1; echo "  (compiled once here at $(el) s, so the runs below hit the cache)" >> $S; }
 timeout 150 python3 scripts/kernel_check.py --only qkv_attention --dtypes bf16 > $OUT/check.txt 2>&1
 echo "kernel_check qkv_attention rc $? at $(el) s" >> $S; grep -a -E "qkv_attention|FAIL|compiled" $OUT/check.txt >> $S
 M=qwen2.5-0.5b

@@ -19,7 +19,8 @@ export KILN_CUDA_INCLUDE=/usr/local/cuda/include KILN_NVRTC_DEFINES=KILN_TRACE=1
 B=$PWD/target/kiln M=qwen2.5-0.5b
 D=target/synth/$M-seed1
 S=$OUT/d-summary.txt; { date -u; $B --version; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; } > $S
-echo "kernel cache: $(timeout 10 target/kiln kernels --modules both 2>&1 | grep -c 'already cached') of 2 modules cached (2 expected)" >> $S
+KC=$(timeout 10 target/kiln kernels --modules both 2>&1 | grep -c 'already cached'); echo "kernel cache: $KC of 2 modules cached at $(el) s" >> $S
+[ "$KC" = 2 ] || { timeout 200 target/kiln kernels --modules both >> $S 2>&1; echo "  (compiled once here at $(el) s, so the runs below hit the cache)" >> $S; }
 [ -f $D/config.json ] || timeout 100 $B synth --shape $M --seed 1 --out $D > $OUT/log-synth.txt 2>&1
 for K in 0 1; do
   N=$M-qkvattn$K
