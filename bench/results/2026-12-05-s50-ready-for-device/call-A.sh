@@ -27,7 +27,7 @@
 #     (q, ('KILN_QKV_ATTN_MIN_BLOCKS=2',)), (['linear.cu', 'attention_split.cu'], ()), (None, ()))]" && cd .. && \
 #     tar -C .device -cf - kcc49 | xz -T2 -6 > .device/kcc49.tar.xz
 # (The cache key covers kernels/: after any change there, rebuild it, or the probes compile on the device.)
-# Run: run(command="bash bench/results/2026-12-05-s49-ready-for-device/call-A.sh", carry=[".device/kcc49.tar.xz"])
+# Run: run(command="bash bench/results/2026-12-05-s50-ready-for-device/call-A.sh", carry=[".device/kcc49.tar.xz"])
 # The 0.5B needs ~5 us per layer in all for 0.50 of its roofline (15.0 against 20.0 us); a fold saving >= ~2 us at
 # every p is worth landing (part 1's landing needs no context bucket). fold+o is a probe: if `kiln-fold+o` beats
 # `kiln-fold` by more than ~0.5 us, its landing (the consumers' resid + accumulator reads, down zeroing the

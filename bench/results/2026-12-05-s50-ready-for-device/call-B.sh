@@ -1,9 +1,9 @@
 #!/bin/bash
 # Written in session 48; its carried files rebuilt in session 49 (kernels/attention_qkv.cu gained empty probe hooks:
-# the same machine code, new cache keys). No device lent in either; never run. QKV-RoPE and the decode attention in one launch,
+# the same machine code, new cache keys). No device lent in either. QKV-RoPE and the decode attention in one launch,
 # `kiln_qkv_attention_bf16` (kernels/attention_qkv.cu) behind the plan-time knob KILN_FUSE_QKV_ATTN=1 (lower::fuse
 # rewrite 11; the 0.5B's one-row decode programs take it, the 1B and 8B never), in kiln's own decode. Run it
-# after call-A.sh whatever its part 1 said (that part times the same kernel in stand-in layers):
+# first (call-A.sh's part 1 timed the same kernel in stand-in layers in session 50):
 #   1. kernel_check --only qkv_attention: the kernel against qkv_rope + attention_cluster_g1 (out and K/V row p
 #      within rounding, other cache rows untouched, early == late bitwise, padding row zeros);
 #   2. greedy ids of the 0.5B with the knob off and on (they may differ: the fused GEMV sums in its own order);
@@ -20,13 +20,10 @@
 set -u
 T0=$(date +%s)
 el() { echo $(( $(date +%s) - T0 )); }
-mkdir -p target
-xz -d -c .device/bin/kiln-s49.xz > target/kiln && chmod +x target/kiln; (cd .device/kc50 && xz -d -f *.xz 2>/dev/null)
+source scripts/device_prep.sh .device/bin/kiln-s49.xz .device/kc50 > /tmp/prep.txt
 tar -C /tmp -xJf .device/kcc49.tar.xz
-export KILN_CUDA_INCLUDE=/usr/local/cuda/include KILN_CACHE_DIR=$PWD/.device/kc50 KILN_CHECK_CACHE=/tmp/kcc49
-S=$OUT/b-summary.txt; { date -u; target/kiln --version; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; } > $S
-KC=$(timeout 10 target/kiln kernels --modules both 2>&1 | grep -c 'already cached'); echo "kernel cache: $KC of 2 modules cached at $(el) s" >> $S
-[ "$KC" = 2 ] || { timeout 200 target/kiln kernels --modules both >> $S 2>&1; echo "  (compiled once here at $(el) s, so the runs below hit the cache)" >> $S; }
+export KILN_CHECK_CACHE=/tmp/kcc49
+S=$OUT/b-summary.txt; { date -u; target/kiln --version; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; cat /tmp/prep.txt; } > $S
 timeout 150 python3 scripts/kernel_check.py --only qkv_attention --dtypes bf16 > $OUT/check.txt 2>&1
 echo "kernel_check qkv_attention rc $? at $(el) s" >> $S; grep -a -E "qkv_attention|FAIL|compiled" $OUT/check.txt >> $S
 M=qwen2.5-0.5b

@@ -9,14 +9,9 @@
 set -u
 T0=$(date +%s)
 el() { echo $(( $(date +%s) - T0 )); }
-mkdir -p target
-[ -x target/kiln ] || { xz -d -c .device/bin/kiln-s49.xz > target/kiln && chmod +x target/kiln; }
-(cd .device/kc50 && xz -d -f *.xz 2>/dev/null)
-export KILN_CUDA_INCLUDE=/usr/local/cuda/include KILN_CACHE_DIR=$PWD/.device/kc50
+source scripts/device_prep.sh .device/bin/kiln-s49.xz .device/kc50 > /tmp/prep.txt
 B=$PWD/target/kiln
-S=$OUT/c-summary.txt; { date -u; $B --version; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; } > $S
-KC=$(timeout 10 target/kiln kernels --modules both 2>&1 | grep -c 'already cached'); echo "kernel cache: $KC of 2 modules cached at $(el) s" >> $S
-[ "$KC" = 2 ] || { timeout 200 target/kiln kernels --modules both >> $S 2>&1; echo "  (compiled once here at $(el) s, so the runs below hit the cache)" >> $S; }
+S=$OUT/c-summary.txt; { date -u; $B --version; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; cat /tmp/prep.txt; } > $S
 for M in qwen2.5-0.5b llama3.2-1b llama3.1-8b; do
   [ -f target/synth/$M-seed1/config.json ] || timeout 240 $B synth --shape $M --seed 1 --out target/synth/$M-seed1 > $OUT/log-$M.txt 2>&1
 done

@@ -12,15 +12,10 @@
 set -u
 T0=$(date +%s)
 el() { echo $(( $(date +%s) - T0 )); }
-mkdir -p target
-[ -x target/kiln ] || { xz -d -c .device/bin/kiln-s49.xz > target/kiln && chmod +x target/kiln; }
-(cd .device/kc50t && xz -d -f *.xz 2>/dev/null)
-export KILN_CUDA_INCLUDE=/usr/local/cuda/include KILN_NVRTC_DEFINES=KILN_TRACE=1 KILN_CACHE_DIR=$PWD/.device/kc50t
+source scripts/device_prep.sh .device/bin/kiln-s49.xz .device/kc50t KILN_TRACE=1 > /tmp/prep.txt
 B=$PWD/target/kiln M=qwen2.5-0.5b
 D=target/synth/$M-seed1
-S=$OUT/d-summary.txt; { date -u; $B --version; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; } > $S
-KC=$(timeout 10 target/kiln kernels --modules both 2>&1 | grep -c 'already cached'); echo "kernel cache: $KC of 2 modules cached at $(el) s" >> $S
-[ "$KC" = 2 ] || { timeout 200 target/kiln kernels --modules both >> $S 2>&1; echo "  (compiled once here at $(el) s, so the runs below hit the cache)" >> $S; }
+S=$OUT/d-summary.txt; { date -u; $B --version; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; cat /tmp/prep.txt; } > $S
 [ -f $D/config.json ] || timeout 100 $B synth --shape $M --seed 1 --out $D > $OUT/log-synth.txt 2>&1
 for K in 0 1; do
   N=$M-qkvattn$K
