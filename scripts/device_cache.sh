@@ -1,7 +1,7 @@
 #!/bin/bash
 # device_cache.sh BINARY DIR [DEFINES]: kiln's kernel cache for a device call, built on the CPU machine with NVRTC
 # from the CUDA 13 wheels (bench/README.md "Device calls"), then checked: BINARY must report both modules
-# "already cached" under the device's include path, or the device compiles every run (~90 s per module; session
+# "already cached" under the device's include path, or the device compiles every run (~55 s per module; session
 # 49's kc49 was keyed by the wheel's include path and cost session 50's A/B every run).
 #   scripts/device_cache.sh target/kiln-s50 .device/kc50               # kiln's kernels
 #   scripts/device_cache.sh target/kiln-s50 .device/kc50t KILN_TRACE=1 # traced kernels (call-D)

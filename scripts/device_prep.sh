@@ -1,11 +1,12 @@
 # device_prep.sh BINARY_XZ CACHE_DIR [DEFINES], sourced by a device call before its runs (GPU machine side of
-# scripts/device_cache.sh): unpacks the carried binary to target/kiln (unless a warm machine has it already) and the
-# carried kernel cache in place, exports KILN_CUDA_INCLUDE, KILN_CACHE_DIR and KILN_NVRTC_DEFINES as the cache was
-# keyed, and prints how many of the two modules the binary finds cached; on a miss it compiles them once into the
-# cache, so that the runs after it hit (session 50's call-E lost every run to a miss).
+# scripts/device_cache.sh): unpacks the carried binary to target/kiln (every time: a warm machine keeps the last
+# call's target/kiln, which may be another commit's) and the carried kernel cache in place, exports
+# KILN_CUDA_INCLUDE, KILN_CACHE_DIR and KILN_NVRTC_DEFINES as the cache was keyed, and prints how many of the two
+# modules the binary finds cached; on a miss it compiles them once into the cache, so that the runs after it hit
+# (session 50's call-E lost every run to a miss).
 #   source scripts/device_prep.sh .device/bin/kiln-s49.xz .device/kc50 > /tmp/prep.txt
 mkdir -p target
-[ -x target/kiln ] || { xz -d -c "$1" > target/kiln && chmod +x target/kiln; }
+xz -d -c "$1" > target/kiln && chmod +x target/kiln
 (cd "$2" && for f in *.xz; do [ -e "$f" ] && xz -d -f "$f"; done; true)
 export KILN_CUDA_INCLUDE=/usr/local/cuda/include KILN_CACHE_DIR=$PWD/$2 KILN_NVRTC_DEFINES=${3:-}
 KC=$(timeout 10 target/kiln kernels --modules both 2>&1 | grep -c 'already cached')
