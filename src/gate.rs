@@ -231,7 +231,7 @@ impl Gate {
 /// projection a plain GEMV as the real models' does: a device loop's argmax key (rewrite 9) and, in
 /// bf16, the output norm carried by the last down projection (rewrite 10); `qwen2-hd64` is the
 /// Qwen2 one at head_dim 64 (hidden 256, tile-packed), the Qwen2.5-0.5B's attention class, whose
-/// one-row fused decode takes `qkv_attention` under `KILN_FUSE_QKV_ATTN=1` (rewrite 11).
+/// one-row fused decode takes `qkv_attention` (rewrite 11; `KILN_FUSE_QKV_ATTN=0` plans without).
 pub fn random_config(kind: &str) -> Result<ModelConfig> {
     let rope = |style, theta, scaling| RopeSpec { style, theta, rotary_dim: 0, scaling };
     let mut c = ModelConfig {

@@ -1,12 +1,12 @@
-//! QKV-RoPE and the decode attention in one launch (`lower::fuse` rewrite 11, plan-time knob
-//! `KILN_FUSE_QKV_ATTN=1`) on the CPU executor: in a bf16 model of head_dim 64 (the shape class of
+//! QKV-RoPE and the decode attention in one launch (`lower::fuse` rewrite 11, on by default, off
+//! under the plan-time knob `KILN_FUSE_QKV_ATTN=0`) on the CPU executor: in a bf16 model of head_dim 64 (the shape class of
 //! the Qwen2.5-0.5B's attention), every one-row decode program's `qkv_rope` and `attention_cluster`
 //! become one `qkv_attention` per layer, other buckets and prefill keep theirs, the plan file and
 //! its checker keep it, and its arithmetic is the two launches' bit for bit: one-row decode gives
 //! the same logits and tokens as without the knob, and its device loop one-step decode's tokens.
 //!
-//! The knob is read once per process, so the test runs its own binary twice as a child, with the
-//! knob off and on, and compares what the two print.
+//! The knob is read once per process, so the test runs its own binary as a child with the knob
+//! off, on and unset (the default, which must be on), and compares what they print.
 
 mod common_cpu;
 
@@ -134,18 +134,20 @@ fn qkv_attention_is_the_two_launches_bit_for_bit() {
         return;
     }
     let run = |knob: &str| -> String {
-        let out = std::process::Command::new(std::env::current_exe().unwrap())
-            .args([TEST, "--exact", "--nocapture", "--test-threads=1"])
-            .env(CHILD, "1")
-            .env("KILN_FUSE_QKV_ATTN", knob)
-            .output()
-            .expect("the test binary runs as a child");
+        let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
+        cmd.args([TEST, "--exact", "--nocapture", "--test-threads=1"]).env(CHILD, "1").env_remove("KILN_ATTN_CLUSTER");
+        match knob {
+            "unset" => cmd.env_remove("KILN_FUSE_QKV_ATTN"),
+            k => cmd.env("KILN_FUSE_QKV_ATTN", k),
+        };
+        let out = cmd.output().expect("the test binary runs as a child");
         let text = String::from_utf8_lossy(&out.stdout).to_string();
         assert!(out.status.success(), "child with KILN_FUSE_QKV_ATTN={knob} failed:\n{text}\n{}", String::from_utf8_lossy(&out.stderr));
         text.lines().find_map(|l| l.split_once("REPORT ").map(|(_, r)| r)).unwrap_or_else(|| panic!("no report in:\n{text}")).to_string()
     };
-    let (off, on) = (run("0"), run("1"));
-    eprintln!("knob off: {off}\nknob on:  {on}");
+    let (off, on, default) = (run("0"), run("1"), run("unset"));
+    eprintln!("knob off: {off}\nknob on:  {on}\ndefault:  {default}");
+    assert_eq!(default, on, "rewrite 11 is on by default");
     let field = |r: &str, k: &str| r.split(' ').find_map(|f| f.strip_prefix(k)).unwrap().to_string();
     let layers = config().n_layers;
     // Off: every decode program has qkv_rope + attention_cluster per layer (the loop in its copies).

@@ -38,9 +38,10 @@ pub struct PlanArgs {
     #[arg(long, default_value_t = 64)]
     pub burst: usize,
     /// Run the fusion pass (norms folded into the linears after them, gated MLP, residual
-    /// epilogues, packed Q/K/V, RoPE with the KV write, in decode inside the Q/K/V projection; a
-    /// one-row device loop's sampler and advance in one launch, its greedy argmax carried by the
-    /// logits GEMV): fewer launches; on the CPU reference the same results bit for bit, but that a folded
+    /// epilogues, packed Q/K/V, RoPE with the KV write, in decode inside the Q/K/V projection, and
+    /// in one-row bf16 decode at head_dim 64 (Qwen2.5-0.5B) inside the attention; a one-row device
+    /// loop's sampler and advance in one launch, its greedy argmax carried by the logits GEMV):
+    /// fewer launches; on the CPU reference the same results bit for bit, but that a folded
     /// norm over bf16 / f32 activations is applied after the dot product (within rounding;
     /// `ir::NormOrder`); checked in `kiln gate`. The H200 numbers in bench/results are measured
     /// with fused plans.

@@ -338,7 +338,7 @@ pub enum Op {
     /// (made by `lower::fuse`, never by lowering); equal, bit for bit, to the two ops.
     AddRmsNorm { a: ValueId, b: ValueId, weight: ValueId, sum: ValueId, out: ValueId, eps: f32 },
     /// `QkvRope` whose rotated q only the decode `Attention` over the caches it writes reads, as
-    /// one op (made by `lower::fuse` rewrite 11 under the plan-time knob `KILN_FUSE_QKV_ATTN=1`,
+    /// one op (made by `lower::fuse` rewrite 11, on unless `KILN_FUSE_QKV_ATTN=0` at plan time,
     /// decode programs of one row, never by lowering): the projections, RoPE and the KV write as
     /// `QkvRope` (q rounded to the caches' dtype and rotated as `QkvRope` stores `q_out`), then
     /// `Attention` of that q, with no q tensor in between; `out = attention(q)`, `[rows, heads *

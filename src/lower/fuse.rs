@@ -57,7 +57,7 @@
 //!     lose there). Both decode programs take it, so a device loop and one-step decode stay
 //!     bit-identical.
 //!
-//! 11. decode, one row, plan-time knob `KILN_FUSE_QKV_ATTN=1` (off until measured on a GPU): a
+//! 11. decode, one row (`KILN_FUSE_QKV_ATTN=0` or `KILN_ATTN_CLUSTER=0` at plan time turns it off): a
 //!     `QkvRope` whose rotated q only the next op reads, the `Attention` over the caches it writes
 //!     at the same positions -> one `QkvAttention` at the attention's place, where its kernel
 //!     covers the shape (`plan::geometry::qkv_attention_fits`: bf16, head_dim 64, at most 1024
@@ -103,10 +103,12 @@ pub fn output_norm_stats_enabled() -> bool {
     crate::plan::knob("KILN_FUSE_OUTPUT_NORM") == "1"
 }
 
-/// Whether rewrite 11 runs: off by default until measured on a GPU; the plan-time knob
-/// `KILN_FUSE_QKV_ATTN=1` turns it on (an A/B knob).
+/// Whether rewrite 11 runs: on by default (session 52 on an H100, kiln's own decode of the 0.5B
+/// over four placements: +1.5% at context 128, +4.4% at 4096; `bench/LEVERS.md`); the plan-time
+/// knob `KILN_FUSE_QKV_ATTN=0` keeps QKV-RoPE and the attention as two launches (an A/B knob), and
+/// so does `KILN_ATTN_CLUSTER=0` (the fused kernel is a cluster launch, as the attention it replaces).
 pub fn qkv_attention_enabled() -> bool {
-    crate::plan::knob("KILN_FUSE_QKV_ATTN") == "1"
+    crate::plan::knob("KILN_FUSE_QKV_ATTN") != "0" && crate::plan::knob("KILN_ATTN_CLUSTER") != "0"
 }
 
 /// Whether rewrite 8 runs: on by default; the plan-time knob `KILN_FUSE_SAMPLE_ADVANCE=0` keeps

@@ -307,7 +307,7 @@ pub enum Kernel {
     /// `[norm weight]`, weight, `[bias]`, positions, cache_base, k_cache, v_cache, out (the three
     /// weights and biases back to back, row-major, as `QkvRope`'s before tiling). `split_len`,
     /// `min_split_len` and `early` as `AttentionCluster`'s. Planned only where
-    /// [`geometry::qkv_attention_fits`] holds (plan-time knob `KILN_FUSE_QKV_ATTN=1`).
+    /// [`geometry::qkv_attention_fits`] holds (rewrite 11; plan-time knob `KILN_FUSE_QKV_ATTN=0` turns it off).
     QkvAttention {
         in_features: u32,
         heads: u32,

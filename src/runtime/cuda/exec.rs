@@ -304,7 +304,7 @@ fn compile_kernels(device: &Device, plan: &Plan) -> Result<Vec<u8>> {
         {
             bail!(
                 "launch {} of this plan is a thread-block cluster (decode attention in one launch), which needs sm_90 or newer; \
-                 {} is sm_{major}{minor}: re-plan with KILN_ATTN_CLUSTER=0 and without KILN_FUSE_QKV_ATTN=1",
+                 {} is sm_{major}{minor}: re-plan with KILN_ATTN_CLUSTER=0",
                 l.name,
                 device.name
             );
