@@ -33,7 +33,9 @@ fn attention_ablation_drops_decode_attention_only() {
         qk_norm: false,
     }
     .build();
-    let attentions = |p: &kiln::ir::Program| p.ops.iter().filter(|n| matches!(n.op, Op::Attention { .. })).count();
+    // Attention ops, or QKV-RoPE and attention in one op (rewrite 11: one-row bf16 decode here).
+    let attentions =
+        |p: &kiln::ir::Program| p.ops.iter().filter(|n| matches!(n.op, Op::Attention { .. } | Op::QkvAttention { .. })).count();
 
     // The pass itself: every decode attention gone, its readers now read its q.
     let lopts = LowerOptions { dtype: DType::BF16, kv_rows: 64, burst: 0 };
@@ -43,17 +45,23 @@ fn attention_ablation_drops_decode_attention_only() {
             d = fuse::fuse(&d).unwrap();
         }
         assert_eq!(attentions(&d), cfg.n_layers);
+        let folded = d.ops.iter().filter(|n| matches!(n.op, Op::QkvAttention { .. })).count();
+        assert_eq!(folded, if fused { cfg.n_layers } else { 0 }, "rewrite 11 is on by default");
+        // The q each o projection reads once the attention is gone: an attention's q, or what a
+        // QkvAttention wrote as its output (its QKV-RoPE's q once ablated).
         let qs: Vec<String> = d
             .ops
             .iter()
             .filter_map(|n| match n.op {
-                Op::Attention { q, .. } => Some(d.value(q).name.clone()),
+                Op::Attention { q, .. } | Op::QkvAttention { out: q, .. } => Some(d.value(q).name.clone()),
                 _ => None,
             })
             .collect();
         let a = fuse::ablate_attention(&d).unwrap();
         assert_eq!(attentions(&a), 0, "fused={fused}");
-        assert_eq!(a.ops.len(), d.ops.len() - cfg.n_layers, "fused={fused}: only the attentions go");
+        let qkv_ropes = a.ops.iter().filter(|n| matches!(n.op, Op::QkvRope { .. })).count();
+        assert_eq!(qkv_ropes, if fused { cfg.n_layers } else { 0 }, "fused={fused}: each QkvAttention leaves its QkvRope");
+        assert_eq!(a.ops.len(), d.ops.len() - (cfg.n_layers - folded), "fused={fused}: only the attentions go");
         // Each q is now read by the op that read the attention's output (the o projection).
         for q in &qs {
             let readers = a.ops.iter().filter(|n| n.op.reads().iter().any(|&v| &a.value(v).name == q)).count();

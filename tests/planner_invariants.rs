@@ -438,7 +438,8 @@ fn fused_bf16_plan(shape: &str, decode_buckets: &[usize]) -> (ModelConfig, kiln:
 }
 
 /// Fused decode plans put RoPE and the KV write into the packed QKV GEMV (`qkv_rope`) on every
-/// layer of every reference shape, on the GEMV variant the packed QKV itself would take: the
+/// layer of every reference shape (the 0.5B's one-row decode on into the attention: `qkv_attention`,
+/// rewrite 11), on the GEMV variant the packed QKV itself would take: the
 /// Llama-3.1-8B's 384 blocks on the dense one (`_o3`, 3 per SM: one wave of 396 slots), which the
 /// plan checker accepts; no `rope_kv_write` launch is left in decode.
 #[test]
@@ -451,7 +452,10 @@ fn decode_qkv_rope_on_every_layer_with_the_gemv_variant() {
         for bucket in [1, 4] {
             let launches = &plan.programs[plan.program(Phase::Decode, bucket).unwrap()].launches;
             let qkv: Vec<&kiln::plan::Launch> = launches.iter().filter(|l| matches!(l.kernel, Kernel::QkvRope { .. })).collect();
-            assert_eq!(qkv.len(), cfg.n_layers, "{shape} b{bucket}");
+            // The 0.5B's one-row decode goes on into the attention (rewrite 11, on by default).
+            let folded = shape == "qwen2.5-0.5b" && bucket == 1;
+            let qkv_attn = launches.iter().filter(|l| matches!(l.kernel, Kernel::QkvAttention { .. })).count();
+            assert_eq!((qkv.len(), qkv_attn), if folded { (0, cfg.n_layers) } else { (cfg.n_layers, 0) }, "{shape} b{bucket}");
             assert!(!launches.iter().any(|l| matches!(l.kernel, Kernel::RopeKvWrite { .. })), "{shape} b{bucket}");
             let (blocks, threads, occupancy) = gemv_grid(features, cfg.hidden_size as u32);
             for l in qkv {
@@ -567,33 +571,50 @@ fn prefill_kernels_are_chosen_by_rows_dtype_and_head_dim() {
 fn early_reads_only_of_values_that_predate_the_program() {
     use kiln::plan::Kernel;
     let cfg = ModelConfig::preset("qwen2.5-0.5b").unwrap();
-    let opts =
-        PlanOptions { decode_buckets: vec![1, 4], prefill_buckets: vec![16], max_context: 256, fuse: true, burst: 16, ..small_options() };
+    let opts = PlanOptions {
+        decode_buckets: vec![1, 2, 4],
+        prefill_buckets: vec![16],
+        max_context: 256,
+        fuse: true,
+        burst: 16,
+        ..small_options()
+    };
     let plan = build_plan(&cfg, &PlanOptions { dtype: DType::BF16, ..opts }).unwrap();
-    for phase in [Phase::Decode, Phase::DecodeLoop] {
-        let program = &plan.programs[plan.program(phase, 1).unwrap()];
-        let qkv_rope: Vec<bool> =
-            program.launches.iter().filter_map(|l| if let Kernel::QkvRope { early, .. } = l.kernel { Some(early) } else { None }).collect();
-        assert_eq!(qkv_rope, vec![true; cfg.n_layers * program.loop_copies()], "{phase:?}");
+    // Batch 4: `qkv_rope`; batch 1: `qkv_attention` (rewrite 11), whose operands end the same way.
+    for bucket in [1, 4] {
+        for phase in [Phase::Decode, Phase::DecodeLoop] {
+            let program = &plan.programs[plan.program(phase, bucket).unwrap()];
+            let qkv: Vec<bool> = program
+                .launches
+                .iter()
+                .filter_map(|l| match l.kernel {
+                    Kernel::QkvRope { early, .. } if bucket == 4 => Some(early),
+                    Kernel::QkvAttention { early, .. } if bucket == 1 => Some(early),
+                    Kernel::QkvRope { .. } | Kernel::QkvAttention { .. } => panic!("{phase:?} b{bucket}: {}", l.name),
+                    _ => None,
+                })
+                .collect();
+            assert_eq!(qkv, vec![true; cfg.n_layers * program.loop_copies()], "{phase:?} b{bucket}");
+        }
+        let p = plan.program(Phase::Decode, bucket).unwrap();
+        let launches = &plan.programs[p].launches;
+        let at = launches.iter().position(|l| matches!(l.kernel, Kernel::QkvRope { .. } | Kernel::QkvAttention { .. })).unwrap();
+        let written = *launches[0].bufs.iter().find(|b| b.access == Access::Write).unwrap();
+        let mut bad = plan.clone();
+        let l = &mut bad.programs[p].launches[at];
+        let n = l.bufs.len();
+        l.bufs[n - 5] = kiln::plan::BufArg { access: Access::Read, ..written };
+        let name = l.name.clone();
+        let msg = format!("{:#}", check_plan(&bad).unwrap_err());
+        assert!(msg.contains("before its wait") && msg.contains(&name), "b{bucket}: {msg}");
     }
-    let p = plan.program(Phase::Decode, 1).unwrap();
-    let launches = &plan.programs[p].launches;
-    let at = launches.iter().position(|l| matches!(l.kernel, Kernel::QkvRope { .. })).unwrap();
-    let written = *launches[0].bufs.iter().find(|b| b.access == Access::Write).unwrap();
-    let mut bad = plan.clone();
-    let l = &mut bad.programs[p].launches[at];
-    let n = l.bufs.len();
-    l.bufs[n - 5] = kiln::plan::BufArg { access: Access::Read, ..written };
-    let name = l.name.clone();
-    let msg = format!("{:#}", check_plan(&bad).unwrap_err());
-    assert!(msg.contains("before its wait") && msg.contains(&name), "{msg}");
 
     // The decode attention's positions and cache bases predate the program too, and are planned
     // early (unless the plan-time A/B knob `KILN_ATTN_EARLY=0` is set, which no test sets): the
-    // one-launch cluster attention at batch 1, split + merge at batch 4 (its clusters would not
-    // fit in one wave). An early attention launch whose positions an earlier launch writes is
-    // refused, and so is an early merge.
-    for (bucket, per_layer) in [(1, 1), (4, 2)] {
+    // one-launch cluster attention at batch 2 (at batch 1 inside `qkv_attention`, above), split +
+    // merge at batch 4 (its clusters would not fit in one wave). An early attention launch whose
+    // positions an earlier launch writes is refused, and so is an early merge.
+    for (bucket, per_layer) in [(1, 1), (2, 1), (4, 2)] {
         for phase in [Phase::Decode, Phase::DecodeLoop] {
             let program = &plan.programs[plan.program(phase, bucket).unwrap()];
             let launches = &program.launches;
@@ -601,7 +622,10 @@ fn early_reads_only_of_values_that_predate_the_program() {
                 .filter(|&i| {
                     matches!(
                         launches[i].kernel,
-                        Kernel::AttentionSplit { .. } | Kernel::AttentionMerge { .. } | Kernel::AttentionCluster { .. }
+                        Kernel::AttentionSplit { .. }
+                            | Kernel::AttentionMerge { .. }
+                            | Kernel::AttentionCluster { .. }
+                            | Kernel::QkvAttention { .. }
                     )
                 })
                 .collect();
@@ -611,14 +635,15 @@ fn early_reads_only_of_values_that_predate_the_program() {
                 let planned = match launches[i].kernel {
                     Kernel::AttentionSplit { early, .. }
                     | Kernel::AttentionMerge { early, .. }
-                    | Kernel::AttentionCluster { early, .. } => early,
+                    | Kernel::AttentionCluster { early, .. }
+                    | Kernel::QkvAttention { early, .. } => early,
                     _ => unreachable!(),
                 };
                 assert!(planned, "{phase:?} launch {i} `{}` is not planned early", launches[i].name);
             }
         }
     }
-    for (bucket, kind) in [(4, 0), (4, 1), (1, 2)] {
+    for (bucket, kind) in [(4, 0), (4, 1), (2, 2)] {
         let p = plan.program(Phase::Decode, bucket).unwrap();
         let launches = &plan.programs[p].launches;
         let written = *launches[0].bufs.iter().find(|b| b.access == Access::Write).unwrap();
@@ -671,7 +696,8 @@ fn early_reads_in_every_copy_of_an_unrolled_loop_only_behind_a_barrier() {
     assert_eq!(program.loop_copies(), 3);
     let body = program.launches.len() / 3;
     let early = |l: &kiln::plan::Launch| l.kernel.early();
-    assert_eq!(program.launches.iter().filter(|l| early(l)).count(), 3 * 2 * cfg.n_layers, "qkv_rope and attention, every copy");
+    // One early launch per layer: QKV-RoPE inside the attention (`qkv_attention`, rewrite 11).
+    assert_eq!(program.launches.iter().filter(|l| early(l)).count(), 3 * cfg.n_layers, "qkv_attention, every copy");
     // Each copy starts with its gather, which depends on the previous copy's last launch alone.
     for c in 1..3u32 {
         let g = c as usize * body;
@@ -700,7 +726,7 @@ fn early_reads_in_every_copy_of_an_unrolled_loop_only_behind_a_barrier() {
 fn cluster_launch_grids_are_whole_clusters() {
     use kiln::plan::geometry::cluster_blocks;
     use kiln::plan::Kernel;
-    let mut seen = [0usize; 2];
+    let mut seen = [0usize; 3];
     for shape in ["qwen2.5-0.5b", "llama3.2-1b", "qwen3-0.6b"] {
         let cfg = ModelConfig::preset(shape).unwrap();
         let opts = PlanOptions {
@@ -724,11 +750,16 @@ fn cluster_launch_grids_are_whole_clusters() {
                     assert!(l.grid[1] == size && l.grid[2] == 1, "{}: {:?}", l.name, l.grid);
                     seen[1] += 1;
                 }
+                // The 0.5B's one-row decode: QKV-RoPE inside the cluster attention (rewrite 11).
+                Kernel::QkvAttention { .. } => {
+                    assert!(l.grid[1] == size && l.grid[2] == 1, "{}: {:?}", l.name, l.grid);
+                    seen[2] += 1;
+                }
                 _ => panic!("{}: a cluster kernel this test does not know", l.name),
             }
         }
     }
-    assert!(seen[0] > 0 && seen[1] > 0, "{seen:?}");
+    assert!(seen.iter().all(|&n| n > 0), "{seen:?}");
 }
 
 /// Invariant 12: a fused one-row device loop's vocabulary projection folds its argmax into a key
@@ -809,7 +840,10 @@ fn o_projections_prefetch_the_gate_weights_first_bytes() {
             let mut planned = 0;
             for (i, l) in launches.iter().enumerate() {
                 let Kernel::FusedLinear { l2_prefetch, .. } = l.kernel else { continue };
-                let o = matches!(launches[i - 1].kernel, Kernel::AttentionCluster { .. } | Kernel::AttentionMerge { .. });
+                let o = matches!(
+                    launches[i - 1].kernel,
+                    Kernel::AttentionCluster { .. } | Kernel::AttentionMerge { .. } | Kernel::QkvAttention { .. }
+                );
                 if !o {
                     assert_eq!(l2_prefetch, 0, "{shape} {phase:?} b{bucket} {}", l.name);
                     continue;

@@ -514,8 +514,9 @@ pub fn fuse(p: &Program) -> Result<Program> {
 /// instead (the same `[rows, heads * head_dim]` shape and dtype). The step then has no attention
 /// launch and no boundary before the o projection, and stays deterministic (Q is a function of the
 /// token and position), so `kiln bench` times it; against `KILN_ABLATE=16` (the launch kept, its work
-/// emptied) it prices the launch and its boundary (bench/NOTES-decode.md, session 23). Prefill
-/// programs are returned unchanged.
+/// emptied) it prices the launch and its boundary (bench/NOTES-decode.md, session 23). A
+/// `QkvAttention` (rewrite 11) becomes its `QkvRope`, whose q is written where the attention's
+/// output was. Prefill programs are returned unchanged.
 pub fn ablate_attention(p: &Program) -> Result<Program> {
     if p.phase == crate::ir::Phase::Prefill {
         return Ok(p.clone());
@@ -531,6 +532,14 @@ pub fn ablate_attention(p: &Program) -> Result<Program> {
                     node.name
                 );
                 rename.push((out, q));
+            }
+            // Rewrite 11's fused op: its QKV-RoPE alone, the rotated q written where the
+            // attention's output was (same shape; bf16 like the caches, as the rewrite checked).
+            Op::QkvAttention { x, norm, weights, biases, positions, cache_base, k_cache, v_cache, out, head_dim, rope, .. } => {
+                let name =
+                    node.name.strip_suffix("qkv_attn").map(|s| format!("{s}qkv_rope")).unwrap_or_else(|| format!("{}.qkv", node.name));
+                let op = Op::QkvRope { x, norm, weights, biases, positions, cache_base, q_out: out, k_cache, v_cache, head_dim, rope };
+                ops.push(OpNode { name, op });
             }
             _ => ops.push(node.clone()),
         }
