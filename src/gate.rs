@@ -25,7 +25,7 @@
 //!    loop equals the graph loop. Inside the bursts the counters must show at most 1/16 graph
 //!    launches and 0 blocking host syncs per decode step.
 //!
-//!    Checks 2 and 5 also run fused plans (`--fuse`), which `kiln bench --fuse` measures; so do
+//!    Checks 1, 2 and 5 also run fused plans (`--fuse`), which `kiln bench --fuse` measures; so do
 //!    checks 6 and 7 on the `kiln synth` shape.
 //! 6. Prefill padding is invisible: a chunk's logits and KV rows are bit-identical in every
 //!    prefill bucket that holds it, and padding writes no KV row (`gate/prefill.rs`).
@@ -423,7 +423,7 @@ fn prefill_all(
 // ---------------------------------------------------------------------------------------------
 // Check 1: graph vs eager.
 
-fn check_graph_vs_eager(g: &mut Gate, kind: &str, dtype: DType, steps: usize, min_context: usize, seed: u64) -> Result<()> {
+fn check_graph_vs_eager(g: &mut Gate, kind: &str, dtype: DType, fuse: bool, steps: usize, min_context: usize, seed: u64) -> Result<()> {
     let cfg = random_config(kind)?;
     let max_context = (steps + 64).next_power_of_two().max(min_context);
     let opts = PlanOptions {
@@ -433,7 +433,7 @@ fn check_graph_vs_eager(g: &mut Gate, kind: &str, dtype: DType, steps: usize, mi
         dtype,
         memory_budget: None,
         burst: 0,
-        fuse: false,
+        fuse,
     };
     let plan = build_plan(&cfg, &opts)?;
     let src = if dtype == DType::F32 { SrcDType::F32 } else { SrcDType::BF16 };
@@ -441,7 +441,7 @@ fn check_graph_vs_eager(g: &mut Gate, kind: &str, dtype: DType, steps: usize, mi
     let mut eager = g.load(&plan, &weights, Mode::Eager)?;
     let mut graph = g.load(&plan, &weights, Mode::Graph)?;
     let starts = [("short", 8usize), ("middle", (max_context - steps) / 2), ("near-capacity", max_context - steps)];
-    let label = format!("1 graph==eager [{kind} {dtype}, max_context {max_context}]");
+    let label = format!("1 graph==eager [{kind} {dtype}{}, max_context {max_context}]", if fuse { " fused" } else { "" });
     let outcome = (|| -> Result<Vec<String>> {
         let mut lines = Vec::new();
         for (pi, p) in plan.programs.iter().enumerate().filter(|(_, p)| p.phase == Phase::Decode) {
@@ -1104,9 +1104,17 @@ pub fn main(args: &GateArgs) -> Result<()> {
     }
 
     if want(1) {
-        for (kind, dtype) in [("llama", DType::F32), ("qwen3", DType::BF16), ("llama-tiles", DType::BF16)] {
-            if let Err(e) = check_graph_vs_eager(&mut g, kind, dtype, args.steps, args.min_context, args.seed) {
-                g.error(&format!("1 graph==eager [{kind} {dtype}]"), e);
+        // Fused plans too: the GEMV, QKV-RoPE and cluster kernels `kiln bench --fuse` measures,
+        // `qwen2-hd64`'s one-row decode with QKV-RoPE inside the attention (rewrite 11).
+        for (kind, dtype, fuse) in [
+            ("llama", DType::F32, false),
+            ("qwen3", DType::BF16, false),
+            ("llama-tiles", DType::BF16, false),
+            ("llama-tiles", DType::BF16, true),
+            ("qwen2-hd64", DType::BF16, true),
+        ] {
+            if let Err(e) = check_graph_vs_eager(&mut g, kind, dtype, fuse, args.steps, args.min_context, args.seed) {
+                g.error(&format!("1 graph==eager [{kind} {dtype}{}]", if fuse { " fused" } else { "" }), e);
             }
         }
     }

@@ -54,8 +54,10 @@ pub fn kiln_environment(vars: impl IntoIterator<Item = (String, String)>) -> BTr
 }
 
 /// The variables of `env` that are knobs (not in [`NEUTRAL_ENVIRONMENT`]), as `K=V` in name order.
+/// A variable set to the empty string is left out: every knob reads it as unset (`plan::knob`), so
+/// the numbers are the defaults' (`scripts/device_prep.sh` exports `KILN_NVRTC_DEFINES=` so).
 pub fn knobs(env: &BTreeMap<String, String>) -> Vec<String> {
-    env.iter().filter(|(k, _)| !NEUTRAL_ENVIRONMENT.contains(&k.as_str())).map(|(k, v)| format!("{k}={v}")).collect()
+    env.iter().filter(|(k, v)| !v.is_empty() && !NEUTRAL_ENVIRONMENT.contains(&k.as_str())).map(|(k, v)| format!("{k}={v}")).collect()
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -666,6 +668,9 @@ mod tests {
     #[test]
     fn the_report_says_which_knobs_its_numbers_were_taken_with() {
         let mut r = report();
+        assert!(text(&r).contains("knobs: none"), "{}", text(&r));
+        // Set but empty: read as unset, the default.
+        r.environment = kiln_environment([("KILN_NVRTC_DEFINES".to_string(), String::new())]);
         assert!(text(&r).contains("knobs: none"), "{}", text(&r));
         let vars = [("KILN_CACHE_DIR", "/c"), ("PATH", "/bin"), ("KILN_LOOP_UNROLL", "4"), ("KILN_ALLOC_PAD_MB", "64")];
         r.environment = kiln_environment(vars.iter().map(|(k, v)| (k.to_string(), v.to_string())));
