@@ -53,12 +53,15 @@
 #define KILN_QKV_ATTN_RPW (KILN_QKV_ATTN_ROWS / KILN_QKV_ATTN_WARPS)  // per warp
 #define KILN_QKV_ATTN_CHUNKS 4                          // 16-byte chunks per lane: in <= 1024
 #define KILN_QKV_ATTN_UNROLL 2                          // attention_split.cu's KILN_ATTN_SPLIT_UNROLL
-// Blocks per SM the registers must allow (__launch_bounds__): 1 keeps the block's rows in registers
-// across the wait (202 registers, no spills, sm_90a); 2 caps them at 128 so that a block of the
-// next launch fits beside one of these (a -D for timing: scripts/probe_qkv_attn_fold.py
-// --kiln-define; plan::geometry::QKV_ATTENTION_MAX_HEADS assumes 1).
+// Blocks per SM the registers must allow (__launch_bounds__): 2 (the default) caps them at 128 (no
+// spills, sm_90a) so that a block of the o projection after it (105 registers x 256 threads) fits
+// beside one of these and waits there, resident, while this kernel runs (scripts/coresidency.py);
+// 1 keeps more in registers (202, no spills) but leaves o's 56 blocks to the 20 SMs these leave
+// empty. Session 52 on an H100, kiln's 0.5B decode over four placements, two rounds: 2 vs 1 +5.2%
+// at context 128, -0.8% at 4096 (bench/results/2026-12-05-h100-decode-ab-s52.md). A -D for A/Bs
+// (KILN_NVRTC_DEFINES=KILN_QKV_ATTN_MIN_BLOCKS=1; scripts/probe_qkv_attn_fold.py --kiln-define).
 #ifndef KILN_QKV_ATTN_MIN_BLOCKS
-#define KILN_QKV_ATTN_MIN_BLOCKS 1
+#define KILN_QKV_ATTN_MIN_BLOCKS 2
 #endif
 
 // Hooks for a probe (none is defined in kiln's build, so its code is what it was without them):

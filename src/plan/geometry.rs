@@ -320,9 +320,10 @@ pub const QKV_ATTENTION_HEAD_DIM: u32 = 64;
 /// Most input features of `qkv_attention`: each lane holds 4 16-byte chunks of x and of every row
 /// its warp computes (in registers before the wait).
 pub const QKV_ATTENTION_MAX_IN: u32 = 1024;
-/// Most query heads of `qkv_attention`: one cluster of 8 blocks per head at one block per SM, in
-/// one wave (14 clusters of 8 single-block-per-SM blocks ran at once on the H200: the 0.5B shape's
-/// cluster attention in session 16, `ATTENTION_CLUSTER_WAVE`).
+/// Most query heads of `qkv_attention`: one cluster of 8 blocks per head, all resident in one wave
+/// even at one block per SM (14 clusters of 8 single-block-per-SM blocks ran at once on the H200:
+/// the 0.5B shape's cluster attention in session 16, `ATTENTION_CLUSTER_WAVE`; the kernel's
+/// launch bounds allow two per SM, `KILN_QKV_ATTN_MIN_BLOCKS`, to leave room for the o projection).
 pub const QKV_ATTENTION_MAX_HEADS: u32 = 14;
 
 /// Whether `Op::QkvAttention` has a kernel for the shape (`lower::fuse` rewrite 11 makes it only
