@@ -9,10 +9,13 @@
 # KILN_NVRTC_DEFINES=KILN_TRACE=1 on the CPU machine: `scripts/device_cache.sh target/kiln-s49 .device/kc50t KILN_TRACE=1`,
 # which keys it by the device's include path and checks that the binary finds it; session 49's kc49t was keyed by
 # the wheel's include path and would have compiled on the device).
+# Session 52 ran it (results/2026-12-05-h100-decode-ab-s52.md) and added BIN=... KC=... to trace another binary with
+# its trace cache, e.g. BIN=.device/bin/kiln-s52b.xz KC=.device/kc52t (4794b05: the fused kernel on by default, at 128
+# registers; carry those two instead).
 set -u
 T0=$(date +%s)
 el() { echo $(( $(date +%s) - T0 )); }
-source scripts/device_prep.sh .device/bin/kiln-s49.xz .device/kc50t KILN_TRACE=1 > /tmp/prep.txt
+source scripts/device_prep.sh ${BIN:-.device/bin/kiln-s49.xz} ${KC:-.device/kc50t} KILN_TRACE=1 > /tmp/prep.txt
 B=$PWD/target/kiln M=qwen2.5-0.5b
 D=target/synth/$M-seed1
 S=$OUT/d-summary.txt; { date -u; $B --version; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; cat /tmp/prep.txt; } > $S
