@@ -57,7 +57,7 @@
 // spills, sm_90a) so that a block of the o projection after it (105 registers x 256 threads) fits
 // beside one of these and waits there, resident, while this kernel runs (scripts/coresidency.py);
 // 1 keeps more in registers (202, no spills) but leaves o's 56 blocks to the 20 SMs these leave
-// empty. Session 52 on an H100, kiln's 0.5B decode over four placements, two rounds: 2 vs 1 +5.2%
+// empty. Session 52 on an H100, kiln's 0.5B decode over four placements, three runs: 2 vs 1 +5.2%
 // at context 128, -0.8% at 4096 (bench/results/2026-12-05-h100-decode-ab-s52.md). A -D for A/Bs
 // (KILN_NVRTC_DEFINES=KILN_QKV_ATTN_MIN_BLOCKS=1; scripts/probe_qkv_attn_fold.py --kiln-define).
 #ifndef KILN_QKV_ATTN_MIN_BLOCKS

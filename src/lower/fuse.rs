@@ -108,7 +108,7 @@ pub fn output_norm_stats_enabled() -> bool {
 /// knob `KILN_FUSE_QKV_ATTN=0` keeps QKV-RoPE and the attention as two launches (an A/B knob), and
 /// so does `KILN_ATTN_CLUSTER=0` (the fused kernel is a cluster launch, as the attention it replaces).
 pub fn qkv_attention_enabled() -> bool {
-    crate::plan::knob("KILN_FUSE_QKV_ATTN") != "0" && crate::plan::knob("KILN_ATTN_CLUSTER") != "0"
+    crate::plan::knob("KILN_FUSE_QKV_ATTN") != "0" && crate::plan::planner::attention_cluster_enabled()
 }
 
 /// Whether rewrite 8 runs: on by default; the plan-time knob `KILN_FUSE_SAMPLE_ADVANCE=0` keeps
@@ -536,8 +536,9 @@ pub fn ablate_attention(p: &Program) -> Result<Program> {
             // Rewrite 11's fused op: its QKV-RoPE alone, the rotated q written where the
             // attention's output was (same shape; bf16 like the caches, as the rewrite checked).
             Op::QkvAttention { x, norm, weights, biases, positions, cache_base, k_cache, v_cache, out, head_dim, rope, .. } => {
-                let name =
-                    node.name.strip_suffix("qkv_attn").map(|s| format!("{s}qkv_rope")).unwrap_or_else(|| format!("{}.qkv", node.name));
+                // Rewrite 11's naming, undone.
+                let name = node.name.strip_suffix("qkv_attn").map(|s| format!("{s}qkv_rope"));
+                let name = name.or_else(|| node.name.strip_suffix(".attn").map(str::to_string)).unwrap_or_else(|| node.name.clone());
                 let op = Op::QkvRope { x, norm, weights, biases, positions, cache_base, q_out: out, k_cache, v_cache, head_dim, rope };
                 ops.push(OpNode { name, op });
             }

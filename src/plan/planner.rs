@@ -402,6 +402,12 @@ pub fn attention_splits(rows: u32, heads: u32, kv_heads: u32, max_context: u32) 
 /// bench`) holds 45 clusters of the one-head kernel and 15 of the sampler's one block per SM.
 pub const ATTENTION_CLUSTER_WAVE: [(u32, u32); 3] = [(1, 42), (2, 28), (4, 14)];
 
+/// Whether decode attention may be planned as one cluster launch: on unless the plan-time knob
+/// `KILN_ATTN_CLUSTER=0` (also read by `lower::fuse` rewrite 11, whose fused kernel is one too).
+pub fn attention_cluster_enabled() -> bool {
+    super::knob("KILN_ATTN_CLUSTER") != "0"
+}
+
 /// Decode attention in one launch ([`Kernel::AttentionCluster`], sm_90+; `KILN_ATTN_CLUSTER=0` at
 /// plan time plans split + merge instead): eight splits of `ceil(max_context / 8)` positions (a
 /// multiple of 16) per (row, kv head, chunk of query heads), the chunk the fewest heads (1, 2 or 4)
@@ -417,7 +423,7 @@ pub fn attention_cluster(
     max_context: u32,
 ) -> Option<Kernel> {
     use super::geometry::{attention_cluster_grid, ATTENTION_SPLIT_MAX_HEAD_DIM};
-    if super::knob("KILN_ATTN_CLUSTER") == "0"
+    if !attention_cluster_enabled()
         || kv_heads == 0
         || !heads.is_multiple_of(kv_heads)
         || head_dim == 0
