@@ -10,7 +10,7 @@
 # which keys it by the device's include path and checks that the binary finds it; session 49's kc49t was keyed by
 # the wheel's include path and would have compiled on the device).
 # Session 52 ran it (results/2026-12-05-h100-decode-ab-s52.md) and added BIN=... KC=... to trace another binary with
-# its trace cache, e.g. BIN=.device/bin/kiln-s52b.xz KC=.device/kc52t (4794b05: the fused kernel on by default, at 128
+# its trace cache, e.g. BIN=.device/bin/kiln-s52b.xz KC=.device/kc52t (14db48a: the fused kernel on by default, at 128
 # registers; carry those two instead).
 set -u
 T0=$(date +%s)

@@ -2,7 +2,7 @@
 # Session 52: the issue's official command on the binary with QKV-RoPE inside the attention on by default
 # (lower::fuse rewrite 11; session 52's A/B of the knob on an H100: results/2026-12-05-h100-decode-ab-s52.md), so the
 # report says `knobs: none`; then the full `kiln gate` if time is left.
-# Carry: [".device/bin/kiln-s52b.xz", ".device/kc52"] (the binary of 4794b05, with the fused kernel at 128 registers, and
+# Carry: [".device/bin/kiln-s52b.xz", ".device/kc52"] (the binary of 14db48a: 4794b05's fused kernel at 128 registers, and
 # its kernel cache: scripts/device_cache.sh /tmp/kiln-s52b .device/kc52). Session 52 ran it with kiln-s52.xz (3bece5f)
 # and kc50 on an H100 (results/2026-12-05-h100-decode-3bece5ff2258.md). ~380 s for the bench (+ synth of the three shapes on a fresh
 # machine: ~60 s), the gate ~150 s. GATE_ONLY=1: the synth and the gate, no bench (a short call on an H100, where the
