@@ -1,0 +1,35 @@
+#!/bin/bash
+# Session 53: on the H200, the A/B over placements of what session 52 landed on H100 evidence only, and two levers
+# built but never measured (bench/LEVERS.md "Built, never measured"), on 14db48a's binary:
+#   part 1, Qwen2.5-0.5B, contexts 128 and 4096: base (the defaults) against
+#     m1     the fused QKV-attention kernel at 202 registers (KILN_NVRTC_DEFINES=KILN_QKV_ATTN_MIN_BLOCKS=1, 4794b05's old),
+#     nof11  QKV-RoPE outside the attention (KILN_FUSE_QKV_ATTN=0, plan time: lower::fuse rewrite 11 off),
+#     unr4   four copies of the device-loop body (KILN_LOOP_UNROLL=4, plan time; default 2),
+#     single all device regions in one allocation (KILN_ALLOC_SINGLE=1);
+#   part 2, Llama-3.2-1B, context 128: base, unr4, single.
+# Carry: [".device/bin/kiln-s52b.xz", ".device/kc53"] (kc53: kc52's two modules plus the two built with
+# KILN_QKV_ATTN_MIN_BLOCKS=1; scripts/device_cache.sh /tmp/kiln-s52b .device/kc53 KILN_QKV_ATTN_MIN_BLOCKS=1).
+set -u
+T0=$(date +%s)
+el() { echo $(( $(date +%s) - T0 )); }
+source scripts/device_prep.sh ${BIN:-.device/bin/kiln-s52b.xz} ${KC:-.device/kc53} > /tmp/prep.txt
+B=target/kiln
+S=$OUT/ab-summary.txt; { date -u; $B --version; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; cat /tmp/prep.txt; } > $S
+for M in qwen2.5-0.5b llama3.2-1b; do
+  [ -f target/synth/$M-seed1/config.json ] || timeout 100 $B synth --shape $M --seed 1 --out target/synth/$M-seed1 > $OUT/log-synth-$M.txt 2>&1
+done
+echo "== part 1 at $(el) s" >> $S
+timeout $(( ${LIMIT1:-330} - $(el) )) python3 scripts/ab_placement.py --arm base=$B \
+  --arm m1=$B:KILN_NVRTC_DEFINES=KILN_QKV_ATTN_MIN_BLOCKS=1 --arm nof11=$B:KILN_FUSE_QKV_ATTN=0 \
+  --arm unr4=$B:KILN_LOOP_UNROLL=4 --arm single=$B:KILN_ALLOC_SINGLE=1 \
+  --pads ${PADS:-0,32,1024} --rounds ${ROUNDS:-2} --timeout 60 --out /tmp/ab1 -- \
+  --shapes qwen2.5-0.5b --synth-root target/synth --batches 1 --contexts 128,4096 --repeats 3 --fuse >> $S 2>&1
+echo "part 1 rc $? at $(el) s" >> $S
+echo "== part 2 at $(el) s" >> $S
+timeout $(( ${LIMIT2:-560} - $(el) )) python3 scripts/ab_placement.py --arm base=$B \
+  --arm unr4=$B:KILN_LOOP_UNROLL=4 --arm single=$B:KILN_ALLOC_SINGLE=1 \
+  --pads ${PADS:-0,32,1024} --rounds ${ROUNDS:-2} --timeout 60 --out /tmp/ab2 -- \
+  --shapes llama3.2-1b --synth-root target/synth --batches 1 --contexts 128 --repeats 3 --fuse >> $S 2>&1
+echo "part 2 rc $? at $(el) s" >> $S
+cd /tmp && tar czf $OUT/ab-logs.tgz ab1/*.log ab2/*.log 2>/dev/null
+cat $S
