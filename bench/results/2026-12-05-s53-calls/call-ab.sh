@@ -21,6 +21,8 @@ S=$OUT/ab-summary.txt; { date -u; $B --version; nvidia-smi --query-gpu=name,driv
 for M in qwen2.5-0.5b llama3.2-1b; do
   [ -f target/synth/$M-seed1/config.json ] || timeout 100 $B synth --shape $M --seed 1 --out target/synth/$M-seed1 > $OUT/log-synth-$M.txt 2>&1
 done
+P=${PARTS:-123}  # which parts run (PARTS=3: the ncu sections only)
+if [[ $P == *1* ]]; then
 echo "== part 1 at $(el) s" >> $S
 timeout $(( ${LIMIT1:-330} - $(el) )) python3 scripts/ab_placement.py --arm base=$B \
   --arm m1=$B:KILN_NVRTC_DEFINES=KILN_QKV_ATTN_MIN_BLOCKS=1 --arm nof11=$B:KILN_FUSE_QKV_ATTN=0 \
@@ -28,13 +30,16 @@ timeout $(( ${LIMIT1:-330} - $(el) )) python3 scripts/ab_placement.py --arm base
   --pads ${PADS:-0,32,1024} --rounds ${ROUNDS:-2} --timeout 60 --out /tmp/ab1 -- \
   --shapes qwen2.5-0.5b --synth-root target/synth --batches 1 --contexts 128,4096 --repeats 3 --fuse >> $S 2>&1
 echo "part 1 rc $? at $(el) s" >> $S
+fi
+if [[ $P == *2* ]]; then
 echo "== part 2 at $(el) s" >> $S
 timeout $(( ${LIMIT2:-560} - $(el) )) python3 scripts/ab_placement.py --arm base=$B \
   --arm unr4=$B:KILN_LOOP_UNROLL=4 --arm single=$B:KILN_ALLOC_SINGLE=1 \
   --pads ${PADS:-0,32,1024} --rounds ${ROUNDS:-2} --timeout 60 --out /tmp/ab2 -- \
   --shapes llama3.2-1b --synth-root target/synth --batches 1 --contexts 128 --repeats 3 --fuse >> $S 2>&1
 echo "part 2 rc $? at $(el) s" >> $S
-if [ $(el) -lt ${NCU_BEFORE:-470} ]; then
+fi
+if [[ $P == *3* ]] && [ $(el) -lt ${NCU_BEFORE:-470} ]; then
   echo "== part 3 at $(el) s" >> $S
   NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
   timeout $(( 585 - $(el) )) $NCU --clock-control none -k regex:qkv_attention --launch-skip 48 --launch-count 3 \
