@@ -18,7 +18,7 @@ el() { echo $(( $(date +%s) - T0 )); }
 source scripts/device_prep.sh ${BIN:-.device/bin/kiln-s52b.xz} ${KC:-.device/kc53} > /tmp/prep.txt
 B=target/kiln
 S=$OUT/ab-summary.txt; { date -u; $B --version; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; cat /tmp/prep.txt; } > $S
-for M in qwen2.5-0.5b llama3.2-1b; do
+for M in qwen2.5-0.5b $([[ ${PARTS:-123} == *2* ]] && echo llama3.2-1b); do
   [ -f target/synth/$M-seed1/config.json ] || timeout 100 $B synth --shape $M --seed 1 --out target/synth/$M-seed1 > $OUT/log-synth-$M.txt 2>&1
 done
 P=${PARTS:-123}  # which parts run (PARTS=3: the ncu sections only)
