@@ -64,6 +64,22 @@
 #define KILN_QKV_ATTN_MIN_BLOCKS 2
 #endif
 
+// The two exchanges between the cluster's blocks (q, k_p, v_p to every block; each split's (acc, m, l)
+// to rank 0). 0: each block leaves its values in its own shared memory and the others read them after
+// a cluster barrier (barrier.cluster.arrive.release: ptxas puts a GPU-scope fence, MEMBAR.ALL.GPU, in
+// front of each of the kernel's three barriers, and the last one's waits for the `out` store to reach
+// the L2). 1: each block pushes its values into the readers' shared memory with st.async, which
+// completes a transaction count on the reader's mbarrier; a reader waits on its own mbarrier, so no
+// fence and no barrier release sits between the producer's store and the consumer's read; the
+// mbarriers are initialized and published before the PDL wait (one relaxed cluster barrier, off the
+// critical path), and a relaxed barrier (no fence) keeps every block resident until the cluster is
+// done. The same values in the same order: the same bits. Session 53's ncu of the kernel (H100):
+// 10% of its warp-stall samples on the three fences (ERRBAR). A -D for the A/B
+// (KILN_NVRTC_DEFINES=KILN_QKV_ATTN_PUSH=1).
+#ifndef KILN_QKV_ATTN_PUSH
+#define KILN_QKV_ATTN_PUSH 0
+#endif
+
 // Hooks for a probe (none is defined in kiln's build, so its code is what it was without them):
 // scripts/probe_qkv_attn_o.cu includes this file with the o projection as a tail. With
 // KILN_QKV_ATTN_EVERY_RANK_MERGES 1 every rank merges the splits and stores the head's output (the
@@ -79,6 +95,9 @@
 #ifndef KILN_QKV_ATTN_AFTER_MERGE
 #define KILN_QKV_ATTN_AFTER_MERGE()
 #endif
+#if KILN_QKV_ATTN_PUSH && KILN_QKV_ATTN_EVERY_RANK_MERGES
+#error "KILN_QKV_ATTN_PUSH pushes the splits to rank 0 only"
+#endif
 
 namespace kiln {
 namespace qkv_attn {
@@ -86,6 +105,37 @@ namespace qkv_attn {
 // Dim of rank s's j-th q (or k) row within its head (j < 8): the rotary pairs (j, j + 4) of a block.
 __device__ __forceinline__ unsigned int qk_dim(unsigned int s, unsigned int j) { return j < 4 ? 4 * s + j : 32 + 4 * s + (j - 4); }
 __device__ __forceinline__ void unpack_bf16x8(const uint4& r, float (&f)[8]) { unpack16<__nv_bfloat16>(r, f); }
+
+#if KILN_QKV_ATTN_PUSH && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+// The shared::cta address of `p`, that address in cluster block `rank`'s shared memory, an mbarrier's
+// init / expected bytes / phase-0 wait, and a 16-byte st.async that completes its bytes on `bar`.
+__device__ __forceinline__ unsigned int smem_addr(const void* p) { return (unsigned int)__cvta_generic_to_shared(p); }
+__device__ __forceinline__ unsigned int remote_addr(unsigned int a, unsigned int rank) {
+  unsigned int r;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(rank));
+  return r;
+}
+__device__ __forceinline__ void mbar_init(unsigned int bar) { asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar) : "memory"); }
+__device__ __forceinline__ void mbar_expect(unsigned int bar, unsigned int bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_wait0(unsigned int bar) {
+  asm volatile(
+      "{\n\t.reg .pred done;\n"
+      "WAIT_%=:\n\t"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], 0;\n\t"
+      "@!done bra WAIT_%=;\n}" ::"r"(bar)
+      : "memory");
+}
+__device__ __forceinline__ void push16(unsigned int dst, const float4& v, unsigned int bar) {
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, [%5];" ::"r"(dst),
+               "r"(__float_as_uint(v.x)), "r"(__float_as_uint(v.y)), "r"(__float_as_uint(v.z)), "r"(__float_as_uint(v.w)),
+               "r"(bar)
+               : "memory");
+}
+__device__ __forceinline__ void cluster_arrive_relaxed() { asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory"); }
+__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.aligned;" ::: "memory"); }
+#endif
 
 __device__ void qkv_attention(const __nv_bfloat16* x, const __nv_bfloat16* norm_w, const __nv_bfloat16* w,
                               const __nv_bfloat16* bias, const int* positions, const int* cache_base,
@@ -98,12 +148,20 @@ __device__ void qkv_attention(const __nv_bfloat16* x, const __nv_bfloat16* norm_
   constexpr unsigned int HD = KILN_QKV_ATTN_HD, S = KILN_QKV_ATTN_SPLITS, NW = KILN_QKV_ATTN_WARPS;
   constexpr unsigned int RPW = KILN_QKV_ATTN_RPW, CH = KILN_QKV_ATTN_CHUNKS, U = KILN_QKV_ATTN_UNROLL;
   __shared__ float vals[KILN_QKV_ATTN_ROWS];  // the block's projections (+ bias, rounded)
-  __shared__ float mine[KILN_QKV_ATTN_ROWS];  // its q, k (rotated) and v values, read by the cluster
+  __shared__ __align__(16) float mine[KILN_QKV_ATTN_ROWS];  // its q, k (rotated) and v values, read by the cluster
   __shared__ __align__(16) __nv_bfloat16 full[3 * HD];  // q, k_p, v_p of the head
   __shared__ float2 ang[4];
   __shared__ float sh_m[NW], sh_l[NW];
   __shared__ float sh_acc[NW / 2][HD];
+#if !KILN_QKV_ATTN_PUSH
   __shared__ float slot[HD + 2];  // this split's (acc, m, l), merged by rank 0
+#else
+  constexpr unsigned int SLOT = HD + 4;  // (acc, m, l, 0, 0): 17 16-byte pushes
+  __shared__ __align__(16) float gath[S][KILN_QKV_ATTN_ROWS];  // every rank's `mine`, pushed
+  __shared__ __align__(16) float mslot[S][SLOT];               // every split's slot (rank 0's are read)
+  __shared__ __align__(8) unsigned long long bars[2];          // [0] gath's, [1] mslot's
+  const unsigned int bar_x = smem_addr(&bars[0]), bar_m = smem_addr(&bars[1]);
+#endif
   const unsigned int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const unsigned int h = blockIdx.x, s = blockIdx.y;
   // Shapes the planner never plans: every block of the cluster returns alike (no barrier reached).
@@ -117,6 +175,16 @@ __device__ void qkv_attention(const __nv_bfloat16* x, const __nv_bfloat16* norm_
   if (!early) wait_prior_grids();
 
   // ---- before the wait (when early) ----------------------------------------------------------
+#if KILN_QKV_ATTN_PUSH
+  if (tid == 0) {
+    mbar_init(bar_x);
+    mbar_init(bar_m);
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    mbar_expect(bar_x, S * KILN_QKV_ATTN_ROWS * 4);
+    mbar_expect(bar_m, blockIdx.y == 0 ? S * SLOT * 4 : 0u);
+  }
+  cluster_arrive_relaxed();  // waited on before the first push: every block's mbarriers are live
+#endif
   const int p = early ? __ldcg(positions) : positions[0];
   const long long base_t = early ? __ldcg(cache_base) : cache_base[0];
   const unsigned int n8 = in / 8;
@@ -230,6 +298,21 @@ __device__ void qkv_attention(const __nv_bfloat16* x, const __nv_bfloat16* norm_
   } else if (tid >= 16 && tid < 24) {
     mine[tid] = vals[tid];
   }
+#if KILN_QKV_ATTN_PUSH
+  __syncthreads();
+  cluster_wait();
+  if (tid < S * (KILN_QKV_ATTN_ROWS / 4)) {  // rank tid / 6 gets chunk tid % 6 of `mine` in gath[s]
+    const unsigned int to = tid / (KILN_QKV_ATTN_ROWS / 4), c = tid % (KILN_QKV_ATTN_ROWS / 4);
+    push16(remote_addr(smem_addr(&gath[s][4 * c]), to), *reinterpret_cast<const float4*>(&mine[4 * c]), remote_addr(bar_x, to));
+  }
+  if (tid < 3 * HD) {  // q, k_p, v_p of the head from the blocks that computed them
+    const unsigned int which = tid / HD, d = tid % HD;
+    const unsigned int rank = which < 2 ? (d % 32) / 4 : d / 8;
+    const unsigned int idx = which < 2 ? 8 * which + d % 4 + (d >= 32 ? 4 : 0) : 16 + d % 8;
+    mbar_wait0(bar_x);
+    full[tid] = __float2bfloat16_rn(gath[rank][idx]);
+  }
+#else
   cluster_sync();
   if (tid < 3 * HD) {  // q, k_p, v_p of the head from the blocks that computed them
     const unsigned int which = tid / HD, d = tid % HD;
@@ -237,6 +320,7 @@ __device__ void qkv_attention(const __nv_bfloat16* x, const __nv_bfloat16* norm_
     const unsigned int idx = which < 2 ? 8 * which + d % 4 + (d >= 32 ? 4 : 0) : 16 + d % 8;
     full[tid] = __float2bfloat16_rn(*cluster_map(&mine[idx], rank));
   }
+#endif
   // K and V row p for later steps: the clusters of each group's first head, each rank its dims.
   if (h % group == 0 && tid < 16 && p >= 0 && base_t >= 0 && base_t + p < (long long)kv_rows) {
     const size_t row = (size_t)(base_t + p) * kvd + g * HD;
@@ -360,21 +444,44 @@ __device__ void qkv_attention(const __nv_bfloat16* x, const __nv_bfloat16* norm_
       __syncthreads();
     }
     if (warp == 0 && writer) {
+#if KILN_QKV_ATTN_PUSH
+      const unsigned int to = remote_addr(smem_addr(&mslot[s][d0]), 0), bar = remote_addr(bar_m, 0);
+      push16(to, make_float4(acc[0], acc[1], acc[2], acc[3]), bar);
+      push16(to + 16, make_float4(acc[4], acc[5], acc[6], acc[7]), bar);
+      if (lane == 0) push16(remote_addr(smem_addr(&mslot[s][HD]), 0), make_float4(big_m, big_l, 0.0f, 0.0f), bar);
+#else
 #pragma unroll
       for (int e = 0; e < 8; ++e) slot[d0 + e] = acc[e];
       if (lane == 0) {
         slot[HD] = big_m;
         slot[HD + 1] = big_l;
       }
+#endif
     }
   }
+#if KILN_QKV_ATTN_PUSH
+  else if (warp == 0 && (lane >> 3) == 0) {  // an empty split: its bytes still complete rank 0's count (unread)
+    const unsigned int to = remote_addr(smem_addr(&mslot[s][d0]), 0), bar = remote_addr(bar_m, 0);
+    push16(to, make_float4(0.0f, 0.0f, 0.0f, 0.0f), bar);
+    push16(to + 16, make_float4(0.0f, 0.0f, 0.0f, 0.0f), bar);
+    if (lane == 0) push16(remote_addr(smem_addr(&mslot[s][HD]), 0), make_float4(-inf(), 0.0f, 0.0f, 0.0f), bar);
+  }
+#else
   cluster_sync();
+#endif
   if ((s == 0 || KILN_QKV_ATTN_EVERY_RANK_MERGES) && tid < HD) {  // attention_cluster's merge, in split order
     float ms[S], as[S], ls[S], big_m = -inf(), num = 0.0f, den = 0.0f;
+#if KILN_QKV_ATTN_PUSH
+    mbar_wait0(bar_m);
+#endif
 #pragma unroll
     for (unsigned int r = 0; r < S; ++r) {
       if (r < n_active) {
+#if KILN_QKV_ATTN_PUSH
+        const float* st = mslot[r];
+#else
         const float* st = cluster_map(slot, r);
+#endif
         ms[r] = st[HD];
         as[r] = st[tid];
         ls[r] = st[HD + 1];
@@ -404,7 +511,12 @@ __device__ void qkv_attention(const __nv_bfloat16* x, const __nv_bfloat16* norm_
     out[(size_t)h * HD + tid] = __float2bfloat16_rn(den > 0.0f ? num / den : 0.0f);
 #endif
   }
+#if KILN_QKV_ATTN_PUSH
+  cluster_arrive_relaxed();  // no block leaves while a push may still target the cluster; no fence
+  cluster_wait();
+#else
   cluster_sync();
+#endif
   KILN_QKV_ATTN_AFTER_MERGE();
 #else
   __trap();  // needs thread-block clusters (sm_90+); such a plan refuses to load before sm_90
