@@ -2080,7 +2080,7 @@ def main():
 
     if args.compile_only:
         t0 = time.time()
-        cubin, log = nvrtc_cubin(None, args.compile_only)
+        cubin, log = nvrtc_cubin(None, args.compile_only, defines=args.define)
         if log:
             print(log)
         warned = "warning" in log.lower()
