@@ -65,19 +65,21 @@
 #endif
 
 // The two exchanges between the cluster's blocks (q, k_p, v_p to every block; each split's (acc, m, l)
-// to rank 0). 0: each block leaves its values in its own shared memory and the others read them after
-// a cluster barrier (barrier.cluster.arrive.release: ptxas puts a GPU-scope fence, MEMBAR.ALL.GPU, in
-// front of each of the kernel's three barriers, and the last one's waits for the `out` store to reach
-// the L2). 1: each block pushes its values into the readers' shared memory with st.async, which
-// completes a transaction count on the reader's mbarrier; a reader waits on its own mbarrier, so no
-// fence and no barrier release sits between the producer's store and the consumer's read; the
-// mbarriers are initialized and published before the PDL wait (one relaxed cluster barrier, off the
-// critical path), and a relaxed barrier (no fence) keeps every block resident until the cluster is
-// done. The same values in the same order: the same bits. Session 53's ncu of the kernel (H100):
-// 10% of its warp-stall samples on the three fences (ERRBAR). A -D for the A/B
-// (KILN_NVRTC_DEFINES=KILN_QKV_ATTN_PUSH=1).
+// to rank 0). 1 (the default): each block pushes its values into the readers' shared memory with
+// st.async, which completes a transaction count on the reader's mbarrier; a reader waits on its own
+// mbarrier, so no fence sits between the producer's store and the consumer's read (common.cuh's push
+// protocol: mbarriers published before the PDL wait by a relaxed cluster barrier, off the critical path;
+// a relaxed last barrier keeps every block resident until the cluster is done). 0: each block leaves
+// its values in its own shared memory and the others read them after a cluster barrier
+// (barrier.cluster.arrive.release: ptxas puts a GPU-scope fence, MEMBAR.ALL.GPU, in front of each of
+// the kernel's three barriers, and the last one waits for the `out` store to reach the L2). The same
+// values in the same order: the same bits. Session 53 on the H200, kiln's 0.5B decode over four
+// placements, two rounds: 1 vs 0 +5.35% at context 128 (every placement), +2.78% at 4096; the same
+// greedy ids, kernel_check and gate checks 1, 2, 5 pass (bench/results/2026-12-05-h200-decode-ab-s53.md).
+// Its ncu (H100) had put 10% of the kernel's warp-stall samples on those fences' ERRBAR. A -D for A/Bs
+// (KILN_NVRTC_DEFINES=KILN_QKV_ATTN_PUSH=0).
 #ifndef KILN_QKV_ATTN_PUSH
-#define KILN_QKV_ATTN_PUSH 0
+#define KILN_QKV_ATTN_PUSH 1
 #endif
 
 // Hooks for a probe (none is defined in kiln's build, so its code is what it was without them):
@@ -106,36 +108,6 @@ namespace qkv_attn {
 __device__ __forceinline__ unsigned int qk_dim(unsigned int s, unsigned int j) { return j < 4 ? 4 * s + j : 32 + 4 * s + (j - 4); }
 __device__ __forceinline__ void unpack_bf16x8(const uint4& r, float (&f)[8]) { unpack16<__nv_bfloat16>(r, f); }
 
-#if KILN_QKV_ATTN_PUSH && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-// The shared::cta address of `p`, that address in cluster block `rank`'s shared memory, an mbarrier's
-// init / expected bytes / phase-0 wait, and a 16-byte st.async that completes its bytes on `bar`.
-__device__ __forceinline__ unsigned int smem_addr(const void* p) { return (unsigned int)__cvta_generic_to_shared(p); }
-__device__ __forceinline__ unsigned int remote_addr(unsigned int a, unsigned int rank) {
-  unsigned int r;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(rank));
-  return r;
-}
-__device__ __forceinline__ void mbar_init(unsigned int bar) { asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar) : "memory"); }
-__device__ __forceinline__ void mbar_expect(unsigned int bar, unsigned int bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void mbar_wait0(unsigned int bar) {
-  asm volatile(
-      "{\n\t.reg .pred done;\n"
-      "WAIT_%=:\n\t"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], 0;\n\t"
-      "@!done bra WAIT_%=;\n}" ::"r"(bar)
-      : "memory");
-}
-__device__ __forceinline__ void push16(unsigned int dst, const float4& v, unsigned int bar) {
-  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, [%5];" ::"r"(dst),
-               "r"(__float_as_uint(v.x)), "r"(__float_as_uint(v.y)), "r"(__float_as_uint(v.z)), "r"(__float_as_uint(v.w)),
-               "r"(bar)
-               : "memory");
-}
-__device__ __forceinline__ void cluster_arrive_relaxed() { asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory"); }
-__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.aligned;" ::: "memory"); }
-#endif
 
 __device__ void qkv_attention(const __nv_bfloat16* x, const __nv_bfloat16* norm_w, const __nv_bfloat16* w,
                               const __nv_bfloat16* bias, const int* positions, const int* cache_base,
@@ -179,7 +151,7 @@ __device__ void qkv_attention(const __nv_bfloat16* x, const __nv_bfloat16* norm_
   if (tid == 0) {
     mbar_init(bar_x);
     mbar_init(bar_m);
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    fence_mbarrier_init();
     mbar_expect(bar_x, S * KILN_QKV_ATTN_ROWS * 4);
     mbar_expect(bar_m, blockIdx.y == 0 ? S * SLOT * 4 : 0u);
   }

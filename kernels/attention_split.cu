@@ -574,6 +574,17 @@ __device__ void attention_merge(const float* workspace, const int* positions,
 #define KILN_ATTN_KV_EARLY 1
 #endif
 #define KILN_ATTN_CLUSTER_SLOTS (KILN_ATTN_SPLIT_MAX_GROUP * (KILN_ATTN_SPLIT_MAX_HEAD_DIM + 2))
+// KILN_ATTN_CLUSTER_PUSH=1 (the default): chunks of one or two heads merge from slots each block pushed
+// into the merging blocks' shared memory (st.async completing their mbarrier: common.cuh's push
+// protocol) instead of reading them through distributed shared memory after a cluster barrier, whose
+// default .release puts a GPU-scope fence (MEMBAR.ALL.GPU) in front of both of the kernel's barriers;
+// the last barrier is relaxed. The same values merged in the same order: the same bits. Chunks of four
+// heads keep the barriers (their pushed slots would need 33 KB of shared memory per block). The same
+// change in attention_qkv.cu (KILN_QKV_ATTN_PUSH) won 5.35% on the 0.5B (session 53); 0 restores the
+// barriers (KILN_NVRTC_DEFINES=KILN_ATTN_CLUSTER_PUSH=0).
+#ifndef KILN_ATTN_CLUSTER_PUSH
+#define KILN_ATTN_CLUSTER_PUSH 1
+#endif
 
 template <typename T, int CH>
 __device__ void attention_cluster(const T* q, const T* k_cache, const T* v_cache, const int* positions,
@@ -583,8 +594,12 @@ __device__ void attention_cluster(const T* q, const T* k_cache, const T* v_cache
                                   bool early) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   __shared__ SplitShared sh;
-  __shared__ float slots[KILN_ATTN_CLUSTER_SLOTS];
+  __shared__ __align__(16) float slots[KILN_ATTN_CLUSTER_SLOTS];
   constexpr unsigned int S = KILN_ATTN_CLUSTER_SPLITS;
+  constexpr bool push = KILN_ATTN_CLUSTER_PUSH && CH <= 2;
+  constexpr unsigned int RECV = push ? CH * (KILN_ATTN_SPLIT_MAX_HEAD_DIM + 2) : 2;
+  __shared__ __align__(16) float recv[S][RECV];  // push: every split's slots, as the merging blocks read them
+  __shared__ __align__(8) unsigned long long recv_bar;
   // Shapes the planner never plans: every block of the cluster returns alike (no barrier reached).
   if (!split_shape_ok(heads, kv_heads, head_dim, planned_len) || chunk_heads != CH) {
     if (early) wait_prior_grids();
@@ -611,6 +626,16 @@ __device__ void attention_cluster(const T* q, const T* k_cache, const T* v_cache
     return;
   }
 #endif
+  const unsigned int nh = min(chunk_heads, group - chunk * chunk_heads);
+  // push: each block sends its nh * (head_dim + 2) floats of slots to every block that merges.
+  if constexpr (push) {
+    if (threadIdx.x == 0) {
+      mbar_init(smem_addr(&recv_bar));
+      fence_mbarrier_init();
+      mbar_expect(smem_addr(&recv_bar), s * blockDim.x < nh * head_dim ? S * nh * (head_dim + 2) * 4 : 0u);
+    }
+    cluster_arrive_relaxed();  // waited on before the first push: every block's mbarrier is live
+  }
   const int p = early ? __ldcg(positions + t) : positions[t];
   const long long base_t = early ? __ldcg(cache_base + t) : cache_base[t];
   // KILN_ATTN_KV_EARLY: the split block loads its first K/V rows before it waits (all but row p,
@@ -620,7 +645,6 @@ __device__ void attention_cluster(const T* q, const T* k_cache, const T* v_cache
   const unsigned int split_len = live_split_len(p, S, planned_len, min_split_len);
   const unsigned int n_active = p < 0 ? 0u : min((unsigned int)p / split_len + 1u, S);
   const unsigned int h0 = g * group + chunk * chunk_heads;
-  const unsigned int nh = min(chunk_heads, group - chunk * chunk_heads);
   const unsigned int slot = head_dim + 2;
   if (s < n_active) {
     // The split block writes slot ((t * heads + h0 + i) * splits + s) of its workspace: with
@@ -631,7 +655,17 @@ __device__ void attention_cluster(const T* q, const T* k_cache, const T* v_cache
   } else if (kv_early) {
     wait_prior_grids();
   }
-  cluster_sync();
+  if constexpr (push) {
+    __syncthreads();  // the block's slots are written (an empty split's are not read: pushed as they are)
+    cluster_wait();
+    const unsigned int pushed = nh * (head_dim + 2);
+    for (unsigned int r = 0; r * blockDim.x < nh * head_dim; ++r) {
+      const unsigned int to = remote_addr(smem_addr(&recv[s][0]), r), bar = remote_addr(smem_addr(&recv_bar), r);
+      for (unsigned int u = threadIdx.x; 2 * u < pushed; u += blockDim.x) push8(to + 8 * u, slots[2 * u], slots[2 * u + 1], bar);
+    }
+  } else {
+    cluster_sync();
+  }
   const unsigned int e = s * blockDim.x + threadIdx.x;
   if (e < nh * head_dim) {
     const unsigned int i = e / head_dim, d = e % head_dim;
@@ -641,10 +675,11 @@ __device__ void attention_cluster(const T* q, const T* k_cache, const T* v_cache
     // Every active block's (m, acc, l) loaded at once (one distributed-shared-memory round trip),
     // then folded in block order.
     float ms[S], as[S], ls[S];
+    if constexpr (push) mbar_wait0(smem_addr(&recv_bar));
 #pragma unroll
     for (unsigned int r = 0; r < S; ++r) {
       if (r < n_active) {
-        const float* st = cluster_map(mine, r);
+        const float* st = push ? &recv[r][(size_t)i * slot] : cluster_map(mine, r);
         ms[r] = st[head_dim];
         as[r] = st[d];
         ls[r] = st[head_dim + 1];
@@ -668,7 +703,12 @@ __device__ void attention_cluster(const T* q, const T* k_cache, const T* v_cache
     }
     out[((size_t)t * heads + h0 + i) * head_dim + d] = from_f32<T>(den > 0.0f ? num / den : 0.0f);
   }
-  cluster_sync();
+  if constexpr (push) {
+    cluster_arrive_relaxed();  // no block leaves while a push may still target the cluster; no fence
+    cluster_wait();
+  } else {
+    cluster_sync();
+  }
 #else
   __trap();  // needs thread-block clusters (sm_90+); such a plan refuses to load before sm_90
 #endif

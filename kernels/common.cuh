@@ -472,6 +472,50 @@ template <typename P> __device__ __forceinline__ P* cluster_map(P* p, unsigned i
 #endif
 }
 
+// Pushes into a cluster block's shared memory (sm_90+; attention_qkv.cu, attention_split.cu's cluster
+// kernel): the shared::cta address of `p`, that address in cluster block `rank`, an mbarrier's init,
+// expected bytes and phase-0 wait, and 8- / 16-byte st.async stores that complete their bytes on the
+// receiver's mbarrier `bar`. A reader that waits on its own mbarrier sees the pushed bytes with no
+// fence on either side (barrier.cluster.arrive's default .release costs a GPU-scope MEMBAR; the
+// relaxed barrier below has none). The protocol: every block initializes its mbarrier(s), posts the
+// bytes it expects, runs fence_mbarrier_init() and cluster_arrive_relaxed() before its PDL wait, and
+// cluster_wait() before its first push; a relaxed barrier at the end keeps every block resident
+// until no push can still target it.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+__device__ __forceinline__ unsigned int smem_addr(const void* p) { return (unsigned int)__cvta_generic_to_shared(p); }
+__device__ __forceinline__ unsigned int remote_addr(unsigned int a, unsigned int rank) {
+  unsigned int r;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(rank));
+  return r;
+}
+__device__ __forceinline__ void mbar_init(unsigned int bar) { asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar) : "memory"); }
+__device__ __forceinline__ void fence_mbarrier_init() { asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory"); }
+__device__ __forceinline__ void mbar_expect(unsigned int bar, unsigned int bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_wait0(unsigned int bar) {
+  asm volatile(
+      "{\n\t.reg .pred done;\n"
+      "WAIT_%=:\n\t"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], 0;\n\t"
+      "@!done bra WAIT_%=;\n}" ::"r"(bar)
+      : "memory");
+}
+__device__ __forceinline__ void push16(unsigned int dst, const float4& v, unsigned int bar) {
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, [%5];" ::"r"(dst),
+               "r"(__float_as_uint(v.x)), "r"(__float_as_uint(v.y)), "r"(__float_as_uint(v.z)), "r"(__float_as_uint(v.w)),
+               "r"(bar)
+               : "memory");
+}
+__device__ __forceinline__ void push8(unsigned int dst, float a, float b, unsigned int bar) {
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.b32 [%0], {%1, %2}, [%3];" ::"r"(dst),
+               "r"(__float_as_uint(a)), "r"(__float_as_uint(b)), "r"(bar)
+               : "memory");
+}
+__device__ __forceinline__ void cluster_arrive_relaxed() { asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory"); }
+__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.aligned;" ::: "memory"); }
+#endif
+
 // Timing ablation, for `kiln bench` only (KILN_NVRTC_DEFINES=KILN_ABLATE=<mask>): a kernel whose bit
 // is set keeps its launch and its place in the PDL chain (it waits, then lets its dependents
 // launch) but does no work, so the step time it removes is what that kernel costs on the critical

@@ -83,6 +83,7 @@ __device__ __forceinline__ void probe_o_after_merge(const ProbeO& po, unsigned i
 }
 
 #define KILN_QKV_ATTN_EVERY_RANK_MERGES 1
+#define KILN_QKV_ATTN_PUSH 0  // every rank merges: the cluster-barrier exchanges (kernels/attention_qkv.cu)
 #define KILN_QKV_ATTN_ATT probe_att
 #define KILN_QKV_ATTN_BEFORE_WAIT() const ProbeO probe_po = probe_o_before_wait(out, heads, h, s, tid)
 #define KILN_QKV_ATTN_AFTER_MERGE() probe_o_after_merge(probe_po, s, tid)
