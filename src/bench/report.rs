@@ -43,9 +43,11 @@ pub struct Report {
 }
 
 /// `KILN_*` variables that say where things are or how much is logged, never what is planned,
-/// compiled or run: a run with only these set measures the defaults.
-pub const NEUTRAL_ENVIRONMENT: [&str; 6] =
-    ["KILN_CACHE_DIR", "KILN_CUDA_INCLUDE", "KILN_COMMIT", "KILN_LOG", "KILN_REQUIRE_NVRTC", "KILN_CUDA_DEVICE"];
+/// compiled or run: a run with only these set measures the defaults. `KILN_CHECK_CACHE` is
+/// `scripts/kernel_check.py`'s CUBIN cache, which kiln never reads (a device call that ran the
+/// check first still exports it).
+pub const NEUTRAL_ENVIRONMENT: [&str; 7] =
+    ["KILN_CACHE_DIR", "KILN_CUDA_INCLUDE", "KILN_COMMIT", "KILN_LOG", "KILN_REQUIRE_NVRTC", "KILN_CUDA_DEVICE", "KILN_CHECK_CACHE"];
 
 /// The `KILN_*` variables of `vars` (a process's environment), so that a report says which
 /// measurement knobs (plan-time, compile-time, placement) its numbers were taken with.
@@ -672,12 +674,19 @@ mod tests {
         // Set but empty: read as unset, the default.
         r.environment = kiln_environment([("KILN_NVRTC_DEFINES".to_string(), String::new())]);
         assert!(text(&r).contains("knobs: none"), "{}", text(&r));
-        let vars = [("KILN_CACHE_DIR", "/c"), ("PATH", "/bin"), ("KILN_LOOP_UNROLL", "4"), ("KILN_ALLOC_PAD_MB", "64")];
+        let vars = [
+            ("KILN_CACHE_DIR", "/c"),
+            ("PATH", "/bin"),
+            ("KILN_LOOP_UNROLL", "4"),
+            ("KILN_ALLOC_PAD_MB", "64"),
+            ("KILN_CHECK_CACHE", "/k"),
+        ];
         r.environment = kiln_environment(vars.iter().map(|(k, v)| (k.to_string(), v.to_string())));
-        assert_eq!(r.environment.len(), 3, "only KILN_* variables: {:?}", r.environment);
+        assert_eq!(r.environment.len(), 4, "only KILN_* variables: {:?}", r.environment);
         let t = text(&r);
         assert!(t.contains("knobs: KILN_ALLOC_PAD_MB=64 KILN_LOOP_UNROLL=4 (measurement settings"), "{t}");
         assert!(!t.contains("KILN_CACHE_DIR=/c"), "a cache path is not a knob:\n{t}");
+        assert!(!t.contains("KILN_CHECK_CACHE"), "kernel_check's cache is not a knob:\n{t}");
         let back: Report = serde_json::from_str(&serde_json::to_string(&r).unwrap()).unwrap();
         assert_eq!(back.environment, r.environment);
         // A report written before the field existed still reads.
