@@ -31,8 +31,9 @@
 //   of its split other than row p (attention_split.cu's KILN_ATTN_KV_EARLY loads);
 // - after it: x, its sum of squares (warp shuffles: each warp covers all of x), the dot products
 //   (h = bf16(x * norm_w), each row's sum of its lanes' partial sums by a shuffle tree), the norm
-//   and bias as linear_fused.cu's post-norm epilogue, RoPE from the rounded values, a cluster
-//   barrier and one distributed-shared-memory round trip that give every block q, k_p and v_p;
+//   and bias as linear_fused.cu's post-norm epilogue, RoPE from the rounded values, and an
+//   all-gather that gives every block q, k_p and v_p (pushed into each block's shared memory,
+//   KILN_QKV_ATTN_PUSH below; or a cluster barrier and distributed-shared-memory reads);
 // - then attention_split.cu's split block for one head (8 lanes of 8 dims per key, 2 steps per
 //   stage, online softmax, the warp tree) with row p from shared memory, and its cluster merge.
 //   That half is a copy of attention_split.cu's arithmetic rather than a call into it: the split
@@ -107,7 +108,6 @@ namespace qkv_attn {
 // Dim of rank s's j-th q (or k) row within its head (j < 8): the rotary pairs (j, j + 4) of a block.
 __device__ __forceinline__ unsigned int qk_dim(unsigned int s, unsigned int j) { return j < 4 ? 4 * s + j : 32 + 4 * s + (j - 4); }
 __device__ __forceinline__ void unpack_bf16x8(const uint4& r, float (&f)[8]) { unpack16<__nv_bfloat16>(r, f); }
-
 
 __device__ void qkv_attention(const __nv_bfloat16* x, const __nv_bfloat16* norm_w, const __nv_bfloat16* w,
                               const __nv_bfloat16* bias, const int* positions, const int* cache_base,

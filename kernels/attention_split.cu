@@ -554,10 +554,12 @@ __device__ void attention_merge(const float* workspace, const int* positions,
 // Decode attention in one launch (Kernel::AttentionCluster): the KILN_ATTN_CLUSTER_SPLITS splits
 // of one (row, kv head, chunk of `chunk_heads` heads) are the blocks of one thread-block cluster.
 // Each runs the split block above over its live split (its (acc, m, l) slots in its own shared
-// memory instead of a workspace); after a cluster barrier, thread x of block r merges output
-// element r * 256 + x of the chunk from the active blocks' slots through distributed shared
-// memory (two passes: the max, then the weighted sums in split order, as the CPU reference's
-// merge), and a second barrier keeps every block's slots alive until all reads are done. No
+// memory instead of a workspace); thread x of block r merges output element r * 256 + x of the
+// chunk from the active blocks' slots (two passes: the max, then the weighted sums in split
+// order, as the CPU reference's merge), which every block pushed into the merging blocks' shared
+// memory (KILN_ATTN_CLUSTER_PUSH below; or, for chunks of four heads, read through distributed
+// shared memory after a cluster barrier); a last barrier keeps every block resident until the
+// cluster is done. No
 // merge launch, no workspace round trip through the L2. sm_90+ only (clusters): elsewhere the
 // kernel traps. One entry point per chunk size CH (kiln_attention_cluster_g{1,2,4}_{dt}; the
 // planner's `chunk_heads`), so that a chunk of one or two heads keeps the registers of one or two
@@ -672,8 +674,8 @@ __device__ void attention_cluster(const T* q, const T* k_cache, const T* v_cache
     const float* mine = slots + (size_t)i * slot;
     float big_m = -inf();
     float num = 0.0f, den = 0.0f;
-    // Every active block's (m, acc, l) loaded at once (one distributed-shared-memory round trip),
-    // then folded in block order.
+    // Every active block's (m, acc, l) loaded at once (from the pushed copies, or one
+    // distributed-shared-memory round trip), then folded in block order.
     float ms[S], as[S], ls[S];
     if constexpr (push) mbar_wait0(smem_addr(&recv_bar));
 #pragma unroll
