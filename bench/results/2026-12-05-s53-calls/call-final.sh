@@ -7,6 +7,8 @@
 #   3. the issue's official command (~320 s);
 #   (SKIP_OFFICIAL=1: not step 3, for a short call; PADS= and ROUNDS= set step 4's A/B)
 #   4. greedy ids of the 1B with KILN_ATTN_CLUSTER_PUSH 1 / 0 and the A/B over pads, if time is left.
+# (Session 53 ran it on 6a9b8af's binary; kiln-s53c.xz and its caches were then rebuilt for fde97e2, the same
+# kernels with corrected comments, for the next session's SKIP_OFFICIAL=1 run.)
 # Carry: [".device/bin/kiln-s53c.xz", ".device/kc53e", ".device/kcc53e.tar.xz"] (kc53e: the defaults and
 # KILN_ATTN_CLUSTER_PUSH=0; kcc53e: kernel_check's CUBIN of the defaults).
 set -u
