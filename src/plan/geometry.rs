@@ -178,15 +178,7 @@ fn gemv_walk_blocks(kernel: &Kernel, bufs: &[BufArg], blocks: u32, threads: u32,
         return blocks;
     }
     let per_sm = if occupancy == GEMV_DENSE_BLOCKS_PER_SM { GEMV_DENSE_BLOCKS_PER_SM } else { GEMV_BLOCKS_PER_SM };
-    blocks.min(LINEAR_GEMV_WIDE_BELOW_BLOCKS * per_sm * gemv_walk_waves())
-}
-
-/// Plan-time knob `KILN_GEMV_WALK_WAVES=<k>` (default 1): a walking launch has k waves of its
-/// variant's slots (at most one block per tile), each block walking ~tiles / (k x slots) tiles: an
-/// experiment between one block per tile and one wave walking all of them (session 54: the
-/// Qwen2.5-0.5B's logits, 9496 tiles of 28 KiB, read at ~0.85 of the bandwidth in one block each).
-pub fn gemv_walk_waves() -> u32 {
-    super::knob("KILN_GEMV_WALK_WAVES").parse::<u32>().ok().filter(|&k| k > 0).unwrap_or(1)
+    blocks.min(LINEAR_GEMV_WIDE_BELOW_BLOCKS * per_sm)
 }
 
 /// `linear_fused.cu`: bytes of shared memory for a block's normed rows (`KILN_FUSED_NORM_STAGE`);
