@@ -1361,6 +1361,32 @@ __device__ void qkv_rope(const T* x, const T* nw, const T* w, const T* bias, con
   }
 }
 
+// kiln_fused_linear_res_{dt}_{outdt}: kiln_fused_linear's signature and the one path a decode o or down
+// projection takes (src/runtime/cuda/abi.rs `launch_symbol` picks it: default variant, at most
+// KILN_FUSED_GEMV_MAX_ROWS rows, 16-bit, in % 8 == 0, no norm, a residual, no out-norm, no walking):
+// fused_gemv_mma_tile's early-residual GEMV at 16 or 8 warps, the same code as kiln_fused_linear's
+// there and so the same bits, in a function of ~1/8 the instructions. Session 54's Nsight Compute of
+// the 0.5B's o and down (an H100, kernels serialized) put 2/3 of their warp-stall samples on
+// `no_inst` (instruction fetch) in the ~9700-instruction kiln_fused_linear; this entry is the A/B
+// of that (`KILN_FUSED_RES_ENTRY=0` at run time calls kiln_fused_linear as before). The runtime
+// checks the preconditions the planner guarantees (aligned operands: every offset is 256-aligned).
+template <typename T, typename O>
+__device__ __forceinline__ void fused_linear_res(const T* x, const T* w, const T* bias, const O* residual, O* out,
+                                                 unsigned int rows, unsigned int in, unsigned int outf,
+                                                 unsigned int has_bias_u, L2Span pf) {
+  __shared__ __align__(16) float smem[KILN_FUSED_SMEM];
+  KILN_ABLATED(2);
+  const bool has_bias = has_bias_u != 0 && bias != nullptr;
+  const OutNormArgs<O> on{nullptr, nullptr};
+  if (blockDim.x == 32 * KILN_FUSED_GEMV_MAX_WARPS) {
+    fused_gemv_mma_tile<T, O, false, KILN_FUSED_GEMV_MAX_WARPS, false, false, false>(
+        x, nullptr, w, nullptr, bias, residual, out, rows, in, outf, 0.0f, has_bias, true, nullptr, smem, nullptr, pf, on);
+  } else {
+    fused_gemv_mma_tile<T, O, false, 8, false, false, false>(x, nullptr, w, nullptr, bias, residual, out, rows, in,
+                                                             outf, 0.0f, has_bias, true, nullptr, smem, nullptr, pf, on);
+  }
+}
+
 }  // namespace kiln
 
 // Each kernel in its default and `_o3` variants (see linear.cu: KILN_GEMV_DENSE_BOUNDS); fused_linear
@@ -1379,6 +1405,17 @@ __device__ void qkv_rope(const T* x, const T* nw, const T* w, const T* bias, con
   KILN_FUSED_LINEAR_VARIANT(dt, T, outdt, O, , KILN_FUSED_BOUNDS, true, false)                                    \
   KILN_FUSED_LINEAR_VARIANT(dt, T, outdt, O, _o3, KILN_GEMV_DENSE_BOUNDS, false, false)                           \
   KILN_FUSED_LINEAR_VARIANT(dt, T, outdt, O, _o3u, KILN_GEMV_DENSE_BOUNDS, false, true)
+#define KILN_FUSED_LINEAR_RES(dt, T, outdt, O)                                                                     \
+  extern "C" __global__ void KILN_FUSED_BOUNDS kiln_fused_linear_res_##dt##_##outdt(                              \
+      const T* x, const T* norm_w, const T* weight, const T* bias, const O* residual, O* out,                     \
+      const char* l2_prefetch, unsigned int rows, unsigned int in_features, unsigned int out_features,            \
+      unsigned int has_norm, float eps, unsigned int has_bias, unsigned int has_residual,                         \
+      unsigned int l2_prefetch_bytes) {                                                                           \
+    kiln::fused_linear_res<T, O>(x, weight, bias, residual, out, rows, in_features, out_features, has_bias,       \
+                                 kiln::L2Span{l2_prefetch, l2_prefetch_bytes});                                  \
+  }
+KILN_FUSED_LINEAR_RES(f16, __half, f16, __half)
+KILN_FUSED_LINEAR_RES(bf16, __nv_bfloat16, bf16, __nv_bfloat16)
 KILN_FUSED_LINEAR_OUT(f32, float, f32, float)
 KILN_FUSED_LINEAR_OUT(f16, __half, f16, __half)
 KILN_FUSED_LINEAR_OUT(f16, __half, f32, float)

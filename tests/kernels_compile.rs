@@ -45,6 +45,10 @@ fn expected_symbols() -> BTreeSet<String> {
             if variant == "_o3" {
                 s.insert(format!("kiln_fused_linear_{dt}_{out}_o3u"));
             }
+            // The decode o / down projections' one path alone (abi.rs `fused_res_entry`).
+            if variant.is_empty() && dt == out && dt != "f32" {
+                s.insert(format!("kiln_fused_linear_res_{dt}_{out}"));
+            }
         }
         for dt in ["f32", "f16", "bf16"] {
             s.insert(format!("kiln_linear_argmax_{dt}_f32{variant}"));
@@ -188,14 +192,16 @@ fn tiled_kernels_compile_for_sm_90a_with_every_abi_symbol() {
 fn plans_ask_only_for_symbols_kernels_define() {
     // Holds with or without NVRTC: the ABI's names for real plans are within the expected set.
     let expected = expected_symbols();
-    let mut dense = 0;
+    let (mut dense, mut res) = (0, 0);
     for (label, plan) in plans() {
         for symbol in abi::symbols(&plan) {
             assert!(expected.contains(&symbol), "{label}: `{symbol}` is not among the kernels kiln defines");
             dense += symbol.ends_with("_o3") as usize;
+            res += symbol.starts_with("kiln_fused_linear_res_") as usize;
         }
     }
     assert!(dense > 0, "some plan asks for a dense GEMV variant");
+    assert!(res > 0, "some plan's decode o / down projection calls kiln_fused_linear_res_*");
 }
 
 #[test]

@@ -366,9 +366,32 @@ pub fn launch_symbol(l: &crate::plan::Launch) -> String {
     let s = symbol(&l.kernel, &l.bufs);
     if l.occupancy == crate::plan::geometry::GEMV_DENSE_BLOCKS_PER_SM {
         format!("{s}{}", crate::plan::geometry::dense_variant_suffix(&l.kernel))
+    } else if fused_res_entry(l) {
+        s.replacen("kiln_fused_linear_", "kiln_fused_linear_res_", 1)
     } else {
         s
     }
+}
+
+/// Whether a `fused_linear` launch calls `kiln_fused_linear_res_*` (kernels/linear_fused.cu): the
+/// default variant's one path of a decode o or down projection (a GEMV of at most
+/// [`LINEAR_GEMV_MAX_ROWS`](crate::plan::geometry::LINEAR_GEMV_MAX_ROWS) rows on tensor cores, no
+/// norm, a residual, no out-norm, one block per 16-feature tile, input and output of one 16-bit
+/// dtype), compiled alone: the same code and bits in a far smaller function. `KILN_FUSED_RES_ENTRY=0`
+/// (run time) calls `kiln_fused_linear_*` instead, for an A/B (session 54).
+fn fused_res_entry(l: &crate::plan::Launch) -> bool {
+    let Kernel::FusedLinear { rows, out_features, norm: false, residual: true, out_norm: false, .. } = l.kernel else {
+        return false;
+    };
+    let same_dtype = l.bufs.first().zip(l.bufs.last()).is_some_and(|(x, o)| x.dtype == o.dtype);
+    crate::plan::knob("KILN_FUSED_RES_ENTRY") != "0"
+        && l.occupancy == 0
+        && rows >= 1
+        && rows <= crate::plan::geometry::LINEAR_GEMV_MAX_ROWS
+        && crate::plan::geometry::gemv_tensor_cores(&l.kernel, &l.bufs)
+        && same_dtype
+        && l.grid[0] * crate::plan::geometry::LINEAR_GEMV_FEATURES >= out_features
+        && matches!(l.block[0], 256 | 512)
 }
 
 /// All CUDA symbols a plan needs (library launches need none), sorted and deduplicated.
