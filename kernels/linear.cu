@@ -705,8 +705,9 @@ __device__ void linear_tiled(const T* x, const T* w, const T* bias, O* __restric
 }
 
 // STATS (kiln_linear_*stats_*, Op::NormedLinear): the tensor-core GEMV path only; any other path
-// traps (the plan checker's rule 14 plans none).
-template <typename T, typename O, bool ARGMAX, bool STATS = false>
+// traps (the plan checker's rule 14 plans none). GEMV_ONLY (kiln_linear[_argmax]_gemv_*): the same,
+// for a launch the runtime knows takes that path (src/runtime/cuda/abi.rs `gemv_only_entry`).
+template <typename T, typename O, bool ARGMAX, bool STATS = false, bool GEMV_ONLY = false>
 __device__ void linear(const T* x, const T* w, const T* bias, O* out, unsigned long long* argmax, unsigned int rows,
                        unsigned int in, unsigned int outf, unsigned int has_bias_u, const float* sumsq = nullptr,
                        float eps = 0.0f) {
@@ -727,7 +728,7 @@ __device__ void linear(const T* x, const T* w, const T* bias, O* out, unsigned l
       return;
     }
   }
-  if constexpr (STATS) __trap();
+  if constexpr (STATS || GEMV_ONLY) __trap();
 #if (KILN_GEMV_WALK) & 2
   // A walked grid (fewer blocks than tiles) is planned for the tensor-core path only.
   if (rows <= KILN_LINEAR_GEMV_MAX_ROWS && gridDim.x * KILN_LINEAR_GEMV_FEATURES < outf) __trap();
@@ -776,6 +777,26 @@ KILN_LINEAR_OUT(f16, __half, f32, float)
 KILN_LINEAR_OUT(bf16, __nv_bfloat16, bf16, __nv_bfloat16)
 KILN_LINEAR_OUT(bf16, __nv_bfloat16, f32, float)
 
+// kiln_linear_gemv_{dt}_{outdt}[_o3] and kiln_linear_argmax_gemv_{dt}_f32[_o3] (16-bit x only): the
+// kernels above and below with only their tensor-core GEMV path (any other input traps), ~1/4 of the
+// instructions: the runtime calls them for launches that take that path when KILN_GEMV_ONLY_ENTRY=1
+// (src/runtime/cuda/abi.rs `gemv_only_entry`; off by default until an A/B). Same code, same bits.
+// Session 54 measured the same cut for the o and down projections (kiln_fused_linear_res_*: +5.1%
+// on the Qwen2.5-0.5B, +2.3% on the Llama-3.2-1B, an H100).
+#define KILN_LINEAR_GEMV_VARIANT(dt, T, outdt, O, SUFFIX, BOUNDS)                                   \
+  extern "C" __global__ void BOUNDS kiln_linear_gemv_##dt##_##outdt##SUFFIX(                        \
+      const T* x, const T* weight, const T* bias, O* out, unsigned int rows, unsigned int in_features, \
+      unsigned int out_features, unsigned int has_bias) {                                           \
+    kiln::linear<T, O, false, false, true>(x, weight, bias, out, nullptr, rows, in_features, out_features, has_bias); \
+  }
+#define KILN_LINEAR_GEMV_OUT(dt, T, outdt, O)                                                       \
+  KILN_LINEAR_GEMV_VARIANT(dt, T, outdt, O, , KILN_LINEAR_BOUNDS)                                   \
+  KILN_LINEAR_GEMV_VARIANT(dt, T, outdt, O, _o3, KILN_GEMV_DENSE_BOUNDS)
+KILN_LINEAR_GEMV_OUT(f16, __half, f16, __half)
+KILN_LINEAR_GEMV_OUT(f16, __half, f32, float)
+KILN_LINEAR_GEMV_OUT(bf16, __nv_bfloat16, bf16, __nv_bfloat16)
+KILN_LINEAR_GEMV_OUT(bf16, __nv_bfloat16, f32, float)
+
 // kiln_linear_argmax_{dt}_f32[_o3](x, weight, bias, out, argmax_key, rows, in_features, out_features,
 // has_bias): Op::LinearArgmax, the vocabulary projection of a device loop's step. The linear above
 // (the same logits, bit for bit), and each row's largest kiln::argmax_key(out[r, n], n) folded into
@@ -795,6 +816,18 @@ KILN_LINEAR_OUT(bf16, __nv_bfloat16, f32, float)
 KILN_LINEAR_ARGMAX(f32, float)
 KILN_LINEAR_ARGMAX(f16, __half)
 KILN_LINEAR_ARGMAX(bf16, __nv_bfloat16)
+#define KILN_LINEAR_ARGMAX_GEMV_VARIANT(dt, T, SUFFIX, BOUNDS)                                        \
+  extern "C" __global__ void BOUNDS kiln_linear_argmax_gemv_##dt##_f32##SUFFIX(                      \
+      const T* x, const T* weight, const T* bias, float* out, unsigned long long* argmax_key,         \
+      unsigned int rows, unsigned int in_features, unsigned int out_features, unsigned int has_bias) { \
+    kiln::linear<T, float, true, false, true>(x, weight, bias, out, argmax_key, rows, in_features, out_features, \
+                                              has_bias);                                              \
+  }
+#define KILN_LINEAR_ARGMAX_GEMV(dt, T)                                                              \
+  KILN_LINEAR_ARGMAX_GEMV_VARIANT(dt, T, , KILN_LINEAR_BOUNDS)                                      \
+  KILN_LINEAR_ARGMAX_GEMV_VARIANT(dt, T, _o3, KILN_GEMV_DENSE_BOUNDS)
+KILN_LINEAR_ARGMAX_GEMV(f16, __half)
+KILN_LINEAR_ARGMAX_GEMV(bf16, __nv_bfloat16)
 
 // kiln_linear_stats_bf16_f32[_o3](x, sumsq, weight, bias, out, rows, in_features, out_features,
 // has_bias, eps) and kiln_linear_argmax_stats_bf16_f32[_o3](x, sumsq, weight, bias, out, argmax_key,

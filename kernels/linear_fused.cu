@@ -930,7 +930,7 @@ __device__ void fused_tiled(const T* x, const T* nw, const T* w,
 // without spills alone (ptxas: 80 registers, 0 bytes; both paths in one kernel spilled 112 bytes).
 // ON (kiln_fused_linear_outnorm_*, not gated): the out-norm's operands too (OutNormArgs), on the
 // tensor-core GEMV paths; any other path traps (the plan checker's rule 14 plans none).
-template <typename T, typename O, bool GATED, bool WIDE, bool UNSTAGED = false, bool ON = false>
+template <typename T, typename O, bool GATED, bool WIDE, bool UNSTAGED = false, bool ON = false, bool GEMV_ONLY = false>
 __device__ void fused_linear(const T* x, const T* nw, const T* w, const T* wu, const T* bias, const O* residual, O* out,
                              unsigned int rows, unsigned int in, unsigned int outf, unsigned int has_norm_u, float eps,
                              unsigned int has_bias_u, unsigned int has_res_u, L2Span pf = L2Span{nullptr, 0u},
@@ -988,7 +988,9 @@ __device__ void fused_linear(const T* x, const T* nw, const T* w, const T* wu, c
     }
 #undef KILN_FUSED_GEMV_CALL
   }
-  if constexpr (ON) __trap();  // no out-norm off the tensor-core paths (see above)
+  // No out-norm off the tensor-core paths (see above); GEMV_ONLY (kiln_gated_linear_gemv_*): a launch
+  // the runtime knows takes one of them (src/runtime/cuda/abi.rs `gemv_only_entry`).
+  if constexpr (ON || GEMV_ONLY) __trap();
 #if KILN_GEMV_WALK
   // A walked grid (fewer blocks than tiles) is planned for the tensor-core path only.
   if (rows <= KILN_FUSED_GEMV_MAX_ROWS && gridDim.x * KILN_FUSED_GEMV_FEATURES < outf) __trap();
@@ -1454,6 +1456,20 @@ KILN_FUSED_LINEAR_OUTNORM(bf16, __nv_bfloat16)
   KILN_GATED_LINEAR_VARIANT(dt, T, , KILN_FUSED_BOUNDS, true)                                                     \
   KILN_GATED_LINEAR_VARIANT(dt, T, _o3, KILN_GEMV_DENSE_BOUNDS, false)
 KILN_FOR_EACH_DTYPE(KILN_GATED_LINEAR)
+// kiln_gated_linear_gemv_{dt}[_o3] (16-bit): the same with only the tensor-core GEMV paths (any other
+// input traps), for KILN_GEMV_ONLY_ENTRY=1 (linear.cu's kiln_linear_gemv_*; off by default until an A/B).
+#define KILN_GATED_LINEAR_GEMV_VARIANT(dt, T, SUFFIX, BOUNDS, WIDE)                                                     \
+  extern "C" __global__ void BOUNDS kiln_gated_linear_gemv_##dt##SUFFIX(                                        \
+      const T* x, const T* norm_w, const T* gate, const T* up, T* out, unsigned int rows, unsigned int in_features, \
+      unsigned int out_features, unsigned int has_norm, float eps) {                                              \
+    kiln::fused_linear<T, T, true, WIDE, false, false, true>(x, norm_w, gate, up, nullptr, nullptr, out, rows,    \
+                                                              in_features, out_features, has_norm, eps, 0u, 0u);  \
+  }
+#define KILN_GATED_LINEAR_GEMV(dt, T)                                                                             \
+  KILN_GATED_LINEAR_GEMV_VARIANT(dt, T, , KILN_FUSED_BOUNDS, true)                                                \
+  KILN_GATED_LINEAR_GEMV_VARIANT(dt, T, _o3, KILN_GEMV_DENSE_BOUNDS, false)
+KILN_GATED_LINEAR_GEMV(f16, __half)
+KILN_GATED_LINEAR_GEMV(bf16, __nv_bfloat16)
 
 // (x, norm_w|0, wq, wk, wv, bq|0, bk|0, bv|0, out_q, out_k, out_v, rows, in_features, nq, nk, nv,
 //  has_norm, eps, has_bias): Op::QkvLinear, grid (ceil((nq + nk + nv) / 16)).

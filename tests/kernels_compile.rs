@@ -49,10 +49,18 @@ fn expected_symbols() -> BTreeSet<String> {
             if variant.is_empty() && dt == out && dt != "f32" {
                 s.insert(format!("kiln_fused_linear_res_{dt}_{out}"));
             }
+            // The GEMV-only entry points (abi.rs `gemv_only_entry`), 16-bit x.
+            if dt != "f32" {
+                s.insert(format!("kiln_linear_gemv_{dt}_{out}{variant}"));
+            }
         }
         for dt in ["f32", "f16", "bf16"] {
             s.insert(format!("kiln_linear_argmax_{dt}_f32{variant}"));
             s.insert(format!("kiln_gated_linear_{dt}{variant}"));
+            if dt != "f32" {
+                s.insert(format!("kiln_linear_argmax_gemv_{dt}_f32{variant}"));
+                s.insert(format!("kiln_gated_linear_gemv_{dt}{variant}"));
+            }
             s.insert(format!("kiln_qkv_linear_{dt}{variant}"));
             s.insert(format!("kiln_qkv_rope_{dt}{variant}"));
         }

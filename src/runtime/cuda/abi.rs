@@ -364,6 +364,12 @@ pub fn pointers(kernel: &Kernel, bufs: &[BufArg], region_base: &[u64; crate::pla
 /// linear_fused.cu).
 pub fn launch_symbol(l: &crate::plan::Launch) -> String {
     let s = symbol(&l.kernel, &l.bufs);
+    let s = match l.kernel {
+        _ if !gemv_only_entry(l) => s,
+        Kernel::Linear { argmax: true, .. } => s.replacen("kiln_linear_argmax_", "kiln_linear_argmax_gemv_", 1),
+        Kernel::Linear { .. } => s.replacen("kiln_linear_", "kiln_linear_gemv_", 1),
+        _ => s.replacen("kiln_gated_linear_", "kiln_gated_linear_gemv_", 1),
+    };
     if l.occupancy == crate::plan::geometry::GEMV_DENSE_BLOCKS_PER_SM {
         format!("{s}{}", crate::plan::geometry::dense_variant_suffix(&l.kernel))
     } else if fused_res_entry(l) {
@@ -371,6 +377,24 @@ pub fn launch_symbol(l: &crate::plan::Launch) -> String {
     } else {
         s
     }
+}
+
+/// Whether a `linear` (no stats) or `gated_linear` launch calls its GEMV-only entry point
+/// (`kiln_linear[_argmax]_gemv_*`, `kiln_gated_linear_gemv_*`: only the tensor-core GEMV paths, ~1/4
+/// of the instructions; any other input traps): `KILN_GEMV_ONLY_ENTRY=1` (run time; off by default,
+/// built in session 54 after [`fused_res_entry`]'s A/B and not yet measured) and a launch that takes
+/// those paths: at most [`LINEAR_GEMV_MAX_ROWS`](crate::plan::geometry::LINEAR_GEMV_MAX_ROWS) rows,
+/// 16-bit x with in % 8 == 0 (the planner's offsets are aligned; a dense gated launch is planned only
+/// where its variant has the path: `geometry::dense_variant_covers`).
+fn gemv_only_entry(l: &crate::plan::Launch) -> bool {
+    let rows = match l.kernel {
+        Kernel::Linear { rows, stats: None, .. } | Kernel::GatedLinear { rows, .. } => rows,
+        _ => return false,
+    };
+    crate::plan::knob("KILN_GEMV_ONLY_ENTRY") == "1"
+        && rows >= 1
+        && rows <= crate::plan::geometry::LINEAR_GEMV_MAX_ROWS
+        && crate::plan::geometry::gemv_tensor_cores(&l.kernel, &l.bufs)
 }
 
 /// Whether a `fused_linear` launch calls `kiln_fused_linear_res_*` (kernels/linear_fused.cu): the
