@@ -5,7 +5,10 @@
 //!   (`f32`, `f16`, `bf16`); `linear` appends the output dtype (`kiln_linear_bf16_f32` for
 //!   logits); `sample` is always `kiln_sample_f32`; a launch with `occupancy` 3 calls the dense
 //!   variant of a linear-family kernel, the same name with `_o3` appended (`_o3u` for a
-//!   `fused_linear` whose norm's rows are not staged; [`launch_symbol`]).
+//!   `fused_linear` whose norm's rows are not staged; [`launch_symbol`]). A decode o / down
+//!   projection calls `kiln_fused_linear_res_{dt}_{dt}`, its one path compiled alone
+//!   (`KILN_FUSED_RES_ENTRY=0` off); with `KILN_GEMV_ONLY_ENTRY=1` a GEMV `linear` / `gated_linear`
+//!   calls `kiln_linear[_argmax]_gemv_*` / `kiln_gated_linear_gemv_*` (its tensor-core paths only).
 //! - Parameters: one device pointer (`u64`) per operand, in `Launch::bufs` order, then the
 //!   kernel's scalars in the order of [`scalars`]. `u32` as `unsigned int`, `i32` as `int`,
 //!   `f32` as `float`; a `bool` is an `unsigned int` 0/1.
