@@ -395,8 +395,7 @@ fn gemv_only_entry(l: &crate::plan::Launch) -> bool {
         _ => return false,
     };
     crate::plan::knob("KILN_GEMV_ONLY_ENTRY") == "1"
-        && rows >= 1
-        && rows <= crate::plan::geometry::LINEAR_GEMV_MAX_ROWS
+        && (1..=crate::plan::geometry::LINEAR_GEMV_MAX_ROWS).contains(&rows)
         && crate::plan::geometry::gemv_tensor_cores(&l.kernel, &l.bufs)
 }
 
@@ -413,8 +412,7 @@ fn fused_res_entry(l: &crate::plan::Launch) -> bool {
     let same_dtype = l.bufs.first().zip(l.bufs.last()).is_some_and(|(x, o)| x.dtype == o.dtype);
     crate::plan::knob("KILN_FUSED_RES_ENTRY") != "0"
         && l.occupancy == 0
-        && rows >= 1
-        && rows <= crate::plan::geometry::LINEAR_GEMV_MAX_ROWS
+        && (1..=crate::plan::geometry::LINEAR_GEMV_MAX_ROWS).contains(&rows)
         && crate::plan::geometry::gemv_tensor_cores(&l.kernel, &l.bufs)
         && same_dtype
         && l.grid[0] * crate::plan::geometry::LINEAR_GEMV_FEATURES >= out_features
