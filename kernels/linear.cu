@@ -762,15 +762,18 @@ __device__ void linear(const T* x, const T* w, const T* bias, O* out, unsigned l
 // `dense_variant_covers`).
 #define KILN_GEMV_DENSE_BOUNDS __launch_bounds__(32 * KILN_LINEAR_GEMV_WARPS, 3)
 
-#define KILN_LINEAR_VARIANT(dt, T, outdt, O, SUFFIX, BOUNDS)                                        \
-  extern "C" __global__ void BOUNDS kiln_linear_##dt##_##outdt##SUFFIX(                             \
+// INFIX: empty, or `gemv_` with GEMV_ONLY true (the GEMV-only entries below).
+#define KILN_LINEAR_VARIANT(dt, T, outdt, O, SUFFIX, BOUNDS, INFIX, GEMV_ONLY)                      \
+  extern "C" __global__ void BOUNDS kiln_linear_##INFIX##dt##_##outdt##SUFFIX(                      \
       const T* x, const T* weight, const T* bias, O* out, unsigned int rows, unsigned int in_features, \
       unsigned int out_features, unsigned int has_bias) {                                           \
-    kiln::linear<T, O, false>(x, weight, bias, out, nullptr, rows, in_features, out_features, has_bias); \
+    kiln::linear<T, O, false, false, GEMV_ONLY>(x, weight, bias, out, nullptr, rows, in_features, out_features, \
+                                                has_bias);                                          \
   }
-#define KILN_LINEAR_OUT(dt, T, outdt, O)                                                            \
-  KILN_LINEAR_VARIANT(dt, T, outdt, O, , KILN_LINEAR_BOUNDS)                                        \
-  KILN_LINEAR_VARIANT(dt, T, outdt, O, _o3, KILN_GEMV_DENSE_BOUNDS)
+#define KILN_LINEAR_OUT_AS(dt, T, outdt, O, INFIX, GEMV_ONLY)                                       \
+  KILN_LINEAR_VARIANT(dt, T, outdt, O, , KILN_LINEAR_BOUNDS, INFIX, GEMV_ONLY)                      \
+  KILN_LINEAR_VARIANT(dt, T, outdt, O, _o3, KILN_GEMV_DENSE_BOUNDS, INFIX, GEMV_ONLY)
+#define KILN_LINEAR_OUT(dt, T, outdt, O) KILN_LINEAR_OUT_AS(dt, T, outdt, O, , false)
 KILN_LINEAR_OUT(f32, float, f32, float)
 KILN_LINEAR_OUT(f16, __half, f16, __half)
 KILN_LINEAR_OUT(f16, __half, f32, float)
@@ -783,15 +786,7 @@ KILN_LINEAR_OUT(bf16, __nv_bfloat16, f32, float)
 // (src/runtime/cuda/abi.rs `gemv_only_entry`; off by default until an A/B). Same code, same bits.
 // Session 54 measured the same cut for the o and down projections (kiln_fused_linear_res_*: +5.1%
 // on the Qwen2.5-0.5B, +2.3% on the Llama-3.2-1B, an H100).
-#define KILN_LINEAR_GEMV_VARIANT(dt, T, outdt, O, SUFFIX, BOUNDS)                                   \
-  extern "C" __global__ void BOUNDS kiln_linear_gemv_##dt##_##outdt##SUFFIX(                        \
-      const T* x, const T* weight, const T* bias, O* out, unsigned int rows, unsigned int in_features, \
-      unsigned int out_features, unsigned int has_bias) {                                           \
-    kiln::linear<T, O, false, false, true>(x, weight, bias, out, nullptr, rows, in_features, out_features, has_bias); \
-  }
-#define KILN_LINEAR_GEMV_OUT(dt, T, outdt, O)                                                       \
-  KILN_LINEAR_GEMV_VARIANT(dt, T, outdt, O, , KILN_LINEAR_BOUNDS)                                   \
-  KILN_LINEAR_GEMV_VARIANT(dt, T, outdt, O, _o3, KILN_GEMV_DENSE_BOUNDS)
+#define KILN_LINEAR_GEMV_OUT(dt, T, outdt, O) KILN_LINEAR_OUT_AS(dt, T, outdt, O, gemv_, true)
 KILN_LINEAR_GEMV_OUT(f16, __half, f16, __half)
 KILN_LINEAR_GEMV_OUT(f16, __half, f32, float)
 KILN_LINEAR_GEMV_OUT(bf16, __nv_bfloat16, bf16, __nv_bfloat16)
@@ -804,28 +799,21 @@ KILN_LINEAR_GEMV_OUT(bf16, __nv_bfloat16, f32, float)
 // in any order: the same key. CPU reference: the `Kernel::Linear { argmax: true }` arm of
 // src/runtime/cpu.rs. Check on a GPU: kiln gate --checks 5 (greedy device loops == one-step decode,
 // whose `sample` scans the logits).
-#define KILN_LINEAR_ARGMAX_VARIANT(dt, T, SUFFIX, BOUNDS)                                             \
-  extern "C" __global__ void BOUNDS kiln_linear_argmax_##dt##_f32##SUFFIX(                           \
+#define KILN_LINEAR_ARGMAX_VARIANT(dt, T, SUFFIX, BOUNDS, INFIX, GEMV_ONLY)                         \
+  extern "C" __global__ void BOUNDS kiln_linear_argmax_##INFIX##dt##_f32##SUFFIX(                    \
       const T* x, const T* weight, const T* bias, float* out, unsigned long long* argmax_key,         \
       unsigned int rows, unsigned int in_features, unsigned int out_features, unsigned int has_bias) { \
-    kiln::linear<T, float, true>(x, weight, bias, out, argmax_key, rows, in_features, out_features, has_bias); \
+    kiln::linear<T, float, true, false, GEMV_ONLY>(x, weight, bias, out, argmax_key, rows, in_features, \
+                                                   out_features, has_bias);                          \
   }
-#define KILN_LINEAR_ARGMAX(dt, T)                                                                   \
-  KILN_LINEAR_ARGMAX_VARIANT(dt, T, , KILN_LINEAR_BOUNDS)                                           \
-  KILN_LINEAR_ARGMAX_VARIANT(dt, T, _o3, KILN_GEMV_DENSE_BOUNDS)
+#define KILN_LINEAR_ARGMAX_AS(dt, T, INFIX, GEMV_ONLY)                                              \
+  KILN_LINEAR_ARGMAX_VARIANT(dt, T, , KILN_LINEAR_BOUNDS, INFIX, GEMV_ONLY)                         \
+  KILN_LINEAR_ARGMAX_VARIANT(dt, T, _o3, KILN_GEMV_DENSE_BOUNDS, INFIX, GEMV_ONLY)
+#define KILN_LINEAR_ARGMAX(dt, T) KILN_LINEAR_ARGMAX_AS(dt, T, , false)
 KILN_LINEAR_ARGMAX(f32, float)
 KILN_LINEAR_ARGMAX(f16, __half)
 KILN_LINEAR_ARGMAX(bf16, __nv_bfloat16)
-#define KILN_LINEAR_ARGMAX_GEMV_VARIANT(dt, T, SUFFIX, BOUNDS)                                        \
-  extern "C" __global__ void BOUNDS kiln_linear_argmax_gemv_##dt##_f32##SUFFIX(                      \
-      const T* x, const T* weight, const T* bias, float* out, unsigned long long* argmax_key,         \
-      unsigned int rows, unsigned int in_features, unsigned int out_features, unsigned int has_bias) { \
-    kiln::linear<T, float, true, false, true>(x, weight, bias, out, argmax_key, rows, in_features, out_features, \
-                                              has_bias);                                              \
-  }
-#define KILN_LINEAR_ARGMAX_GEMV(dt, T)                                                              \
-  KILN_LINEAR_ARGMAX_GEMV_VARIANT(dt, T, , KILN_LINEAR_BOUNDS)                                      \
-  KILN_LINEAR_ARGMAX_GEMV_VARIANT(dt, T, _o3, KILN_GEMV_DENSE_BOUNDS)
+#define KILN_LINEAR_ARGMAX_GEMV(dt, T) KILN_LINEAR_ARGMAX_AS(dt, T, gemv_, true)
 KILN_LINEAR_ARGMAX_GEMV(f16, __half)
 KILN_LINEAR_ARGMAX_GEMV(bf16, __nv_bfloat16)
 

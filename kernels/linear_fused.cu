@@ -1445,29 +1445,22 @@ KILN_FUSED_LINEAR_OUT(bf16, __nv_bfloat16, f32, float)
   }
 KILN_FUSED_LINEAR_OUTNORM(bf16, __nv_bfloat16)
 
-#define KILN_GATED_LINEAR_VARIANT(dt, T, SUFFIX, BOUNDS, WIDE)                                                          \
-  extern "C" __global__ void BOUNDS kiln_gated_linear_##dt##SUFFIX(                                             \
+// INFIX: empty, or `gemv_` with GEMV_ONLY true (the GEMV-only entries below).
+#define KILN_GATED_LINEAR_VARIANT(dt, T, SUFFIX, BOUNDS, WIDE, INFIX, GEMV_ONLY)                                        \
+  extern "C" __global__ void BOUNDS kiln_gated_linear_##INFIX##dt##SUFFIX(                                      \
       const T* x, const T* norm_w, const T* gate, const T* up, T* out, unsigned int rows, unsigned int in_features, \
       unsigned int out_features, unsigned int has_norm, float eps) {                                              \
-    kiln::fused_linear<T, T, true, WIDE>(x, norm_w, gate, up, nullptr, nullptr, out, rows, in_features, out_features,   \
-                                   has_norm, eps, 0u, 0u);                                                        \
+    kiln::fused_linear<T, T, true, WIDE, false, false, GEMV_ONLY>(x, norm_w, gate, up, nullptr, nullptr, out, rows, \
+                                                                   in_features, out_features, has_norm, eps, 0u, 0u); \
   }
-#define KILN_GATED_LINEAR(dt, T)                                                                                  \
-  KILN_GATED_LINEAR_VARIANT(dt, T, , KILN_FUSED_BOUNDS, true)                                                     \
-  KILN_GATED_LINEAR_VARIANT(dt, T, _o3, KILN_GEMV_DENSE_BOUNDS, false)
+#define KILN_GATED_LINEAR_AS(dt, T, INFIX, GEMV_ONLY)                                                             \
+  KILN_GATED_LINEAR_VARIANT(dt, T, , KILN_FUSED_BOUNDS, true, INFIX, GEMV_ONLY)                                   \
+  KILN_GATED_LINEAR_VARIANT(dt, T, _o3, KILN_GEMV_DENSE_BOUNDS, false, INFIX, GEMV_ONLY)
+#define KILN_GATED_LINEAR(dt, T) KILN_GATED_LINEAR_AS(dt, T, , false)
 KILN_FOR_EACH_DTYPE(KILN_GATED_LINEAR)
 // kiln_gated_linear_gemv_{dt}[_o3] (16-bit): the same with only the tensor-core GEMV paths (any other
 // input traps), for KILN_GEMV_ONLY_ENTRY=1 (linear.cu's kiln_linear_gemv_*; off by default until an A/B).
-#define KILN_GATED_LINEAR_GEMV_VARIANT(dt, T, SUFFIX, BOUNDS, WIDE)                                                     \
-  extern "C" __global__ void BOUNDS kiln_gated_linear_gemv_##dt##SUFFIX(                                        \
-      const T* x, const T* norm_w, const T* gate, const T* up, T* out, unsigned int rows, unsigned int in_features, \
-      unsigned int out_features, unsigned int has_norm, float eps) {                                              \
-    kiln::fused_linear<T, T, true, WIDE, false, false, true>(x, norm_w, gate, up, nullptr, nullptr, out, rows,    \
-                                                              in_features, out_features, has_norm, eps, 0u, 0u);  \
-  }
-#define KILN_GATED_LINEAR_GEMV(dt, T)                                                                             \
-  KILN_GATED_LINEAR_GEMV_VARIANT(dt, T, , KILN_FUSED_BOUNDS, true)                                                \
-  KILN_GATED_LINEAR_GEMV_VARIANT(dt, T, _o3, KILN_GEMV_DENSE_BOUNDS, false)
+#define KILN_GATED_LINEAR_GEMV(dt, T) KILN_GATED_LINEAR_AS(dt, T, gemv_, true)
 KILN_GATED_LINEAR_GEMV(f16, __half)
 KILN_GATED_LINEAR_GEMV(bf16, __nv_bfloat16)
 
