@@ -427,3 +427,55 @@ pub fn symbols(plan: &crate::plan::Plan) -> Vec<String> {
     s.dedup();
     s
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ir::DType;
+    use crate::plan::{Access, BufArg, Launch, RegionKind};
+
+    fn buf(dtype: DType, access: Access) -> BufArg {
+        BufArg { region: RegionKind::Arena, offset: 0, bytes: 0, dtype, access }
+    }
+
+    /// A decode o / down launch (x, weight, residual, out) as the planner lays it out.
+    fn fused(rows: u32, norm: bool, residual: bool, dtype: DType, grid: u32, threads: u32, occupancy: u32) -> Launch {
+        let kernel = Kernel::FusedLinear {
+            rows,
+            in_features: 896,
+            out_features: 896,
+            norm,
+            eps: 1e-6,
+            bias: false,
+            residual,
+            l2_prefetch: 0,
+            out_norm: false,
+        };
+        let bufs = vec![buf(dtype, Access::Read), buf(dtype, Access::Read), buf(dtype, Access::Read), buf(dtype, Access::Write)];
+        Launch { name: "blk.0.attn_output".into(), kernel, bufs, grid: [grid, 1, 1], block: [threads, 1, 1], shared_bytes: 0, occupancy }
+    }
+
+    #[test]
+    fn decode_o_and_down_call_their_own_entry_point_and_nothing_else_does() {
+        // KILN_FUSED_RES_ENTRY unset in tests: on.
+        assert_eq!(launch_symbol(&fused(1, false, true, DType::BF16, 56, 256, 0)), "kiln_fused_linear_res_bf16_bf16");
+        assert_eq!(launch_symbol(&fused(8, false, true, DType::F16, 56, 512, 0)), "kiln_fused_linear_res_f16_f16");
+        // Prefill rows, a norm, no residual, f32, the dense variant, a walked grid: the general kernel.
+        assert_eq!(launch_symbol(&fused(9, false, true, DType::BF16, 14, 256, 0)), "kiln_fused_linear_bf16_bf16");
+        assert_eq!(launch_symbol(&fused(1, true, true, DType::BF16, 56, 256, 0)), "kiln_fused_linear_bf16_bf16");
+        assert_eq!(launch_symbol(&fused(1, false, false, DType::BF16, 56, 256, 0)), "kiln_fused_linear_bf16_bf16");
+        assert_eq!(launch_symbol(&fused(1, false, true, DType::F32, 56, 256, 0)), "kiln_fused_linear_f32_f32");
+        assert_eq!(launch_symbol(&fused(1, true, true, DType::BF16, 56, 256, 3)), "kiln_fused_linear_bf16_bf16_o3");
+        assert_eq!(launch_symbol(&fused(1, false, true, DType::BF16, 28, 256, 0)), "kiln_fused_linear_bf16_bf16");
+    }
+
+    #[test]
+    fn gemv_only_entries_are_off_by_default() {
+        // KILN_GEMV_ONLY_ENTRY unset in tests.
+        let kernel = Kernel::GatedLinear { rows: 1, in_features: 896, out_features: 4864, norm: true, eps: 1e-6 };
+        let bufs = vec![buf(DType::BF16, Access::Read); 4].into_iter().chain([buf(DType::BF16, Access::Write)]).collect();
+        let l =
+            Launch { name: "blk.0.ffn_gate_up".into(), kernel, bufs, grid: [304, 1, 1], block: [256, 1, 1], shared_bytes: 0, occupancy: 3 };
+        assert_eq!(launch_symbol(&l), "kiln_gated_linear_bf16_o3");
+    }
+}
