@@ -406,16 +406,17 @@ fn gemv_only_entry(l: &crate::plan::Launch) -> bool {
 /// dtype), compiled alone: the same code and bits in a far smaller function. `KILN_FUSED_RES_ENTRY=0`
 /// (run time) calls `kiln_fused_linear_*` instead, for an A/B (session 54).
 fn fused_res_entry(l: &crate::plan::Launch) -> bool {
-    let Kernel::FusedLinear { rows, out_features, norm: false, residual: true, out_norm: false, .. } = l.kernel else {
+    let Kernel::FusedLinear { rows, norm: false, residual: true, out_norm: false, .. } = l.kernel else {
         return false;
     };
     let same_dtype = l.bufs.first().zip(l.bufs.last()).is_some_and(|(x, o)| x.dtype == o.dtype);
+    // `gemv_tiles`: the GEMV path's rows, and its tiles, one block each (a walked grid has fewer).
     crate::plan::knob("KILN_FUSED_RES_ENTRY") != "0"
         && l.occupancy == 0
-        && (1..=crate::plan::geometry::LINEAR_GEMV_MAX_ROWS).contains(&rows)
+        && rows >= 1
+        && crate::plan::geometry::gemv_tiles(&l.kernel).is_some_and(|tiles| l.grid[0] >= tiles)
         && crate::plan::geometry::gemv_tensor_cores(&l.kernel, &l.bufs)
         && same_dtype
-        && l.grid[0] * crate::plan::geometry::LINEAR_GEMV_FEATURES >= out_features
         && matches!(l.block[0], 256 | 512)
 }
 
