@@ -1459,7 +1459,7 @@ KILN_FUSED_LINEAR_OUTNORM(bf16, __nv_bfloat16)
 #define KILN_GATED_LINEAR(dt, T) KILN_GATED_LINEAR_AS(dt, T, , false)
 KILN_FOR_EACH_DTYPE(KILN_GATED_LINEAR)
 // kiln_gated_linear_gemv_{dt}[_o3] (16-bit): the same with only the tensor-core GEMV paths (any other
-// input traps), for KILN_GEMV_ONLY_ENTRY=1 (linear.cu's kiln_linear_gemv_*; off by default until an A/B).
+// input traps), called by default (KILN_GEMV_ONLY_ENTRY=0 off; linear.cu's kiln_linear_gemv_*).
 #define KILN_GATED_LINEAR_GEMV(dt, T) KILN_GATED_LINEAR_AS(dt, T, gemv_, true)
 KILN_GATED_LINEAR_GEMV(f16, __half)
 KILN_GATED_LINEAR_GEMV(bf16, __nv_bfloat16)

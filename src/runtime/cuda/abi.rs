@@ -7,8 +7,9 @@
 //!   variant of a linear-family kernel, the same name with `_o3` appended (`_o3u` for a
 //!   `fused_linear` whose norm's rows are not staged; [`launch_symbol`]). A decode o / down
 //!   projection calls `kiln_fused_linear_res_{dt}_{dt}`, its one path compiled alone
-//!   (`KILN_FUSED_RES_ENTRY=0` off); with `KILN_GEMV_ONLY_ENTRY=1` a GEMV `linear` / `gated_linear`
-//!   calls `kiln_linear[_argmax]_gemv_*` / `kiln_gated_linear_gemv_*` (its tensor-core paths only).
+//!   (`KILN_FUSED_RES_ENTRY=0` off); a GEMV `linear` / `gated_linear` calls
+//!   `kiln_linear[_argmax]_gemv_*` / `kiln_gated_linear_gemv_*` (its tensor-core paths only;
+//!   `KILN_GEMV_ONLY_ENTRY=0` off).
 //! - Parameters: one device pointer (`u64`) per operand, in `Launch::bufs` order, then the
 //!   kernel's scalars in the order of [`scalars`]. `u32` as `unsigned int`, `i32` as `int`,
 //!   `f32` as `float`; a `bool` is an `unsigned int` 0/1.
@@ -384,8 +385,8 @@ pub fn launch_symbol(l: &crate::plan::Launch) -> String {
 
 /// Whether a `linear` (no stats) or `gated_linear` launch calls its GEMV-only entry point
 /// (`kiln_linear[_argmax]_gemv_*`, `kiln_gated_linear_gemv_*`: only the tensor-core GEMV paths, ~1/4
-/// of the instructions; any other input traps): `KILN_GEMV_ONLY_ENTRY=1` (run time; off by default,
-/// built in session 54 after [`fused_res_entry`]'s A/B and not yet measured) and a launch that takes
+/// of the instructions; any other input traps): on unless `KILN_GEMV_ONLY_ENTRY=0` (run time; built in
+/// session 54, the default since session 55's H100 A/B: +4.1% / +1.1% on the 0.5B / 1B) for a launch that takes
 /// those paths: at most [`LINEAR_GEMV_MAX_ROWS`](crate::plan::geometry::LINEAR_GEMV_MAX_ROWS) rows,
 /// 16-bit x with in % 8 == 0 (the planner's offsets are aligned; a dense gated launch is planned only
 /// where its variant has the path: `geometry::dense_variant_covers`).
@@ -394,7 +395,7 @@ fn gemv_only_entry(l: &crate::plan::Launch) -> bool {
         Kernel::Linear { rows, stats: None, .. } | Kernel::GatedLinear { rows, .. } => rows,
         _ => return false,
     };
-    crate::plan::knob("KILN_GEMV_ONLY_ENTRY") == "1"
+    crate::plan::knob("KILN_GEMV_ONLY_ENTRY") != "0"
         && (1..=crate::plan::geometry::LINEAR_GEMV_MAX_ROWS).contains(&rows)
         && crate::plan::geometry::gemv_tensor_cores(&l.kernel, &l.bufs)
 }
@@ -471,12 +472,17 @@ mod tests {
     }
 
     #[test]
-    fn gemv_only_entries_are_off_by_default() {
-        // KILN_GEMV_ONLY_ENTRY unset in tests.
+    fn gemv_launches_call_their_own_entry_point_by_default() {
+        // KILN_GEMV_ONLY_ENTRY unset in tests: on.
         let kernel = Kernel::GatedLinear { rows: 1, in_features: 896, out_features: 4864, norm: true, eps: 1e-6 };
         let bufs = vec![buf(DType::BF16, Access::Read); 4].into_iter().chain([buf(DType::BF16, Access::Write)]).collect();
         let l =
             Launch { name: "blk.0.ffn_gate_up".into(), kernel, bufs, grid: [304, 1, 1], block: [256, 1, 1], shared_bytes: 0, occupancy: 3 };
-        assert_eq!(launch_symbol(&l), "kiln_gated_linear_bf16_o3");
+        assert_eq!(launch_symbol(&l), "kiln_gated_linear_gemv_bf16_o3");
+        // Prefill rows (the tiled path) and f32 x (no tensor-core path): the general kernel.
+        let prefill = Kernel::GatedLinear { rows: 9, in_features: 896, out_features: 4864, norm: true, eps: 1e-6 };
+        assert_eq!(launch_symbol(&Launch { kernel: prefill, occupancy: 0, ..l.clone() }), "kiln_gated_linear_bf16");
+        let f32_bufs = vec![buf(DType::F32, Access::Read); 4].into_iter().chain([buf(DType::F32, Access::Write)]).collect();
+        assert_eq!(launch_symbol(&Launch { bufs: f32_bufs, occupancy: 0, ..l }), "kiln_gated_linear_f32");
     }
 }
