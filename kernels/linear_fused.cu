@@ -1270,7 +1270,10 @@ __device__ void qkv_rope_gemv_mma(const T* x, const T* nw, const T* w, const Qkv
   }
 }
 
-template <typename T, bool WIDE>
+// GEMV_ONLY (kiln_qkv_rope_gemv_*): the tensor-core GEMV path with a norm at 256 threads only (in the
+// `_o3` variant, a staged norm: fused_staged); any other input traps
+// (src/runtime/cuda/abi.rs `qkv_rope_gemv_entry` calls it only for launches that take that path).
+template <typename T, bool WIDE, bool GEMV_ONLY = false>
 __device__ void qkv_rope(const T* x, const T* nw, const T* w, const T* bias, const int* positions,
                          const int* cache_base, T* q_out, T* k_cache, T* v_cache, unsigned int rows, unsigned int in,
                          unsigned int heads, unsigned int kv_heads, unsigned int head_dim, unsigned int kv_rows,
@@ -1281,7 +1284,8 @@ __device__ void qkv_rope(const T* x, const T* nw, const T* w, const T* bias, con
   __shared__ float inv_s[KILN_FUSED_TILE];
   __shared__ float acc[KILN_FUSED_GEMV_FEATURES][KILN_FUSED_GEMV_MAX_ROWS];
   KILN_ABLATED(8);
-  const bool has_norm = has_norm_u != 0 && nw != nullptr && !((KILN_ABLATE) & 256);
+  // GEMV_ONLY: a constant true, so that the dispatch below keeps only its norm paths.
+  const bool has_norm = GEMV_ONLY || (has_norm_u != 0 && nw != nullptr && !((KILN_ABLATE) & 256));
   const bool has_bias = has_bias_u != 0 && bias != nullptr;
   const QkvRopeTile tile{heads, kv_heads, head_dim, interleaved};
   const float* inv_freq = rope_table(freqs, rotary_dim);
@@ -1322,7 +1326,10 @@ __device__ void qkv_rope(const T* x, const T* nw, const T* w, const T* bias, con
       // Waits for the prior grids inside, after its first weight loads.
 #define KILN_QKV_ROPE_CALL(WARPS, NORM, STAGED) \
   qkv_rope_gemv_mma<T, WARPS, NORM, STAGED>(x, nw, w, tile, rows, in, eps, inv_s, smem, hs, acc)
-      KILN_FUSED_GEMV_DISPATCH(WIDE, has_norm, staged, KILN_QKV_ROPE_CALL)
+      // GEMV_ONLY: 256 threads (8 warps) only, and in the dense variant a staged norm (its spills:
+      // 92 bytes of stores with both of its paths, none with this one).
+      if (GEMV_ONLY && (blockDim.x != 32 * 8 || (!WIDE && !staged))) __trap();
+      KILN_FUSED_GEMV_DISPATCH(WIDE && !GEMV_ONLY, has_norm, staged || (GEMV_ONLY && !WIDE), KILN_QKV_ROPE_CALL)
 #undef KILN_QKV_ROPE_CALL
       if (early == 0 && active) {
         l = qkv_rope_lane(tile, a, j, r);
@@ -1338,6 +1345,7 @@ __device__ void qkv_rope(const T* x, const T* nw, const T* w, const T* bias, con
       return;
     }
   }
+  if constexpr (GEMV_ONLY) __trap();
   allow_dependents();
   wait_prior_grids();
   // SIMT: fused_gemv_simt's arithmetic (a warp per feature, lanes strided over k), 8 rows at a time.
@@ -1485,22 +1493,31 @@ KILN_FOR_EACH_DTYPE(KILN_QKV_LINEAR)
 //  by value)):
 //  Op::QkvRope, weight [(heads + 2 kv_heads) * head_dim, in_features] (q | k | v rows), grid
 //  ((heads + 2 kv_heads) * head_dim / 16).
-#define KILN_QKV_ROPE_VARIANT(dt, T, SUFFIX, BOUNDS, WIDE)                                                            \
-  extern "C" __global__ void BOUNDS kiln_qkv_rope_##dt##SUFFIX(                                                 \
+#define KILN_QKV_ROPE_VARIANT(dt, T, SUFFIX, BOUNDS, WIDE, INFIX, GEMV_ONLY)                                          \
+  extern "C" __global__ void BOUNDS kiln_qkv_rope_##INFIX##dt##SUFFIX(                                          \
       const T* x, const T* norm_w, const T* weight, const T* bias, const int* positions, const int* cache_base,    \
       T* q_out, T* k_cache, T* v_cache, unsigned int rows, unsigned int in_features, unsigned int heads,          \
       unsigned int kv_heads, unsigned int head_dim, unsigned int kv_rows, unsigned int has_norm, float eps,       \
       unsigned int has_bias, unsigned int early, unsigned int rotary_dim, unsigned int interleaved, float theta,  \
       unsigned int scaling_kind, float factor, float low_freq_factor, float high_freq_factor,                     \
       unsigned int original_max_position, const __grid_constant__ kiln::RopeFreqs freqs) {                        \
-    kiln::qkv_rope<T, WIDE>(x, norm_w, weight, bias, positions, cache_base, q_out, k_cache, v_cache, rows, in_features,  \
+    kiln::qkv_rope<T, WIDE, GEMV_ONLY>(x, norm_w, weight, bias, positions, cache_base, q_out, k_cache, v_cache, rows, in_features,  \
                       heads, kv_heads, head_dim, kv_rows, has_norm, eps, has_bias, early, rotary_dim, interleaved, \
                       theta, scaling_kind, factor, low_freq_factor, high_freq_factor, original_max_position, freqs); \
   }
 // Default and `_o3` variants, as qkv_linear: the dense one reads its early lanes into shared
 // memory and computes the RoPE angle in the epilogue (see qkv_rope), 80 registers with ~12 bytes of
 // spills in bf16 (ptxas, sm_90a; 420 with the default variant's register-resident early lane).
-#define KILN_QKV_ROPE(dt, T)                                      \
-  KILN_QKV_ROPE_VARIANT(dt, T, , KILN_FUSED_BOUNDS, true)         \
-  KILN_QKV_ROPE_VARIANT(dt, T, _o3, KILN_GEMV_DENSE_BOUNDS, false)
+#define KILN_QKV_ROPE_AS(dt, T, INFIX, GEMV_ONLY)                                \
+  KILN_QKV_ROPE_VARIANT(dt, T, , KILN_FUSED_BOUNDS, true, INFIX, GEMV_ONLY)     \
+  KILN_QKV_ROPE_VARIANT(dt, T, _o3, KILN_GEMV_DENSE_BOUNDS, false, INFIX, GEMV_ONLY)
+#define KILN_QKV_ROPE(dt, T) KILN_QKV_ROPE_AS(dt, T, , false)
 KILN_FOR_EACH_DTYPE(KILN_QKV_ROPE)
+// kiln_qkv_rope_gemv_{dt}[_o3] (16-bit): the same with only the tensor-core GEMV path with a norm at 256
+// threads (in `_o3` a staged norm; any other input traps): the decode QKV-RoPE of the Llama-3.2-1B /
+// 3.1-8B in 2792 / 2856 SASS instructions against kiln_qkv_rope_bf16's 7528 / _o3's 6768 (sm_90a).
+// Called with KILN_QKV_ROPE_GEMV_ENTRY=1 (abi.rs `qkv_rope_gemv_entry`; off until an A/B), as
+// kiln_fused_linear_res_* and the GEMV-only entries above (sessions 54, 55: instruction fetch).
+#define KILN_QKV_ROPE_GEMV(dt, T) KILN_QKV_ROPE_AS(dt, T, gemv_, true)
+KILN_QKV_ROPE_GEMV(f16, __half)
+KILN_QKV_ROPE_GEMV(bf16, __nv_bfloat16)

@@ -12,6 +12,7 @@ first's blocks as its grid puts on the busiest SM, and how many SMs the first le
 
     LD_LIBRARY_PATH=.../nvidia/cu13/lib KILN_CUDA_INCLUDE=.../nvidia/cu13/include \\
         python3 scripts/coresidency.py MODEL.plan.txt [more dumps]
+    ... python3 scripts/coresidency.py --ptxas REGEX    # ptxas' registers and spills of matching entry points
 
 Assumes bf16 storage and tile-packed GEMV weights (the reference plans'), 132 SMs (H100/H200).
 """
@@ -37,14 +38,17 @@ def kernel_info(arch="sm_90a"):
     opts = [f"--gpu-architecture={arch}", "-std=c++17", "-DKILN_GEMV_TILES=1",
             f"--include-path={nvrtc_util.cuda_include()}", "--ptxas-options=-v"]
     _, log = nvrtc_util.compile_unit(src.encode(), "kiln.cu", headers, opts)
-    fn, info = None, {}
+    fn, info, lines = None, {}, {}
     for line in log.splitlines():
         m = re.search(r"Compiling entry function '(\w+)'", line)
         if m:
             fn = m.group(1)
+        if fn and ("Used" in line or "spill" in line):
+            lines.setdefault(fn, []).append(line.strip())
         m = re.search(r"Used (\d+) registers.*?(\d+) bytes smem", line)
         if m and fn:
             info[fn] = (int(m.group(1)), int(m.group(2)))
+    kernel_info.lines = lines  # ptxas' lines per entry point, for --ptxas
     return info
 
 
@@ -53,10 +57,20 @@ def symbol(kind, attrs, per_sm):
     o3 = "_o3" if per_sm == 3 else ""
     if kind == "attention_cluster":
         return "kiln_attention_cluster_g" + re.search(r"chunk_heads=(\d+)", attrs).group(1) + "_bf16"
+    # The decode entry points by default (sessions 54, 55): a one-row-GEMV o / down projection calls
+    # kiln_fused_linear_res_*, gate/up and the logits their GEMV-only entries; qkv_rope its own with
+    # KILN_QKV_ROPE_GEMV_ENTRY=1.
+    rows = int(re.search(r"rows=(\d+)", attrs).group(1)) if re.search(r"rows=(\d+)", attrs) else 0
+    gemv = 1 <= rows <= 8
+    res = gemv and not o3 and "norm=false" in attrs and "residual=true" in attrs and "out_norm" not in attrs
+    g = "gemv_" if gemv and os.environ.get("KILN_GEMV_ONLY_ENTRY") != "0" else ""
+    qg = "gemv_" if gemv and os.environ.get("KILN_QKV_ROPE_GEMV_ENTRY") == "1" else ""
+    argmax = "argmax_" if "argmax=true" in attrs else ""
     return {
-        "fused_linear": f"kiln_fused_linear_bf16_bf16{o3}",
-        "gated_linear": f"kiln_gated_linear_bf16{o3}",
-        "qkv_rope": f"kiln_qkv_rope_bf16{o3}",
+        "fused_linear": "kiln_fused_linear_res_bf16_bf16" if res else f"kiln_fused_linear_bf16_bf16{o3}",
+        "gated_linear": f"kiln_gated_linear_{g}bf16{o3}",
+        "qkv_rope": f"kiln_qkv_rope_{qg}bf16{o3}",
+        "linear": f"kiln_linear_{argmax}{g}bf16_f32{o3}",
         "linear": f"kiln_linear_bf16_f32{o3}",
         "sample": "kiln_sample_f32",
         "advance": "kiln_advance",
@@ -77,6 +91,11 @@ def main():
     if len(sys.argv) < 2:
         sys.exit(__doc__)
     info = kernel_info()
+    if sys.argv[1] == "--ptxas":
+        for fn, lines in sorted(kernel_info.lines.items()):
+            if re.search(sys.argv[2], fn):
+                print(fn + "\n  " + "\n  ".join(lines))
+        return
     for dump in sys.argv[1:]:
         program, launches = body(dump)
         print(f"== {dump} ({program})")

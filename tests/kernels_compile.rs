@@ -63,6 +63,9 @@ fn expected_symbols() -> BTreeSet<String> {
             }
             s.insert(format!("kiln_qkv_linear_{dt}{variant}"));
             s.insert(format!("kiln_qkv_rope_{dt}{variant}"));
+            if dt != "f32" {
+                s.insert(format!("kiln_qkv_rope_gemv_{dt}{variant}"));
+            }
         }
     }
     // Flash-attention prefill: f16 and bf16 only (the planner picks it for head_dim 64 / 128).

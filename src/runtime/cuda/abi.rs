@@ -9,7 +9,8 @@
 //!   projection calls `kiln_fused_linear_res_{dt}_{dt}`, its one path compiled alone
 //!   (`KILN_FUSED_RES_ENTRY=0` off); a GEMV `linear` / `gated_linear` calls
 //!   `kiln_linear[_argmax]_gemv_*` / `kiln_gated_linear_gemv_*` (its tensor-core paths only;
-//!   `KILN_GEMV_ONLY_ENTRY=0` off).
+//!   `KILN_GEMV_ONLY_ENTRY=0` off); with `KILN_QKV_ROPE_GEMV_ENTRY=1` a decode `qkv_rope` with a
+//!   norm calls `kiln_qkv_rope_gemv_*`.
 //! - Parameters: one device pointer (`u64`) per operand, in `Launch::bufs` order, then the
 //!   kernel's scalars in the order of [`scalars`]. `u32` as `unsigned int`, `i32` as `int`,
 //!   `f32` as `float`; a `bool` is an `unsigned int` 0/1.
@@ -369,6 +370,7 @@ pub fn pointers(kernel: &Kernel, bufs: &[BufArg], region_base: &[u64; crate::pla
 pub fn launch_symbol(l: &crate::plan::Launch) -> String {
     let s = symbol(&l.kernel, &l.bufs);
     let s = match l.kernel {
+        Kernel::QkvRope { .. } if qkv_rope_gemv_entry(l) => s.replacen("kiln_qkv_rope_", "kiln_qkv_rope_gemv_", 1),
         _ if !gemv_only_entry(l) => s,
         Kernel::Linear { argmax: true, .. } => s.replacen("kiln_linear_argmax_", "kiln_linear_argmax_gemv_", 1),
         Kernel::Linear { .. } => s.replacen("kiln_linear_", "kiln_linear_gemv_", 1),
@@ -395,9 +397,33 @@ fn gemv_only_entry(l: &crate::plan::Launch) -> bool {
         Kernel::Linear { rows, stats: None, .. } | Kernel::GatedLinear { rows, .. } => rows,
         _ => return false,
     };
+    // The kernel's own test on top of the plan's: 16-byte aligned operands (planned offsets are).
     crate::plan::knob("KILN_GEMV_ONLY_ENTRY") != "0"
         && (1..=crate::plan::geometry::LINEAR_GEMV_MAX_ROWS).contains(&rows)
         && crate::plan::geometry::gemv_tensor_cores(&l.kernel, &l.bufs)
+        && l.bufs.iter().all(|b| b.offset % 16 == 0)
+}
+
+/// Whether a `qkv_rope` launch calls `kiln_qkv_rope_gemv_*` (kernels/linear_fused.cu: its tensor-core
+/// GEMV paths with a norm only; any other input traps): `KILN_QKV_ROPE_GEMV_ENTRY=1` (run time; off by
+/// default, built in session 55 after [`gemv_only_entry`]'s A/B and not yet measured) and a launch that
+/// takes those paths: a norm, 256 threads, at most
+/// [`LINEAR_GEMV_MAX_ROWS`](crate::plan::geometry::LINEAR_GEMV_MAX_ROWS) rows, 16-bit x, in % 8 == 0,
+/// 16-byte aligned operands, and in the dense variant a staged norm
+/// ([`norm_rows_staged`](crate::plan::geometry::norm_rows_staged); its other path spilled in the main
+/// loop when compiled beside it). Sizes (sm_90a SASS instructions): 2792 against 7528 in the default
+/// variant (the 1B's), 2856 against 6768 in `_o3` (the 8B's).
+fn qkv_rope_gemv_entry(l: &crate::plan::Launch) -> bool {
+    let Kernel::QkvRope { rows, in_features, norm: true, .. } = l.kernel else {
+        return false;
+    };
+    crate::plan::knob("KILN_QKV_ROPE_GEMV_ENTRY") == "1"
+        && l.block[0] == 256
+        && (l.occupancy != crate::plan::geometry::GEMV_DENSE_BLOCKS_PER_SM || crate::plan::geometry::norm_rows_staged(rows, in_features))
+        && (1..=crate::plan::geometry::LINEAR_GEMV_MAX_ROWS).contains(&rows)
+        && in_features % 8 == 0
+        && l.bufs.first().is_some_and(|b| matches!(b.dtype, crate::ir::DType::F16 | crate::ir::DType::BF16))
+        && l.bufs.iter().all(|b| b.offset % 16 == 0)
 }
 
 /// Whether a `fused_linear` launch calls `kiln_fused_linear_res_*` (kernels/linear_fused.cu): the
@@ -484,5 +510,27 @@ mod tests {
         assert_eq!(launch_symbol(&Launch { kernel: prefill, occupancy: 0, ..l.clone() }), "kiln_gated_linear_bf16");
         let f32_bufs = vec![buf(DType::F32, Access::Read); 4].into_iter().chain([buf(DType::F32, Access::Write)]).collect();
         assert_eq!(launch_symbol(&Launch { bufs: f32_bufs, occupancy: 0, ..l }), "kiln_gated_linear_f32");
+    }
+
+    #[test]
+    fn qkv_rope_gemv_entry_is_off_by_default() {
+        // KILN_QKV_ROPE_GEMV_ENTRY unset in tests.
+        let rope = crate::ir::RopeSpec { style: RopeStyle::HalfSplit, theta: 500000.0, rotary_dim: 64, scaling: RopeScaling::None };
+        let kernel = Kernel::QkvRope {
+            rows: 1,
+            in_features: 2048,
+            heads: 32,
+            kv_heads: 8,
+            head_dim: 64,
+            kv_rows: 4096,
+            norm: true,
+            eps: 1e-5,
+            bias: false,
+            early: true,
+            rope,
+        };
+        let bufs = vec![buf(DType::BF16, Access::Read); 6].into_iter().chain([buf(DType::BF16, Access::Write); 3]).collect();
+        let l = Launch { name: "blk.0.qkv".into(), kernel, bufs, grid: [192, 1, 1], block: [512, 1, 1], shared_bytes: 0, occupancy: 0 };
+        assert_eq!(launch_symbol(&l), "kiln_qkv_rope_bf16");
     }
 }
