@@ -20,7 +20,7 @@ done
 echo "synth ready at $(el) s" >> $S
 C=$($B --version | sed -E 's/.*\(([0-9a-f]+).*/\1/')
 G=$(nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200 && echo h200 || echo h100)
-R=2026-12-05-$G-decode-$C
+R=$(date -u +%F)-$G-decode-$C  # (2026-12-05 until session 55)
 [ -z "${GATE_ONLY:-}" ] && timeout $((${LIMIT:-580} - $(el))) $B bench --shapes qwen2.5-0.5b,llama3.2-1b,llama3.1-8b --synth-root target/synth \
   --prompt 128 --new-tokens 256 --batches 1,2,4,8 --contexts 128,4096 --repeats 5 --fuse --torch --torch-rows first \
   --torch-modes eager,compile --torch-repeats 3 --out $OUT/$R > $OUT/official.txt 2>&1
