@@ -1397,6 +1397,83 @@ __device__ __forceinline__ void fused_linear_res(const T* x, const T* w, const T
   }
 }
 
+// kiln_fused_linear_res_k2_{dt}_{dt}: kiln_fused_linear_res's 16-warp GEMV (a 512-thread block's) split
+// over a cluster of two 256-thread blocks, for the plan knob KILN_GEMV_K2=1 (src/plan/geometry.rs
+// `gemv_k2`: a one-row-GEMV o / down projection of 512-thread blocks with no L2 prefetch whose doubled
+// grid still fits one block per SM; the Qwen2.5-0.5B's down: 112 blocks instead of 56). Blocks 2t and
+// 2t + 1 take tile t: rank r's warp w runs the main loop of the 512-thread block's warp 8r + w (the
+// same chunks: x and the weight rows shifted by 8 chunks, the chunk count taken over in - 256 elements,
+// which gives every warp of rank 1 the count warp 8 + w had), rank 1 pushes its warps' partial sums into
+// rank 0's shared memory (st.async, completing rank 0's mbarrier) and rank 0 sums the 16 in
+// gemv_mma_sum's order and runs the epilogue: the same bits as kiln_fused_linear_res_* at 512 threads.
+// Why: a 256-thread block at <= 96 registers fits beside two of the gate/up GEMV's dense blocks and a
+// block of the fused QKV-attention fits beside it (scripts/coresidency.py), where the 512-thread
+// down's blocks wait for both to drain. Session 33's split-K (a different reduction, the general
+// kernel at 105 registers) lost 2.6% by crowding the next launch; the A/B of this one is
+// bench/results/2026-12-05-s55-calls/call-3.sh. Any other input traps.
+template <typename T, typename O>
+__device__ __forceinline__ void fused_linear_res_k2(const T* x, const T* w, const T* bias, const O* residual, O* out,
+                                                    unsigned int rows, unsigned int in, unsigned int outf,
+                                                    unsigned int has_bias_u) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  constexpr int WARPS = KILN_FUSED_GEMV_MAX_WARPS, PW = WARPS / 2;  // the sums' warps, this block's
+  constexpr int U = KILN_LINEAR_GEMV_UNROLL, D = KILN_FUSED_DEPTH;
+  static_assert(D % U == 0, "the ring holds whole runs");
+  constexpr unsigned int SHIFT = PW * U * 32;  // rank 1's first element: warp PW's
+  constexpr unsigned int PART = PW * 4 * 32;   // floats of one rank's partial sums
+  __shared__ __align__(16) float smem[KILN_FUSED_SMEM];
+  __shared__ __align__(8) unsigned long long bar;
+  KILN_ABLATED(2);
+  if (blockDim.x != 32 * PW || (gridDim.x & 1u) != 0u || in <= SHIFT || rows == 0 ||
+      rows > KILN_FUSED_GEMV_MAX_ROWS)
+    __trap();
+  const unsigned int rank = blockIdx.x & 1u;  // %cluster_ctarank under __cluster_dims__(2, 1, 1)
+  const unsigned int n0 = (blockIdx.x >> 1) * KILN_FUSED_GEMV_FEATURES;
+  const unsigned int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2;
+  const unsigned int bar_a = smem_addr(&bar);
+  if (rank == 0 && threadIdx.x == 0) {
+    mbar_init(bar_a);
+    fence_mbarrier_init();
+    mbar_expect(bar_a, PART * 4);
+  }
+  cluster_arrive_relaxed();  // waited on before rank 1's push: rank 0's mbarrier is live
+  unsigned int ra, rb;
+  gemv_tile_rows(n0, g, outf, ra, rb);
+  unsigned int n, r;
+  fused_gemv_slot(n0, n, r);
+  const bool mine = rank == 0 && threadIdx.x < 128 && r < rows && n < outf;
+  const size_t idx = (size_t)r * outf + n;
+  const unsigned int shift = rank * SHIFT;
+  const unsigned int rx = g < rows ? g : 0;
+  EarlyResidualX<GemvPlainX<T>, O> xop{GemvPlainX<T>{x + (size_t)rx * in + shift + gemv_mma_first<WARPS, U>()},
+                                       mine ? residual + idx : nullptr, 0.0f, L2Span{nullptr, 0u}};
+  const T* rows_a[1] = {w + KILN_W_ROW(T, ra, in) + KILN_W_STEP(T, shift)};
+  const T* rows_b[1] = {w + KILN_W_ROW(T, rb, in) + KILN_W_STEP(T, shift)};
+  float c[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
+  gemv_mma_loop_rows<T, 1, WARPS, D, U, KILN_LINEAR_GEMV_XPRE != 0>(rows_a, rows_b, in - shift, xop, c);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) smem[(warp * 4 + i) * 32 + lane] = c[0][i];  // gemv_mma_sum's layout
+  __syncthreads();
+  cluster_wait();
+  if (rank != 0) {
+    // Warps 0-7 of rank 1 are warps 8-15 of the sums: floats [PART, 2 PART) of rank 0's partials.
+    const float4 v = reinterpret_cast<const float4*>(smem)[threadIdx.x];
+    push16(remote_addr(smem_addr(smem) + 4 * PART + 16 * threadIdx.x, 0), v, remote_addr(bar_a, 0));
+    return;
+  }
+  if (threadIdx.x >= 128) return;
+  mbar_wait0(bar_a);
+  const unsigned int i = threadIdx.x >> 5;
+  float s = 0.0f;
+#pragma unroll
+  for (int w2 = 0; w2 < WARPS; ++w2) s += smem[(w2 * 4 + i) * 32 + lane];
+  const bool has_bias = has_bias_u != 0 && bias != nullptr;
+  if (mine) out[idx] = fused_finish_plain<T, O>(s, bias, n, has_bias, true, xop.v);
+#else
+  __trap();
+#endif
+}
+
 }  // namespace kiln
 
 // Each kernel in its default and `_o3` variants (see linear.cu: KILN_GEMV_DENSE_BOUNDS); fused_linear
@@ -1426,6 +1503,23 @@ __device__ __forceinline__ void fused_linear_res(const T* x, const T* w, const T
   }
 KILN_FUSED_LINEAR_RES(f16, __half, f16, __half)
 KILN_FUSED_LINEAR_RES(bf16, __nv_bfloat16, bf16, __nv_bfloat16)
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define KILN_FUSED_K2_CLUSTER_ATTR __cluster_dims__(2, 1, 1)
+#else
+#define KILN_FUSED_K2_CLUSTER_ATTR
+#endif
+// At most 96 registers (256 threads x 96 = the room two dense gate/up blocks leave on an SM).
+#define KILN_FUSED_LINEAR_RES_K2(dt, T)                                                                          \
+  extern "C" __global__ void __maxnreg__(96) KILN_FUSED_K2_CLUSTER_ATTR                                         \
+      kiln_fused_linear_res_k2_##dt##_##dt(const T* x, const T* norm_w, const T* weight, const T* bias,          \
+                                           const T* residual, T* out, const char* l2_prefetch, unsigned int rows, \
+                                           unsigned int in_features, unsigned int out_features,                  \
+                                           unsigned int has_norm, float eps, unsigned int has_bias,              \
+                                           unsigned int has_residual, unsigned int l2_prefetch_bytes) {          \
+    kiln::fused_linear_res_k2<T, T>(x, weight, bias, residual, out, rows, in_features, out_features, has_bias);  \
+  }
+KILN_FUSED_LINEAR_RES_K2(f16, __half)
+KILN_FUSED_LINEAR_RES_K2(bf16, __nv_bfloat16)
 KILN_FUSED_LINEAR_OUT(f32, float, f32, float)
 KILN_FUSED_LINEAR_OUT(f16, __half, f16, __half)
 KILN_FUSED_LINEAR_OUT(f16, __half, f32, float)

@@ -48,6 +48,8 @@ fn expected_symbols() -> BTreeSet<String> {
             // The decode o / down projections' one path alone (abi.rs `fused_res_entry`).
             if variant.is_empty() && dt == out && dt != "f32" {
                 s.insert(format!("kiln_fused_linear_res_{dt}_{out}"));
+                // Split over a cluster of two blocks (plan knob KILN_GEMV_K2, abi.rs `fused_res_k2`).
+                s.insert(format!("kiln_fused_linear_res_k2_{dt}_{out}"));
             }
             // The GEMV-only entry points (abi.rs `gemv_only_entry`), 16-bit x.
             if dt != "f32" {

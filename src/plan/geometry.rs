@@ -350,6 +350,30 @@ pub fn cluster_blocks(kernel: &Kernel) -> Option<u32> {
     }
 }
 
+/// Blocks a [`gemv_k2`] grid may have: one per SM of an H100 / H200.
+pub const GEMV_K2_MAX_BLOCKS: u32 = 132;
+
+/// Whether a one-row-GEMV `fused_linear` launch is planned split over a cluster of two 256-thread
+/// blocks per tile (`kiln_fused_linear_res_k2_*`, linear_fused.cu; the runtime calls it for a grid of
+/// twice [`gemv_tiles`]): the plan-time knob `KILN_GEMV_K2=1` (off by default; built in session 55,
+/// not yet measured) and an o / down projection's GEMV path (no norm, a residual, no out-norm, no L2
+/// prefetch, 16-bit x and output of one dtype) planned at 512 threads whose doubled grid is at most
+/// [`GEMV_K2_MAX_BLOCKS`], with more than 256 inputs, a multiple of 8. The same bits as the 512-thread
+/// block; on the reference shapes only the Qwen2.5-0.5B's down (56 -> 112 blocks) and the Qwen3-0.6B's.
+pub fn gemv_k2(kernel: &Kernel, bufs: &[BufArg], blocks: u32, threads: u32) -> bool {
+    let Kernel::FusedLinear { rows, in_features, norm: false, residual: true, out_norm: false, l2_prefetch: 0, .. } = *kernel else {
+        return false;
+    };
+    let same_dtype = bufs.first().zip(bufs.last()).is_some_and(|(x, o)| x.dtype == o.dtype);
+    super::knob("KILN_GEMV_K2") == "1"
+        && (1..=LINEAR_GEMV_MAX_ROWS).contains(&rows)
+        && threads == LINEAR_GEMV_WIDE_THREADS
+        && 2 * blocks <= GEMV_K2_MAX_BLOCKS
+        && in_features > 256
+        && gemv_tensor_cores(kernel, bufs)
+        && same_dtype
+}
+
 pub fn launch_geometry(kernel: &Kernel, bufs: &[BufArg]) -> Geometry {
     let g =
         |x: u32, y: u32, threads: u32| Geometry { grid: [x.max(1), y.max(1), 1], block: [threads, 1, 1], shared_bytes: 0, occupancy: 0 };
@@ -372,6 +396,9 @@ pub fn launch_geometry(kernel: &Kernel, bufs: &[BufArg]) -> Geometry {
         | Kernel::GatedLinear { rows, in_features, out_features, .. } => {
             if rows <= LINEAR_GEMV_MAX_ROWS {
                 let (blocks, threads, occupancy) = gemv_grid(out_features, in_features);
+                if gemv_k2(kernel, bufs, blocks, threads) {
+                    return Geometry { occupancy: 0, ..g(2 * blocks, 1, LINEAR_GEMV_THREADS) };
+                }
                 if gemv_wide_knob(kernel, blocks) {
                     return Geometry { occupancy: 0, ..g(blocks, 1, LINEAR_GEMV_WIDE_THREADS) };
                 }

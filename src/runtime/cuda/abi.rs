@@ -378,6 +378,8 @@ pub fn launch_symbol(l: &crate::plan::Launch) -> String {
     };
     if l.occupancy == crate::plan::geometry::GEMV_DENSE_BLOCKS_PER_SM {
         format!("{s}{}", crate::plan::geometry::dense_variant_suffix(&l.kernel))
+    } else if fused_res_k2(l) {
+        s.replacen("kiln_fused_linear_", "kiln_fused_linear_res_k2_", 1)
     } else if fused_res_entry(l) {
         s.replacen("kiln_fused_linear_", "kiln_fused_linear_res_", 1)
     } else {
@@ -423,6 +425,26 @@ fn qkv_rope_gemv_entry(l: &crate::plan::Launch) -> bool {
         && (1..=crate::plan::geometry::LINEAR_GEMV_MAX_ROWS).contains(&rows)
         && in_features % 8 == 0
         && l.bufs.first().is_some_and(|b| matches!(b.dtype, crate::ir::DType::F16 | crate::ir::DType::BF16))
+        && l.bufs.iter().all(|b| b.offset % 16 == 0)
+}
+
+/// Whether a `fused_linear` launch calls `kiln_fused_linear_res_k2_*` (kernels/linear_fused.cu: the
+/// 16-warp GEMV split over a cluster of two 256-thread blocks per tile): a launch planned so
+/// ([`gemv_k2`](crate::plan::geometry::gemv_k2), plan-time knob `KILN_GEMV_K2=1`): 256 threads and
+/// a grid of twice [`gemv_tiles`](crate::plan::geometry::gemv_tiles), which no other GEMV plan has
+/// (a walked grid has fewer blocks than tiles), and 16-byte aligned operands.
+fn fused_res_k2(l: &crate::plan::Launch) -> bool {
+    let Kernel::FusedLinear { rows, in_features, norm: false, residual: true, out_norm: false, l2_prefetch: 0, .. } = l.kernel else {
+        return false;
+    };
+    let same_dtype = l.bufs.first().zip(l.bufs.last()).is_some_and(|(x, o)| x.dtype == o.dtype);
+    l.occupancy == 0
+        && l.block[0] == crate::plan::geometry::LINEAR_GEMV_THREADS
+        && (1..=crate::plan::geometry::LINEAR_GEMV_MAX_ROWS).contains(&rows)
+        && in_features > 256
+        && crate::plan::geometry::gemv_tiles(&l.kernel).is_some_and(|tiles| l.grid[0] == 2 * tiles)
+        && crate::plan::geometry::gemv_tensor_cores(&l.kernel, &l.bufs)
+        && same_dtype
         && l.bufs.iter().all(|b| b.offset % 16 == 0)
 }
 
