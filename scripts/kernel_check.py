@@ -794,6 +794,54 @@ class Checker:
         if dt is BF16:
             self.fused_timing()
 
+    def entries(self, dt):
+        """The decode entry points against the kernels they stand for, bitwise (src/runtime/cuda/abi.rs
+        `launch_symbol`): kiln_fused_linear_res_* against kiln_fused_linear_* (no norm, a residual) at
+        512 and 256 threads; kiln_fused_linear_res_k2_* (two 256-thread blocks per tile, in clusters of
+        two) against kiln_fused_linear_res_* at 512; kiln_gated_linear_gemv_* against kiln_gated_linear_*."""
+        if dt is F32:
+            return
+        cp = self.cp
+        for R, K, N in [(1, 4864, 896), (4, 1000, 70), (8, 264, 33), (2, 8192, 300), (1, 896, 4864)]:
+            x, w = dt.store(self.rand(R, K, scale=2.0)), dt.store(self.rand(N, K, scale=1.0 / math.sqrt(K)))
+            b, res = dt.store(self.rand(N)), dt.store(self.rand(R, N))
+            tiles = -(-N // 16)
+
+            def run(symbol, blocks, threads, bias):
+                out = self.dev(dt.poison((R, N)))
+                self.fn(symbol)((blocks,), (threads,),
+                                (self.dev(x), np.uint64(0), self.dev(w), self.dev(b) if bias else np.uint64(0),
+                                 self.dev(res), out, np.uint64(0), np.uint32(R), np.uint32(K), np.uint32(N),
+                                 np.uint32(0), np.float32(0.0), np.uint32(int(bias)), np.uint32(1), np.uint32(0)))
+                cp.cuda.Device().synchronize()
+                return out.get().tobytes()
+
+            for bias in (False, True):
+                shape = f"{R}x{K}->{N}{' +bias' if bias else ''} +res"
+                for threads in (512, 256):
+                    general = run(f"kiln_fused_linear_{dt.name}_{dt.name}", tiles, threads, bias)
+                    mine = run(f"kiln_fused_linear_res_{dt.name}_{dt.name}", tiles, threads, bias)
+                    self.report.record(f"fused_linear_res {shape} at {threads} threads == fused_linear", dt.name,
+                                       general == mine, "bitwise")
+                wide = run(f"kiln_fused_linear_res_{dt.name}_{dt.name}", tiles, 512, bias)
+                k2 = run(f"kiln_fused_linear_res_k2_{dt.name}_{dt.name}", 2 * tiles, 256, bias)
+                self.report.record(f"fused_linear_res_k2 {shape} == fused_linear_res at 512 threads", dt.name,
+                                   wide == k2, "bitwise")
+        eps = 1e-5
+        for R, K, N, has_norm in [(1, 896, 4864, True), (4, 2048, 257, True), (8, 2048, 64, False), (1, 72, 40, True)]:
+            x, nw = dt.store(self.rand(R, K, scale=2.0)), dt.store(self.rand(K) * 0.5 + 1.0)
+            gw, uw = (dt.store(self.rand(N, K, scale=1.0 / math.sqrt(K))) for _ in range(2))
+            outs = []
+            for symbol in (f"kiln_gated_linear_{dt.name}", f"kiln_gated_linear_gemv_{dt.name}"):
+                out = self.dev(dt.poison((R, N)))
+                self.launch(symbol, "gated_linear",
+                            (self.dev(x), self.dev(nw) if has_norm else np.uint64(0), self.dev(gw), self.dev(uw), out,
+                             np.uint32(R), np.uint32(K), np.uint32(N), np.uint32(int(has_norm)), np.float32(eps)),
+                            rows=R, out_features=N, in_features=K)
+                outs.append(out.get().tobytes())
+            self.report.record(f"gated_linear_gemv {R}x{K}->{N}{' +norm' if has_norm else ''} == gated_linear", dt.name,
+                               outs[0] == outs[1], "bitwise")
+
     def fused_timing(self):
         """One timing line: rows=1 gated 2048 -> 8192 bf16 with norm (gate + up streamed once)."""
         cp = self.cp
@@ -2098,7 +2146,7 @@ def main():
     print(f"compiled the kernels ({how}) in {time.time() - t0:.1f} s")
 
     checker = Checker(cp, module, np.random.default_rng(seed), report)
-    per_dtype = ["gather", "rms_norm", "add_rms_norm", "head_rms_norm", "linear", "dense", "walk", "tiles", "norm_pass", "fused", "out_norm", "qkv", "qkv_rope", "qkv_attention", "rope", "rope_kv_write", "kv_write", "attention",
+    per_dtype = ["gather", "rms_norm", "add_rms_norm", "head_rms_norm", "linear", "dense", "walk", "tiles", "norm_pass", "fused", "entries", "out_norm", "qkv", "qkv_rope", "qkv_attention", "rope", "rope_kv_write", "kv_write", "attention",
                  "attention_prefill",
                  "attention_split",
                  "swiglu", "add"]

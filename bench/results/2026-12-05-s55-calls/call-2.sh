@@ -6,11 +6,12 @@
 #   k2:    KILN_GEMV_K2=1 (plan time), the 0.5B's down through kiln_fused_linear_res_k2_* (112 blocks of 256
 #          threads in clusters of two, 96 registers, instead of 56 of 512: room beside gate/up and the attention).
 # Both keep the bits: the greedy ids must match the defaults'.
-#   1. greedy ids: 0.5B base / k2, 1B base / ropeg;
+#   1. greedy ids: 0.5B base / k2, 1B base / ropeg; kernel_check.py --only entries (res, k2 and gated GEMV-only
+#      entries against the general kernels, bitwise);
 #   2. A/B base / ropeg / k2 on the 0.5B and 1B, pads 0 / 32 / 64 / 1024, ROUNDS (default 2);
 #   3. kiln gate --checks 1,2,5 with both knobs, if time is left;
 #   4. block traces of the 0.5B, defaults and k2 (kernels built with KILN_TRACE=1), if time is left.
-# ~480 s on a fresh machine. Carry: [".device/bin/kiln-s55k.xz", ".device/kc55k", ".device/kc55kt"].
+# ~500 s on a fresh machine. Carry: [".device/bin/kiln-s55k.xz", ".device/kc55k", ".device/kc55kt", ".device/kcc55.tar.xz"].
 set -u
 T0=$(date +%s)
 el() { echo $(( $(date +%s) - T0 )); }
@@ -29,6 +30,12 @@ for MV in qwen2.5-0.5b:base qwen2.5-0.5b:k2 llama3.2-1b:base llama3.2-1b:ropeg; 
     grep -a -i 'error\|panic' /tmp/ids.txt | head -3 >> $S )
 done
 echo "ids done at $(el) s" >> $S
+# The entry points against the kernels they stand for, bitwise (kernel_check.py `entries`; its CUBIN prebuilt on the
+# CPU machine: KILN_CHECK_CACHE).
+mkdir -p /tmp/kcc55 && tar -C /tmp/kcc55 -xJf .device/kcc55.tar.xz
+KILN_CHECK_CACHE=/tmp/kcc55 timeout 120 python3 scripts/kernel_check.py --only entries --dtypes f16,bf16 > $OUT/check-entries.txt 2>&1
+echo "kernel_check entries rc $? at $(el) s: $(tail -1 $OUT/check-entries.txt)" >> $S
+grep -a -E 'FAIL' $OUT/check-entries.txt | head -8 >> $S
 timeout $((${AB_BY:-260} - $(el))) python3 scripts/ab_placement.py --arm base=$B --arm ropeg=$B:KILN_QKV_ROPE_GEMV_ENTRY=1 \
   --arm k2=$B:KILN_GEMV_K2=1 --pads ${PADS:-0,32,64,1024} --rounds ${ROUNDS:-2} --timeout 30 --out /tmp/ab2 -- \
   --shapes qwen2.5-0.5b,llama3.2-1b --synth-root target/synth --batches 1 --contexts 128 --repeats 3 --fuse >> $S 2>&1
