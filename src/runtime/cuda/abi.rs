@@ -433,7 +433,7 @@ fn qkv_rope_gemv_entry(l: &crate::plan::Launch) -> bool {
 /// ([`gemv_k2`](crate::plan::geometry::gemv_k2), plan-time knob `KILN_GEMV_K2=1`): 256 threads and
 /// a grid of twice [`gemv_tiles`](crate::plan::geometry::gemv_tiles), which no other GEMV plan has
 /// (a walked grid has fewer blocks than tiles), and 16-byte aligned operands.
-fn fused_res_k2(l: &crate::plan::Launch) -> bool {
+pub fn fused_res_k2(l: &crate::plan::Launch) -> bool {
     let Kernel::FusedLinear { rows, in_features, norm: false, residual: true, out_norm: false, l2_prefetch: 0, .. } = l.kernel else {
         return false;
     };
