@@ -1,5 +1,5 @@
 #!/bin/bash
-# Written in session 55 for the next session (not run: the device was paused after call 1). On ba4c0e9
+# Written in session 55 for the next session (not run: the device was paused after call 1). On b8e2256 (ba4c0e9's kernels)
 # (.device/bin/kiln-s55k.xz: the GEMV-only entries on by default since 49107f3) and two knobs built, not measured:
 #   ropeg: KILN_QKV_ROPE_GEMV_ENTRY=1 (run time), the 1B's / 8B's decode QKV-RoPE through kiln_qkv_rope_gemv_*
 #          (2792 / 2856 SASS instructions against 7528 / 6768);
