@@ -740,7 +740,7 @@ fn cluster_launch_grids_are_whole_clusters() {
         };
         let plan = build_plan(&cfg, &opts).unwrap();
         for l in plan.programs.iter().flat_map(|p| &p.launches) {
-            let Some(size) = cluster_blocks(&l.kernel) else { continue };
+            let Some(size) = cluster_blocks(l) else { continue };
             match l.kernel {
                 Kernel::Sample { .. } | Kernel::SampleAdvance { .. } => {
                     assert!(l.grid[0].is_multiple_of(size) && l.grid[1] == 1 && l.grid[2] == 1, "{}: {:?}", l.name, l.grid);

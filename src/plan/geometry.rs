@@ -340,38 +340,56 @@ pub fn qkv_attention_fits(rows: usize, in_features: usize, heads: usize, head_di
         && (1..=QKV_ATTENTION_MAX_HEADS as usize).contains(&heads)
 }
 
-/// Blocks per thread-block cluster of a kernel compiled with `__cluster_dims__` (sm_90+): the
-/// sampler's blocks of one row, the cluster attention's splits. None for every other kernel.
-pub fn cluster_blocks(kernel: &Kernel) -> Option<u32> {
-    match kernel {
+/// Blocks per thread-block cluster of a launch whose kernel is compiled with `__cluster_dims__`
+/// (sm_90+): the sampler's blocks of one row, the cluster attention's splits, a [`k2_launch`]'s
+/// two blocks per tile. None for every other launch.
+pub fn cluster_blocks(l: &crate::plan::Launch) -> Option<u32> {
+    match l.kernel {
         Kernel::Sample { .. } | Kernel::SampleAdvance { .. } => Some(SAMPLE_BLOCKS_PER_ROW),
         Kernel::AttentionCluster { .. } | Kernel::QkvAttention { .. } => Some(crate::plan::ATTENTION_CLUSTER_SPLITS),
+        _ if k2_launch(l) => Some(2),
         _ => None,
     }
+}
+
+/// Whether a `fused_linear` launch's kernel and operands are those of the one path
+/// `kiln_fused_linear_res_*` compiles (linear_fused.cu): a decode o / down GEMV (1 to
+/// [`LINEAR_GEMV_MAX_ROWS`] rows) on tensor cores, no norm, a residual, no out-norm, input and output
+/// of one 16-bit dtype. The runtime's entry choice (`abi::launch_symbol`) and [`gemv_k2`] share it.
+pub fn res_gemv(kernel: &Kernel, bufs: &[BufArg]) -> bool {
+    let Kernel::FusedLinear { rows, norm: false, residual: true, out_norm: false, .. } = *kernel else {
+        return false;
+    };
+    let same_dtype = bufs.first().zip(bufs.last()).is_some_and(|(x, o)| x.dtype == o.dtype);
+    (1..=LINEAR_GEMV_MAX_ROWS).contains(&rows) && gemv_tensor_cores(kernel, bufs) && same_dtype
 }
 
 /// Blocks a [`gemv_k2`] grid may have: one per SM of an H100 / H200.
 pub const GEMV_K2_MAX_BLOCKS: u32 = 132;
 
+/// A [`res_gemv`] that can be split over a cluster of two blocks per tile: no L2 prefetch (its span
+/// is per block) and more than 256 inputs (rank 1 starts at element 256).
+fn k2_fits(kernel: &Kernel, bufs: &[BufArg]) -> bool {
+    matches!(*kernel, Kernel::FusedLinear { l2_prefetch: 0, in_features, .. } if in_features > 256) && res_gemv(kernel, bufs)
+}
+
 /// Whether a one-row-GEMV `fused_linear` launch is planned split over a cluster of two 256-thread
-/// blocks per tile (`kiln_fused_linear_res_k2_*`, linear_fused.cu; the runtime calls it for a grid of
-/// twice [`gemv_tiles`]): the plan-time knob `KILN_GEMV_K2=1` (off by default; built in session 55,
-/// not yet measured) and an o / down projection's GEMV path (no norm, a residual, no out-norm, no L2
-/// prefetch, 16-bit x and output of one dtype) planned at 512 threads whose doubled grid is at most
-/// [`GEMV_K2_MAX_BLOCKS`], with more than 256 inputs, a multiple of 8. The same bits as the 512-thread
-/// block; on the reference shapes only the Qwen2.5-0.5B's down (56 -> 112 blocks) and the Qwen3-0.6B's.
+/// blocks per tile (`kiln_fused_linear_res_k2_*`, linear_fused.cu; the runtime calls it for a
+/// [`k2_launch`]): the plan-time knob `KILN_GEMV_K2=1` (off by default; built in session 55, not yet
+/// measured) and a [`res_gemv`] with no L2 prefetch and more than 256 inputs planned at 512 threads
+/// whose doubled grid is at most [`GEMV_K2_MAX_BLOCKS`]. The same bits as the 512-thread block; on
+/// the reference shapes only the Qwen2.5-0.5B's down (56 -> 112 blocks) and the Qwen3-0.6B's.
 pub fn gemv_k2(kernel: &Kernel, bufs: &[BufArg], blocks: u32, threads: u32) -> bool {
-    let Kernel::FusedLinear { rows, in_features, norm: false, residual: true, out_norm: false, l2_prefetch: 0, .. } = *kernel else {
-        return false;
-    };
-    let same_dtype = bufs.first().zip(bufs.last()).is_some_and(|(x, o)| x.dtype == o.dtype);
-    super::knob("KILN_GEMV_K2") == "1"
-        && (1..=LINEAR_GEMV_MAX_ROWS).contains(&rows)
-        && threads == LINEAR_GEMV_WIDE_THREADS
-        && 2 * blocks <= GEMV_K2_MAX_BLOCKS
-        && in_features > 256
-        && gemv_tensor_cores(kernel, bufs)
-        && same_dtype
+    super::knob("KILN_GEMV_K2") == "1" && threads == LINEAR_GEMV_WIDE_THREADS && 2 * blocks <= GEMV_K2_MAX_BLOCKS && k2_fits(kernel, bufs)
+}
+
+/// Whether a launch is planned as [`gemv_k2`] plans it: 256 threads, the default variant and a grid
+/// of twice [`gemv_tiles`], which no other GEMV plan has (a walked grid has fewer blocks than tiles).
+pub fn k2_launch(l: &crate::plan::Launch) -> bool {
+    l.occupancy == 0
+        && l.block[0] == LINEAR_GEMV_THREADS
+        && gemv_tiles(&l.kernel).is_some_and(|tiles| l.grid[0] == 2 * tiles)
+        && k2_fits(&l.kernel, &l.bufs)
 }
 
 pub fn launch_geometry(kernel: &Kernel, bufs: &[BufArg]) -> Geometry {

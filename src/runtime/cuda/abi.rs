@@ -399,11 +399,16 @@ fn gemv_only_entry(l: &crate::plan::Launch) -> bool {
         Kernel::Linear { rows, stats: None, .. } | Kernel::GatedLinear { rows, .. } => rows,
         _ => return false,
     };
-    // The kernel's own test on top of the plan's: 16-byte aligned operands (planned offsets are).
     crate::plan::knob("KILN_GEMV_ONLY_ENTRY") != "0"
         && (1..=crate::plan::geometry::LINEAR_GEMV_MAX_ROWS).contains(&rows)
         && crate::plan::geometry::gemv_tensor_cores(&l.kernel, &l.bufs)
-        && l.bufs.iter().all(|b| b.offset % 16 == 0)
+        && aligned16(l)
+}
+
+/// The kernels' own alignment test on top of the plan's (planned offsets are 256-aligned): every
+/// operand 16-byte aligned, as the tensor-core paths the entry points keep require.
+fn aligned16(l: &crate::plan::Launch) -> bool {
+    l.bufs.iter().all(|b| b.offset % 16 == 0)
 }
 
 /// Whether a `qkv_rope` launch calls `kiln_qkv_rope_gemv_*` (kernels/linear_fused.cu: its tensor-core
@@ -425,27 +430,15 @@ fn qkv_rope_gemv_entry(l: &crate::plan::Launch) -> bool {
         && (1..=crate::plan::geometry::LINEAR_GEMV_MAX_ROWS).contains(&rows)
         && in_features % 8 == 0
         && l.bufs.first().is_some_and(|b| matches!(b.dtype, crate::ir::DType::F16 | crate::ir::DType::BF16))
-        && l.bufs.iter().all(|b| b.offset % 16 == 0)
+        && aligned16(l)
 }
 
 /// Whether a `fused_linear` launch calls `kiln_fused_linear_res_k2_*` (kernels/linear_fused.cu: the
 /// 16-warp GEMV split over a cluster of two 256-thread blocks per tile): a launch planned so
-/// ([`gemv_k2`](crate::plan::geometry::gemv_k2), plan-time knob `KILN_GEMV_K2=1`): 256 threads and
-/// a grid of twice [`gemv_tiles`](crate::plan::geometry::gemv_tiles), which no other GEMV plan has
-/// (a walked grid has fewer blocks than tiles), and 16-byte aligned operands.
-pub fn fused_res_k2(l: &crate::plan::Launch) -> bool {
-    let Kernel::FusedLinear { rows, in_features, norm: false, residual: true, out_norm: false, l2_prefetch: 0, .. } = l.kernel else {
-        return false;
-    };
-    let same_dtype = l.bufs.first().zip(l.bufs.last()).is_some_and(|(x, o)| x.dtype == o.dtype);
-    l.occupancy == 0
-        && l.block[0] == crate::plan::geometry::LINEAR_GEMV_THREADS
-        && (1..=crate::plan::geometry::LINEAR_GEMV_MAX_ROWS).contains(&rows)
-        && in_features > 256
-        && crate::plan::geometry::gemv_tiles(&l.kernel).is_some_and(|tiles| l.grid[0] == 2 * tiles)
-        && crate::plan::geometry::gemv_tensor_cores(&l.kernel, &l.bufs)
-        && same_dtype
-        && l.bufs.iter().all(|b| b.offset % 16 == 0)
+/// ([`k2_launch`](crate::plan::geometry::k2_launch), plan-time knob `KILN_GEMV_K2=1`) with 16-byte
+/// aligned operands.
+fn fused_res_k2(l: &crate::plan::Launch) -> bool {
+    crate::plan::geometry::k2_launch(l) && aligned16(l)
 }
 
 /// Whether a `fused_linear` launch calls `kiln_fused_linear_res_*` (kernels/linear_fused.cu): the
@@ -455,17 +448,11 @@ pub fn fused_res_k2(l: &crate::plan::Launch) -> bool {
 /// dtype), compiled alone: the same code and bits in a far smaller function. `KILN_FUSED_RES_ENTRY=0`
 /// (run time) calls `kiln_fused_linear_*` instead, for an A/B (session 54).
 fn fused_res_entry(l: &crate::plan::Launch) -> bool {
-    let Kernel::FusedLinear { rows, norm: false, residual: true, out_norm: false, .. } = l.kernel else {
-        return false;
-    };
-    let same_dtype = l.bufs.first().zip(l.bufs.last()).is_some_and(|(x, o)| x.dtype == o.dtype);
-    // `gemv_tiles`: the GEMV path's rows, and its tiles, one block each (a walked grid has fewer).
+    // `gemv_tiles`: one block per tile at least (a walked grid has fewer).
     crate::plan::knob("KILN_FUSED_RES_ENTRY") != "0"
         && l.occupancy == 0
-        && rows >= 1
+        && crate::plan::geometry::res_gemv(&l.kernel, &l.bufs)
         && crate::plan::geometry::gemv_tiles(&l.kernel).is_some_and(|tiles| l.grid[0] >= tiles)
-        && crate::plan::geometry::gemv_tensor_cores(&l.kernel, &l.bufs)
-        && same_dtype
         && matches!(l.block[0], 256 | 512)
 }
 

@@ -250,9 +250,7 @@ fn cluster_fits(counters: &Counters, device: &Device, plan: &Plan, funcs: &[Vec<
     }
     for (pi, p) in plan.programs.iter().enumerate() {
         for (li, l) in p.launches.iter().enumerate() {
-            // kiln_fused_linear_res_k2_* (`__cluster_dims__(2, 1, 1)`): by its launch, not its kernel.
-            let k2 = abi::fused_res_k2(l).then_some(2);
-            let Some(size) = crate::plan::geometry::cluster_blocks(&l.kernel).or(k2) else { continue };
+            let Some(size) = crate::plan::geometry::cluster_blocks(l) else { continue };
             let symbol = abi::launch_symbol(l);
             if let Some((f, _)) = fits.iter_mut().find(|(f, g)| f.symbol == symbol && *g == l.grid) {
                 if !f.programs.contains(&p.label()) {
