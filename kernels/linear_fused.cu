@@ -69,6 +69,9 @@ namespace kiln {
 #ifndef KILN_GATED_DEPTH
 #define KILN_GATED_DEPTH (KILN_FUSED_DEPTH / 2 > 0 ? KILN_FUSED_DEPTH / 2 : 1)
 #endif
+#ifndef KILN_FUSED_K2_DEPTH
+#define KILN_FUSED_K2_DEPTH KILN_FUSED_DEPTH
+#endif
 #ifdef KILN_FUSED_MAXNREG
 #define KILN_FUSED_BOUNDS __maxnreg__(KILN_FUSED_MAXNREG)
 #else
@@ -1417,7 +1420,7 @@ __device__ __forceinline__ void fused_linear_res_k2(const T* x, const T* w, cons
                                                     unsigned int has_bias_u) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   constexpr int WARPS = KILN_FUSED_GEMV_MAX_WARPS, PW = WARPS / 2;  // the sums' warps, this block's
-  constexpr int U = KILN_LINEAR_GEMV_UNROLL, D = KILN_FUSED_DEPTH;
+  constexpr int U = KILN_LINEAR_GEMV_UNROLL, D = KILN_FUSED_K2_DEPTH;
   static_assert(D % U == 0, "the ring holds whole runs");
   constexpr unsigned int SHIFT = PW * U * 32;  // rank 1's first element: warp PW's
   constexpr unsigned int PART = PW * 4 * 32;   // floats of one rank's partial sums
@@ -1508,9 +1511,13 @@ KILN_FUSED_LINEAR_RES(bf16, __nv_bfloat16, bf16, __nv_bfloat16)
 #else
 #define KILN_FUSED_K2_CLUSTER_ATTR
 #endif
-// At most 96 registers (256 threads x 96 = the room two dense gate/up blocks leave on an SM).
+// At most KILN_FUSED_K2_MAXNREG registers (96: 256 threads x 96 = the room two dense gate/up blocks leave
+// on an SM) and a ring of KILN_FUSED_K2_DEPTH slots (the order of the sums does not depend on it).
+#ifndef KILN_FUSED_K2_MAXNREG
+#define KILN_FUSED_K2_MAXNREG 96
+#endif
 #define KILN_FUSED_LINEAR_RES_K2(dt, T)                                                                          \
-  extern "C" __global__ void __maxnreg__(96) KILN_FUSED_K2_CLUSTER_ATTR                                         \
+  extern "C" __global__ void __maxnreg__(KILN_FUSED_K2_MAXNREG) KILN_FUSED_K2_CLUSTER_ATTR                                         \
       kiln_fused_linear_res_k2_##dt##_##dt(const T* x, const T* norm_w, const T* weight, const T* bias,          \
                                            const T* residual, T* out, const char* l2_prefetch, unsigned int rows, \
                                            unsigned int in_features, unsigned int out_features,                  \

@@ -37,6 +37,7 @@ def kernel_info(arch="sm_90a"):
     src = "".join(f'#include "{n}"\n' for n, _ in headers if n.endswith(".cu"))
     opts = [f"--gpu-architecture={arch}", "-std=c++17", "-DKILN_GEMV_TILES=1",
             f"--include-path={nvrtc_util.cuda_include()}", "--ptxas-options=-v"]
+    opts += [f"-D{d.strip()}" for d in os.environ.get("KILN_NVRTC_DEFINES", "").split(",") if d.strip()]  # as kiln
     _, log = nvrtc_util.compile_unit(src.encode(), "kiln.cu", headers, opts)
     fn, info, lines = None, {}, {}
     for line in log.splitlines():
