@@ -1412,8 +1412,10 @@ __device__ __forceinline__ void fused_linear_res(const T* x, const T* w, const T
 // Why: a 256-thread block at <= 96 registers fits beside two of the gate/up GEMV's dense blocks and a
 // block of the fused QKV-attention fits beside it (scripts/coresidency.py), where the 512-thread
 // down's blocks wait for both to drain. Session 33's split-K (a different reduction, the general
-// kernel at 105 registers) lost 2.6% by crowding the next launch; the A/B of this one is
-// bench/results/2026-12-05-s55-calls/call-3.sh. Any other input traps.
+// kernel at 105 registers) lost 2.6% by crowding the next launch. Session 56's H100 A/B of this one at
+// the ring of 4 was a tie (bench/results/2026-12-05-decode-ab-s56.md): the same 3.6 MB in flight as the
+// 512-thread blocks, so the down was no faster; KILN_FUSED_K2_DEPTH below sets a deeper ring. Any other
+// input traps.
 template <typename T, typename O>
 __device__ __forceinline__ void fused_linear_res_k2(const T* x, const T* w, const T* bias, const O* residual, O* out,
                                                     unsigned int rows, unsigned int in, unsigned int outf,

@@ -413,7 +413,7 @@ fn aligned16(l: &crate::plan::Launch) -> bool {
 
 /// Whether a `qkv_rope` launch calls `kiln_qkv_rope_gemv_*` (kernels/linear_fused.cu: its tensor-core
 /// GEMV paths with a norm only; any other input traps): `KILN_QKV_ROPE_GEMV_ENTRY=1` (run time; off by
-/// default, built in session 55 after [`gemv_only_entry`]'s A/B and not yet measured) and a launch that
+/// default: session 56's H100 A/B on the 1B lost 1.5%, `bench/results/2026-12-05-decode-ab-s56.md`) and a launch that
 /// takes those paths: a norm, 256 threads, at most
 /// [`LINEAR_GEMV_MAX_ROWS`](crate::plan::geometry::LINEAR_GEMV_MAX_ROWS) rows, 16-bit x, in % 8 == 0,
 /// 16-byte aligned operands, and in the dense variant a staged norm
