@@ -9,7 +9,7 @@
 #   2. A/B of the four on the 0.5B, pads 0 / 32 / 64 / 1024, ROUNDS (default 2);
 #   3. kiln gate --checks 1,2,5 with k2d8;
 #   4. block traces of the 0.5B with k2d8 (kernels built with KILN_TRACE=1).
-# Carry: [".device/bin/kiln-s56.xz", ".device/kc56", ".device/kc56t"] (d86b92c; kc56 holds the caches of the three
+# Carry: [".device/bin/kiln-s56.xz", ".device/kc56", ".device/kc56t"] (d86b92c, b3d2666's kernels; kc56 holds the caches of the three
 # define sets, kc56t the traced depth-8 one). ~200 s on a fresh machine.
 set -u
 T0=$(date +%s)
