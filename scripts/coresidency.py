@@ -53,26 +53,28 @@ def kernel_info(arch="sm_90a"):
     return info
 
 
-def symbol(kind, attrs, per_sm):
+def symbol(kind, attrs, per_sm, grid=0):
     """The entry point a bf16 decode launch of `kind` runs (src/runtime/cuda/abi.rs, simplified)."""
     o3 = "_o3" if per_sm == 3 else ""
     if kind == "attention_cluster":
         return "kiln_attention_cluster_g" + re.search(r"chunk_heads=(\d+)", attrs).group(1) + "_bf16"
     # The decode entry points by default (sessions 54, 55): a one-row-GEMV o / down projection calls
     # kiln_fused_linear_res_*, gate/up and the logits their GEMV-only entries; qkv_rope its own with
-    # KILN_QKV_ROPE_GEMV_ENTRY=1.
-    rows = int(re.search(r"rows=(\d+)", attrs).group(1)) if re.search(r"rows=(\d+)", attrs) else 0
-    gemv = 1 <= rows <= 8
+    # KILN_QKV_ROPE_GEMV_ENTRY=1; a res GEMV planned over twice its 16-row tiles is the k2 split
+    # (plan::geometry::k2_launch).
+    m = re.search(r"rows=(\d+)", attrs)
+    gemv = m is not None and 1 <= int(m.group(1)) <= 8
     res = gemv and not o3 and "norm=false" in attrs and "residual=true" in attrs and "out_norm" not in attrs
+    out = re.search(r"out=(\d+)", attrs)
+    k2 = "k2_" if res and out and grid == 2 * math.ceil(int(out.group(1)) / 16) else ""
     g = "gemv_" if gemv and os.environ.get("KILN_GEMV_ONLY_ENTRY") != "0" else ""
     qg = "gemv_" if gemv and os.environ.get("KILN_QKV_ROPE_GEMV_ENTRY") == "1" else ""
     argmax = "argmax_" if "argmax=true" in attrs else ""
     return {
-        "fused_linear": "kiln_fused_linear_res_bf16_bf16" if res else f"kiln_fused_linear_bf16_bf16{o3}",
+        "fused_linear": f"kiln_fused_linear_res_{k2}bf16_bf16" if res else f"kiln_fused_linear_bf16_bf16{o3}",
         "gated_linear": f"kiln_gated_linear_{g}bf16{o3}",
         "qkv_rope": f"kiln_qkv_rope_{qg}bf16{o3}",
         "linear": f"kiln_linear_{argmax}{g}bf16_f32{o3}",
-        "linear": f"kiln_linear_bf16_f32{o3}",
         "sample": "kiln_sample_f32",
         "advance": "kiln_advance",
     }.get(kind, f"kiln_{kind}_bf16")
@@ -108,7 +110,7 @@ def main():
             if (p["name"], d["name"]) in seen:
                 continue
             seen.add((p["name"], d["name"]))
-            (rp, sp), (rd, sd) = (info.get(symbol(x["kind"], x["attrs"], x["per_sm"]), (32, 0)) for x in (p, d))
+            (rp, sp), (rd, sd) = (info.get(symbol(x["kind"], x["attrs"], x["per_sm"], x["grid"]), (32, 0)) for x in (p, d))
             bp, bd = regs_per_block(rp, p["threads"]), regs_per_block(rd, d["threads"])
             cap = min(REGS // bp, THREADS // p["threads"], SMEM // (sp + RESERVED), 32)
             busy = min(cap, math.ceil(p["grid"] / SMS))
