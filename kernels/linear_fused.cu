@@ -1619,8 +1619,9 @@ KILN_FOR_EACH_DTYPE(KILN_QKV_ROPE)
 // kiln_qkv_rope_gemv_{dt}[_o3] (16-bit): the same with only the tensor-core GEMV path with a norm at 256
 // threads (in `_o3` a staged norm; any other input traps): the decode QKV-RoPE of the Llama-3.2-1B /
 // 3.1-8B in 2792 / 2856 SASS instructions against kiln_qkv_rope_bf16's 7528 / _o3's 6768 (sm_90a).
-// Called with KILN_QKV_ROPE_GEMV_ENTRY=1 (abi.rs `qkv_rope_gemv_entry`; off until an A/B), as
-// kiln_fused_linear_res_* and the GEMV-only entries above (sessions 54, 55: instruction fetch).
+// Called with KILN_QKV_ROPE_GEMV_ENTRY=1 (abi.rs `qkv_rope_gemv_entry`), as kiln_fused_linear_res_* and
+// the GEMV-only entries above (sessions 54, 55: instruction fetch); off, since session 56's H100 A/B
+// lost 1.5% on the 1B (bench/results/2026-12-05-decode-ab-s56.md).
 #define KILN_QKV_ROPE_GEMV(dt, T) KILN_QKV_ROPE_AS(dt, T, gemv_, true)
 KILN_QKV_ROPE_GEMV(f16, __half)
 KILN_QKV_ROPE_GEMV(bf16, __nv_bfloat16)
