@@ -70,7 +70,7 @@ namespace kiln {
 #define KILN_GATED_DEPTH (KILN_FUSED_DEPTH / 2 > 0 ? KILN_FUSED_DEPTH / 2 : 1)
 #endif
 #ifndef KILN_FUSED_K2_DEPTH
-#define KILN_FUSED_K2_DEPTH KILN_FUSED_DEPTH
+#define KILN_FUSED_K2_DEPTH 8
 #endif
 #ifdef KILN_FUSED_MAXNREG
 #define KILN_FUSED_BOUNDS __maxnreg__(KILN_FUSED_MAXNREG)
@@ -1401,7 +1401,7 @@ __device__ __forceinline__ void fused_linear_res(const T* x, const T* w, const T
 }
 
 // kiln_fused_linear_res_k2_{dt}_{dt}: kiln_fused_linear_res's 16-warp GEMV (a 512-thread block's) split
-// over a cluster of two 256-thread blocks, for the plan knob KILN_GEMV_K2=1 (src/plan/geometry.rs
+// over a cluster of two 256-thread blocks, unless the plan knob KILN_GEMV_K2=0 (src/plan/geometry.rs
 // `gemv_k2`: a one-row-GEMV o / down projection of 512-thread blocks with no L2 prefetch whose doubled
 // grid still fits one block per SM; the Qwen2.5-0.5B's down: 112 blocks instead of 56). Blocks 2t and
 // 2t + 1 take tile t: rank r's warp w runs the main loop of the 512-thread block's warp 8r + w (the
@@ -1513,10 +1513,12 @@ KILN_FUSED_LINEAR_RES(bf16, __nv_bfloat16, bf16, __nv_bfloat16)
 #else
 #define KILN_FUSED_K2_CLUSTER_ATTR
 #endif
-// At most KILN_FUSED_K2_MAXNREG registers (96: 256 threads x 96 = the room two dense gate/up blocks leave
-// on an SM) and a ring of KILN_FUSED_K2_DEPTH slots (the order of the sums does not depend on it).
+// At most KILN_FUSED_K2_MAXNREG registers (128: one block fits beside a fused-attention block; 96 = 256
+// threads x 96, the room two dense gate/up blocks leave on an SM, holds a ring of 4) and a ring of
+// KILN_FUSED_K2_DEPTH slots (8: 126 registers, no spills, twice the 512-thread blocks' bytes in flight; the
+// order of the sums does not depend on it).
 #ifndef KILN_FUSED_K2_MAXNREG
-#define KILN_FUSED_K2_MAXNREG 96
+#define KILN_FUSED_K2_MAXNREG 128
 #endif
 #define KILN_FUSED_LINEAR_RES_K2(dt, T)                                                                          \
   extern "C" __global__ void __maxnreg__(KILN_FUSED_K2_MAXNREG) KILN_FUSED_K2_CLUSTER_ATTR                                         \

@@ -1,4 +1,4 @@
-//! The plan knob `KILN_GEMV_K2=1` (src/plan/geometry.rs `gemv_k2`): the Qwen2.5-0.5B's decode down
+//! The plan knob `KILN_GEMV_K2` (src/plan/geometry.rs `gemv_k2`; on unless `0`): the Qwen2.5-0.5B's decode down
 //! projection planned over clusters of two 256-thread blocks per tile, calling
 //! `kiln_fused_linear_res_k2_*`, and no other launch. Its own test binary: the knob is read once per
 //! process, here before any plan.
@@ -11,7 +11,7 @@ use kiln::runtime::cuda::abi;
 
 #[test]
 fn the_k2_knob_splits_only_the_wide_one_row_down_projection() {
-    std::env::set_var("KILN_GEMV_K2", "1");
+    std::env::remove_var("KILN_GEMV_K2"); // the default
     let cfg = ModelConfig::preset("qwen2.5-0.5b").unwrap();
     let opts = PlanOptions {
         decode_buckets: vec![1, 8],

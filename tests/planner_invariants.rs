@@ -721,12 +721,12 @@ fn early_reads_in_every_copy_of_an_unrolled_loop_only_behind_a_barrier() {
 
 /// Every cluster launch's grid is whole clusters along the dimension its kernel's
 /// `__cluster_dims__` names (the sampler's blocks of a row along x, the cluster attention's splits
-/// along y): a grid that is not would fail to launch on the GPU.
+/// along y, the k2 GEMV's pairs along x): a grid that is not would fail to launch on the GPU.
 #[test]
 fn cluster_launch_grids_are_whole_clusters() {
-    use kiln::plan::geometry::cluster_blocks;
+    use kiln::plan::geometry::{cluster_blocks, k2_launch};
     use kiln::plan::Kernel;
-    let mut seen = [0usize; 3];
+    let mut seen = [0usize; 4];
     for shape in ["qwen2.5-0.5b", "llama3.2-1b", "qwen3-0.6b"] {
         let cfg = ModelConfig::preset(shape).unwrap();
         let opts = PlanOptions {
@@ -754,6 +754,11 @@ fn cluster_launch_grids_are_whole_clusters() {
                 Kernel::QkvAttention { .. } => {
                     assert!(l.grid[1] == size && l.grid[2] == 1, "{}: {:?}", l.name, l.grid);
                     seen[2] += 1;
+                }
+                // The 0.5B's and Qwen3-0.6B's decode down over clusters of two (geometry::gemv_k2, on by default).
+                Kernel::FusedLinear { .. } if k2_launch(l) => {
+                    assert!(size == 2 && l.grid[0].is_multiple_of(2) && l.grid[1] == 1 && l.grid[2] == 1, "{}: {:?}", l.name, l.grid);
+                    seen[3] += 1;
                 }
                 _ => panic!("{}: a cluster kernel this test does not know", l.name),
             }
