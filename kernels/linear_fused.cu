@@ -1414,8 +1414,9 @@ __device__ __forceinline__ void fused_linear_res(const T* x, const T* w, const T
 // down's blocks wait for both to drain. Session 33's split-K (a different reduction, the general
 // kernel at 105 registers) lost 2.6% by crowding the next launch. Session 56's H100 A/B of this one at
 // the ring of 4 was a tie (bench/results/2026-12-05-decode-ab-s56.md): the same 3.6 MB in flight as the
-// 512-thread blocks, so the down was no faster; KILN_FUSED_K2_DEPTH below sets a deeper ring. Any other
-// input traps.
+// 512-thread blocks, so the down was no faster; KILN_FUSED_K2_DEPTH below sets a deeper ring, and at its
+// default of 8 session 57's won +2.35% (the down 4.90 -> 4.14 us; bench/results/2026-12-06-decode-ab-s57.md).
+// Any other input traps.
 template <typename T, typename O>
 __device__ __forceinline__ void fused_linear_res_k2(const T* x, const T* w, const T* bias, const O* residual, O* out,
                                                     unsigned int rows, unsigned int in, unsigned int outf,

@@ -435,7 +435,7 @@ fn qkv_rope_gemv_entry(l: &crate::plan::Launch) -> bool {
 
 /// Whether a `fused_linear` launch calls `kiln_fused_linear_res_k2_*` (kernels/linear_fused.cu: the
 /// 16-warp GEMV split over a cluster of two 256-thread blocks per tile): a launch planned so
-/// ([`k2_launch`](crate::plan::geometry::k2_launch), plan-time knob `KILN_GEMV_K2=1`) with 16-byte
+/// ([`k2_launch`](crate::plan::geometry::k2_launch), on unless the plan-time knob `KILN_GEMV_K2=0`) with 16-byte
 /// aligned operands.
 fn fused_res_k2(l: &crate::plan::Launch) -> bool {
     crate::plan::geometry::k2_launch(l) && aligned16(l)
