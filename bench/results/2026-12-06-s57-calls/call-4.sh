@@ -1,5 +1,5 @@
 #!/bin/bash
-# Session 57's next A/B (for session 58), on main's default (the 0.5B's down as the k2 GEMV at ring depth 8, 126
+# Session 57 call 4 (run with PYTHONUNBUFFERED=1 ROUNDS=1 AB_BY=105 TRACE_BEFORE=0 and carry [".device/bin/kiln-s57.xz", ".device/kc57"]), on main's default (the 0.5B's down as the k2 GEMV at ring depth 8, 126
 # registers, 7.2 MB in flight: +2.35% in session 57, down 4.90 -> 4.14 us for 8.7 MB, still 1.4 us over its bytes).
 # Each k2 block's share of the down is 16 rows x 2432 inputs x 2 bytes = 77.8 KB = 9.5 ring slots of 256 threads x 32
 # bytes, so at depth 10 a block has its whole share in flight before its wait (156 registers, no spills); depth 12 is
