@@ -377,9 +377,10 @@ fn k2_fits(kernel: &Kernel, bufs: &[BufArg]) -> bool {
 /// blocks per tile (`kiln_fused_linear_res_k2_*`, linear_fused.cu; the runtime calls it for a
 /// [`k2_launch`]): on by default (the plan-time knob `KILN_GEMV_K2=0` off; session 56's H100 A/B on the
 /// 0.5B was a tie at a ring of 4, `bench/results/2026-12-05-decode-ab-s56.md`; session 57's at the
-/// kernel's ring of 8 +2.35%, `bench/results/2026-12-06-decode-ab-s57.md`) and a [`res_gemv`] with no L2 prefetch and more than 256 inputs planned at 512 threads
-/// whose doubled grid is at most [`GEMV_K2_MAX_BLOCKS`]. The same bits as the 512-thread block; on
-/// the reference shapes only the Qwen2.5-0.5B's down (56 -> 112 blocks) and the Qwen3-0.6B's.
+/// kernel's ring of 8 +2.35%, `bench/results/2026-12-06-decode-ab-s57.md`) and a [`res_gemv`] with no
+/// L2 prefetch and more than 256 inputs planned at 512 threads whose doubled grid is at most
+/// [`GEMV_K2_MAX_BLOCKS`]. The same bits as the 512-thread block; on the reference shapes only the
+/// Qwen2.5-0.5B's down (56 -> 112 blocks) and the Qwen3-0.6B's.
 pub fn gemv_k2(kernel: &Kernel, bufs: &[BufArg], blocks: u32, threads: u32) -> bool {
     super::knob("KILN_GEMV_K2") != "0" && threads == LINEAR_GEMV_WIDE_THREADS && 2 * blocks <= GEMV_K2_MAX_BLOCKS && k2_fits(kernel, bufs)
 }
