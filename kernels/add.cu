@@ -24,6 +24,7 @@ __device__ void add(const T* a, const T* b, T* out, unsigned int n) {
 #define KILN_ADD(dt, T)                                                                             \
   extern "C" __global__ void __launch_bounds__(256) kiln_add_##dt(const T* a, const T* b, T* out, \
                                                                     unsigned int n) {             \
+    KILN_TRACE_BLOCK_END();                                                                       \
     kiln::wait_prior_grids();                                                                     \
     kiln::add<T>(a, b, out, n);                                                                           \
   }

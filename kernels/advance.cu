@@ -52,6 +52,7 @@ extern "C" __global__ void __launch_bounds__(1024)
     kiln_advance(const int* tokens, const int* stop_ids, int* token_ids, int* positions, unsigned int* counter,
                  unsigned int* control, int* ring, unsigned int rows, unsigned int burst, unsigned int n_stop,
                  unsigned long long cond_handle) {
+  KILN_TRACE_BLOCK_END();
   kiln::wait_prior_grids();
   // Loads first, all independent of each other (written by earlier grids or the host: coherent
   // loads through the L2, as every activation).

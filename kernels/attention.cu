@@ -160,6 +160,7 @@ __device__ void attention(const T* q, const T* k_cache, const T* v_cache,
       const T* q, const T* k_cache, const T* v_cache, const int* positions, const int* cache_base,     \
       T* out, unsigned int rows, unsigned int heads, unsigned int kv_heads, unsigned int head_dim,     \
       float scale, unsigned int kv_rows) {                                                             \
+    KILN_TRACE_BLOCK_END();                                                                            \
     kiln::wait_prior_grids();                                                                          \
     kiln::attention<T>(q, k_cache, v_cache, positions, cache_base, out, rows, heads, kv_heads, head_dim,     \
                  scale, kv_rows);                                                                      \

@@ -511,6 +511,7 @@ extern "C" __global__ void __launch_bounds__(KILN_QKV_ATTN_THREADS, KILN_QKV_ATT
     unsigned int min_split_len, unsigned int rotary_dim, unsigned int interleaved, float theta, unsigned int scaling_kind,
     float factor, float low_freq_factor, float high_freq_factor, unsigned int original_max_position,
     const __grid_constant__ kiln::RopeFreqs freqs) {
+  KILN_TRACE_BLOCK_END();
   (void)interleaved;  // half-split pairs only (the planner's rule)
   kiln::qkv_attn::qkv_attention(x, norm_w, weight, bias, positions, cache_base, k_cache, v_cache, out, in_features, heads,
                                 kv_heads, head_dim, kv_rows, has_norm != 0, eps, has_bias != 0, early != 0, scale, split_len,

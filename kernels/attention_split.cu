@@ -725,6 +725,7 @@ __device__ void attention_cluster(const T* q, const T* k_cache, const T* v_cache
       float* workspace, unsigned int rows, unsigned int heads, unsigned int kv_heads, unsigned int head_dim, \
       float scale, unsigned int kv_rows, unsigned int splits, unsigned int split_len,                   \
       unsigned int min_split_len, unsigned int early) {                                                 \
+    KILN_TRACE_BLOCK_END();                                                                             \
     if (KILN_ATTN_EARLY_TRIGGER) kiln::allow_dependents();                                              \
     if (early == 0) kiln::wait_prior_grids();                                                           \
     kiln::attention_split<T>(q, k_cache, v_cache, positions, cache_base, workspace, rows, heads, kv_heads,  \
@@ -734,6 +735,7 @@ __device__ void attention_cluster(const T* q, const T* k_cache, const T* v_cache
       const float* workspace, const int* positions, T* out, unsigned int rows, unsigned int heads,      \
       unsigned int head_dim, unsigned int splits, unsigned int split_len, unsigned int min_split_len,   \
       unsigned int early) {                                                                             \
+    KILN_TRACE_BLOCK_END();                                                                             \
     if (KILN_ATTN_EARLY_TRIGGER) kiln::allow_dependents();                                              \
     if (early == 0) kiln::wait_prior_grids();                                                           \
     kiln::attention_merge<T>(workspace, positions, out, rows, heads, head_dim, splits, split_len,       \
@@ -754,6 +756,7 @@ KILN_FOR_EACH_DTYPE(KILN_ATTENTION_SPLIT)
                                   unsigned int kv_heads, unsigned int head_dim, float scale, unsigned int kv_rows, \
                                   unsigned int split_len, unsigned int min_split_len, unsigned int chunk_heads, \
                                   unsigned int early) {                                                      \
+    KILN_TRACE_BLOCK_END();                                                                                  \
     if (KILN_ATTN_EARLY_TRIGGER) kiln::allow_dependents();                                                   \
     if (early == 0) kiln::wait_prior_grids();                                                                \
     kiln::attention_cluster<T, CH>(q, k_cache, v_cache, positions, cache_base, out, rows, heads, kv_heads,    \

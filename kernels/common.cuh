@@ -394,9 +394,10 @@ namespace kiln {
 // 0 of every block records one trace entry in the module globals kiln_trace_n / kiln_trace, read by
 // the CUDA executor when KILN_TRACE_OUT names a file (src/runtime/cuda/exec.rs `trace_end`, summed
 // by scripts/trace_summary.py): the grid's %gridid, %globaltimer (ns) when the block reached the
-// wait and when the wait returned, and %smid, the grid's block count and the block's index. The slot
-// is taken (an atomic) before the wait, so a block resident before the prior grid completes adds
-// nothing after the wait but a store; entries past KILN_TRACE_CAP are dropped (counted).
+// wait and when the wait returned, %smid, the grid's block count and the block's index, and (where
+// the kernel opens with KILN_TRACE_BLOCK_END(), below) %globaltimer when thread 0 left the kernel,
+// else 0. The slot is taken (an atomic) before the wait, so a block resident before the prior grid
+// completes adds nothing after the wait but a store; entries past KILN_TRACE_CAP are dropped (counted).
 #ifndef KILN_TRACE
 #define KILN_TRACE 0
 #endif
@@ -407,38 +408,64 @@ namespace kiln {
 }  // namespace kiln
 // Global scope, so the module's symbols are these names (no namespace mangling).
 __device__ unsigned int kiln_trace_n;
-__device__ unsigned long long kiln_trace[4u * (KILN_TRACE_CAP)];
+__device__ unsigned long long kiln_trace[5u * (KILN_TRACE_CAP)];
 namespace kiln {
 __device__ __forceinline__ unsigned long long trace_clock() {
   unsigned long long t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   return t;
 }
+__device__ __forceinline__ bool trace_thread() { return threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0; }
+// The block's trace slot, for thread 0 (which alone writes and reads it).
+__device__ __forceinline__ unsigned int& trace_slot() {
+  __shared__ unsigned int slot;
+  return slot;
+}
+// KILN_TRACE_BLOCK_END(), a kernel's first statement: a guard whose destructor stamps the end of
+// thread 0's run into the block's entry, on every return path (a kernel without it leaves 0 there).
+struct TraceBlockEnd {
+  __device__ __forceinline__ TraceBlockEnd() {
+    if (trace_thread()) trace_slot() = 0xffffffffu;
+  }
+  __device__ __forceinline__ ~TraceBlockEnd() {
+    if (trace_thread()) {
+      const unsigned int s = trace_slot();
+      if (s != 0xffffffffu) kiln_trace[5ull * s + 4] = trace_clock();
+    }
+  }
+};
+#define KILN_TRACE_BLOCK_END() ::kiln::TraceBlockEnd kiln_trace_block_end_
+#else
+#define KILN_TRACE_BLOCK_END() \
+  do {                         \
+  } while (0)
 #endif
 __device__ __forceinline__ void wait_prior_grids() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #if KILN_TRACE
-  const bool tracer = threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0;
+  const bool tracer = trace_thread();
   unsigned int slot = 0xffffffffu;
   if (tracer) {
     const unsigned int s = atomicAdd(&kiln_trace_n, 1u);
     if (s < (KILN_TRACE_CAP)) {
       slot = s;
+      trace_slot() = s;
+      kiln_trace[5ull * s + 4] = 0;
       unsigned long long grid;
       unsigned int sm;
       asm volatile("mov.u64 %0, %%gridid;" : "=l"(grid));
       asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
       const unsigned long long blocks = (unsigned long long)gridDim.x * gridDim.y * gridDim.z;
       const unsigned long long block = blockIdx.x + (unsigned long long)gridDim.x * (blockIdx.y + (unsigned long long)gridDim.y * blockIdx.z);
-      kiln_trace[4ull * s] = grid;
-      kiln_trace[4ull * s + 3] = ((unsigned long long)sm << 48) | ((blocks & 0xffffffull) << 24) | (block & 0xffffffull);
-      kiln_trace[4ull * s + 1] = trace_clock();
+      kiln_trace[5ull * s] = grid;
+      kiln_trace[5ull * s + 3] = ((unsigned long long)sm << 48) | ((blocks & 0xffffffull) << 24) | (block & 0xffffffull);
+      kiln_trace[5ull * s + 1] = trace_clock();
     }
   }
 #endif
   asm volatile("griddepcontrol.wait;" ::: "memory");
 #if KILN_TRACE
-  if (slot != 0xffffffffu) kiln_trace[4ull * slot + 2] = trace_clock();
+  if (slot != 0xffffffffu) kiln_trace[5ull * slot + 2] = trace_clock();
 #endif
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif

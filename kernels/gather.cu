@@ -64,6 +64,7 @@ __device__ void gather(const T* table, const int* indices, T* __restrict__ out,
   extern "C" __global__ void __launch_bounds__(256)                                                   \
       kiln_gather_##dt(const T* table, const int* indices, T* out, unsigned int rows, unsigned int dim, \
                        unsigned int table_rows) {                                                     \
+    KILN_TRACE_BLOCK_END();                                                                           \
     KILN_ABLATED(2048);                                                                               \
     kiln::wait_prior_grids();                                                                         \
     kiln::gather<T>(table, indices, out, rows, dim, table_rows);                                            \

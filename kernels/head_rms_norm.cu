@@ -44,6 +44,7 @@ __device__ void head_rms_norm(const T* x, const T* weight, T* __restrict__ out,
   extern "C" __global__ void __launch_bounds__(128)                                                \
       kiln_head_rms_norm_##dt(const T* x, const T* weight, T* out, unsigned int rows,             \
                               unsigned int heads, unsigned int head_dim, float eps) {             \
+    KILN_TRACE_BLOCK_END();                                                                       \
     kiln::wait_prior_grids();                                                                     \
     kiln::head_rms_norm<T>(x, weight, out, rows, heads, head_dim, eps);                                  \
   }

@@ -46,6 +46,7 @@ __device__ void kv_write(const T* k, const T* v, const int* positions,
       kiln_kv_write_##dt(const T* k, const T* v, const int* positions, const int* cache_base,       \
                          T* k_cache, T* v_cache, unsigned int rows, unsigned int kv_dim,              \
                          unsigned int kv_rows) {                                                      \
+    KILN_TRACE_BLOCK_END();                                                                           \
     kiln::wait_prior_grids();                                                                         \
     kiln::kv_write<T>(k, v, positions, cache_base, k_cache, v_cache, rows, kv_dim, kv_rows);                \
   }

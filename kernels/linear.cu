@@ -767,6 +767,7 @@ __device__ void linear(const T* x, const T* w, const T* bias, O* out, unsigned l
   extern "C" __global__ void BOUNDS kiln_linear_##INFIX##dt##_##outdt##SUFFIX(                      \
       const T* x, const T* weight, const T* bias, O* out, unsigned int rows, unsigned int in_features, \
       unsigned int out_features, unsigned int has_bias) {                                           \
+    KILN_TRACE_BLOCK_END();                                                                                     \
     kiln::linear<T, O, false, false, GEMV_ONLY>(x, weight, bias, out, nullptr, rows, in_features, out_features, \
                                                 has_bias);                                          \
   }
@@ -803,6 +804,7 @@ KILN_LINEAR_GEMV_OUT(bf16, __nv_bfloat16, f32, float)
   extern "C" __global__ void BOUNDS kiln_linear_argmax_##INFIX##dt##_f32##SUFFIX(                    \
       const T* x, const T* weight, const T* bias, float* out, unsigned long long* argmax_key,         \
       unsigned int rows, unsigned int in_features, unsigned int out_features, unsigned int has_bias) { \
+    KILN_TRACE_BLOCK_END();                                                                             \
     kiln::linear<T, float, true, false, GEMV_ONLY>(x, weight, bias, out, argmax_key, rows, in_features, \
                                                    out_features, has_bias);                          \
   }
@@ -829,6 +831,7 @@ KILN_LINEAR_ARGMAX_GEMV(bf16, __nv_bfloat16)
   extern "C" __global__ void BOUNDS kiln_linear_stats_##dt##_f32##SUFFIX(                            \
       const T* x, const float* sumsq, const T* weight, const T* bias, float* out, unsigned int rows,   \
       unsigned int in_features, unsigned int out_features, unsigned int has_bias, float eps) {        \
+    KILN_TRACE_BLOCK_END();                                                                             \
     kiln::linear<T, float, false, true>(x, weight, bias, out, nullptr, rows, in_features, out_features, \
                                         has_bias, sumsq, eps);                                       \
   }                                                                                                   \
@@ -836,6 +839,7 @@ KILN_LINEAR_ARGMAX_GEMV(bf16, __nv_bfloat16)
       const T* x, const float* sumsq, const T* weight, const T* bias, float* out,                     \
       unsigned long long* argmax_key, unsigned int rows, unsigned int in_features,                    \
       unsigned int out_features, unsigned int has_bias, float eps) {                                  \
+    KILN_TRACE_BLOCK_END();                                                                          \
     kiln::linear<T, float, true, true>(x, weight, bias, out, argmax_key, rows, in_features,          \
                                        out_features, has_bias, sumsq, eps);                          \
   }

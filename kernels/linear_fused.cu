@@ -1490,6 +1490,7 @@ __device__ __forceinline__ void fused_linear_res_k2(const T* x, const T* w, cons
       const char* l2_prefetch, unsigned int rows, unsigned int in_features, unsigned int out_features,            \
       unsigned int has_norm, float eps, unsigned int has_bias, unsigned int has_residual,                         \
       unsigned int l2_prefetch_bytes) {                                                                           \
+    KILN_TRACE_BLOCK_END();                                                                                       \
     kiln::fused_linear<T, O, false, WIDE, UNSTAGED>(x, norm_w, weight, nullptr, bias, residual, out, rows,        \
                                                     in_features, out_features, has_norm, eps, has_bias,           \
                                                     has_residual, kiln::L2Span{l2_prefetch, l2_prefetch_bytes});  \
@@ -1504,6 +1505,7 @@ __device__ __forceinline__ void fused_linear_res_k2(const T* x, const T* w, cons
       const char* l2_prefetch, unsigned int rows, unsigned int in_features, unsigned int out_features,            \
       unsigned int has_norm, float eps, unsigned int has_bias, unsigned int has_residual,                         \
       unsigned int l2_prefetch_bytes) {                                                                           \
+    KILN_TRACE_BLOCK_END();                                                                                       \
     kiln::fused_linear_res<T, O>(x, weight, bias, residual, out, rows, in_features, out_features, has_bias,       \
                                  kiln::L2Span{l2_prefetch, l2_prefetch_bytes});                                  \
   }
@@ -1528,6 +1530,7 @@ KILN_FUSED_LINEAR_RES(bf16, __nv_bfloat16, bf16, __nv_bfloat16)
                                            unsigned int in_features, unsigned int out_features,                  \
                                            unsigned int has_norm, float eps, unsigned int has_bias,              \
                                            unsigned int has_residual, unsigned int l2_prefetch_bytes) {          \
+    KILN_TRACE_BLOCK_END();                                                                                      \
     kiln::fused_linear_res_k2<T, T>(x, weight, bias, residual, out, rows, in_features, out_features, has_bias);  \
   }
 KILN_FUSED_LINEAR_RES_K2(f16, __half)
@@ -1552,6 +1555,7 @@ KILN_FUSED_LINEAR_OUT(bf16, __nv_bfloat16, f32, float)
       const char* l2_prefetch, const T* out_norm_w, float* sumsq, unsigned int rows,                             \
       unsigned int in_features, unsigned int out_features, unsigned int has_norm, float eps,                     \
       unsigned int has_bias, unsigned int has_residual, unsigned int l2_prefetch_bytes) {                        \
+    KILN_TRACE_BLOCK_END();                                                                                     \
     kiln::fused_linear<T, T, false, true, false, true>(x, norm_w, weight, nullptr, bias, residual, out, rows,   \
                                                        in_features, out_features, has_norm, eps, has_bias,      \
                                                        has_residual, kiln::L2Span{l2_prefetch, l2_prefetch_bytes}, \
@@ -1564,6 +1568,7 @@ KILN_FUSED_LINEAR_OUTNORM(bf16, __nv_bfloat16)
   extern "C" __global__ void BOUNDS kiln_gated_linear_##INFIX##dt##SUFFIX(                                      \
       const T* x, const T* norm_w, const T* gate, const T* up, T* out, unsigned int rows, unsigned int in_features, \
       unsigned int out_features, unsigned int has_norm, float eps) {                                              \
+    KILN_TRACE_BLOCK_END();                                                                                         \
     kiln::fused_linear<T, T, true, WIDE, false, false, GEMV_ONLY>(x, norm_w, gate, up, nullptr, nullptr, out, rows, \
                                                                    in_features, out_features, has_norm, eps, 0u, 0u); \
   }
@@ -1585,6 +1590,7 @@ KILN_GATED_LINEAR_GEMV(bf16, __nv_bfloat16)
       const T* x, const T* norm_w, const T* wq, const T* wk, const T* wv, const T* bq, const T* bk, const T* bv,  \
       T* out_q, T* out_k, T* out_v, unsigned int rows, unsigned int in_features, unsigned int nq, unsigned int nk, \
       unsigned int nv, unsigned int has_norm, float eps, unsigned int has_bias) {                                  \
+    KILN_TRACE_BLOCK_END();                                                                                             \
     kiln::qkv_linear<T, WIDE>(x, norm_w, wq, wk, wv, bq, bk, bv, out_q, out_k, out_v, rows, in_features, nq, nk, nv,    \
                         has_norm, eps, has_bias);                                                                 \
   }
@@ -1607,6 +1613,7 @@ KILN_FOR_EACH_DTYPE(KILN_QKV_LINEAR)
       unsigned int has_bias, unsigned int early, unsigned int rotary_dim, unsigned int interleaved, float theta,  \
       unsigned int scaling_kind, float factor, float low_freq_factor, float high_freq_factor,                     \
       unsigned int original_max_position, const __grid_constant__ kiln::RopeFreqs freqs) {                        \
+    KILN_TRACE_BLOCK_END();                                                                                                         \
     kiln::qkv_rope<T, WIDE, GEMV_ONLY>(x, norm_w, weight, bias, positions, cache_base, q_out, k_cache, v_cache, rows, in_features,  \
                       heads, kv_heads, head_dim, kv_rows, has_norm, eps, has_bias, early, rotary_dim, interleaved, \
                       theta, scaling_kind, factor, low_freq_factor, high_freq_factor, original_max_position, freqs); \

@@ -109,6 +109,7 @@ __device__ void rms_norm_row(const T* x, const T* b, const T* weight, T* sum, T*
   extern "C" __global__ void __launch_bounds__(256)                                                 \
       kiln_rms_norm_##dt(const T* x, const T* weight, T* out, unsigned int rows, unsigned int dim, \
                          float eps) {                                                               \
+    KILN_TRACE_BLOCK_END();                                                                         \
     KILN_ABLATED(4096);                                                                             \
     kiln::wait_prior_grids();                                                                       \
     kiln::rms_norm_row<T, false>(x, nullptr, weight, nullptr, out, rows, dim, eps);                          \
@@ -119,6 +120,7 @@ KILN_FOR_EACH_DTYPE(KILN_RMS_NORM)
 #define KILN_ADD_RMS_NORM(dt, T)                                                                                    \
   extern "C" __global__ void __launch_bounds__(256) kiln_add_rms_norm_##dt(                                         \
       const T* a, const T* b, const T* weight, T* sum, T* out, unsigned int rows, unsigned int dim, float eps) {     \
+    KILN_TRACE_BLOCK_END();                                                                                         \
     kiln::wait_prior_grids();                                                                                       \
     kiln::rms_norm_row<T, true>(a, b, weight, sum, out, rows, dim, eps);                                            \
   }

@@ -181,6 +181,7 @@ __device__ void rope_kv_write(const T* q, const T* k, const T* v, const int* pos
       unsigned int head_dim, unsigned int rotary_dim, unsigned int interleaved, float theta,         \
       unsigned int scaling_kind, float factor, float low_freq_factor, float high_freq_factor,        \
       unsigned int original_max_position, const __grid_constant__ kiln::RopeFreqs freqs) {           \
+    KILN_TRACE_BLOCK_END();                                                                          \
     kiln::wait_prior_grids();                                                                        \
     kiln::rope<T>(x, positions, out, rows, heads, head_dim, rotary_dim, interleaved, theta, scaling_kind, \
             factor, low_freq_factor, high_freq_factor, original_max_position, freqs);                \
@@ -199,6 +200,7 @@ KILN_FOR_EACH_DTYPE(KILN_ROPE)
       unsigned int rotary_dim, unsigned int interleaved, float theta,                                     \
       unsigned int scaling_kind, float factor, float low_freq_factor, float high_freq_factor, \
       unsigned int original_max_position, const __grid_constant__ kiln::RopeFreqs freqs) {                \
+    KILN_TRACE_BLOCK_END();                                                                               \
     kiln::wait_prior_grids();                                                                             \
     kiln::rope_kv_write<T>(q, k, v, positions, cache_base, q_out, k_cache, v_cache, rows, heads, kv_heads, \
                            head_dim, kv_rows, q_stride, kv_stride, rotary_dim, interleaved, theta, scaling_kind, factor,       \

@@ -561,6 +561,7 @@ extern "C" __global__ void __launch_bounds__(KILN_SAMPLE_THREADS, KILN_SAMPLE_MI
     kiln_sample_f32(const float* logits, const float* temperature, const int* top_k, const float* top_p,
                     const unsigned int* seed, const unsigned int* counter, int* out, unsigned int rows,
                     unsigned int vocab) {
+  KILN_TRACE_BLOCK_END();
   KILN_ABLATED(1024);
   kiln::wait_prior_grids();
   __shared__ SampleShared s;
@@ -604,6 +605,7 @@ extern "C" __global__ void __launch_bounds__(KILN_SAMPLE_THREADS, KILN_SAMPLE_MI
                             unsigned int* counter, unsigned int* control, int* ring,
                             unsigned long long* argmax_key, unsigned int vocab, unsigned int burst,
                             unsigned int n_stop, unsigned long long cond_handle) {
+  KILN_TRACE_BLOCK_END();
   kiln::wait_prior_grids();
   __shared__ SampleShared s;
   const unsigned int part = blockIdx.x % KILN_SAMPLE_CLUSTER;

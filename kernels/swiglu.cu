@@ -29,6 +29,7 @@ __device__ void swiglu(const T* gate, const T* up, T* out, unsigned int n) {
 #define KILN_SWIGLU(dt, T)                                                                   \
   extern "C" __global__ void __launch_bounds__(256)                                          \
       kiln_swiglu_##dt(const T* gate, const T* up, T* out, unsigned int n) {                 \
+    KILN_TRACE_BLOCK_END();                                                                  \
     kiln::wait_prior_grids();                                                                \
     kiln::swiglu<T>(gate, up, out, n);                                                             \
   }

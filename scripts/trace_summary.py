@@ -3,9 +3,10 @@
 
 A trace is written by the CUDA executor when KILN_TRACE_OUT names a file and the kernels are
 compiled with KILN_NVRTC_DEFINES=KILN_TRACE=1 (kernels/common.cuh `wait_prior_grids`): one entry
-per thread block, 4 little-endian u64: the grid's %gridid, %globaltimer (ns) when the block
-reached griddepcontrol.wait and when the wait returned, and smid << 48 | grid blocks << 24 |
-block. `kiln run` traces its decode (after prefill).
+per thread block, 5 little-endian u64: the grid's %gridid, %globaltimer (ns) when the block
+reached griddepcontrol.wait and when the wait returned, smid << 48 | grid blocks << 24 | block,
+and %globaltimer when the block's thread 0 left the kernel (KILN_TRACE_BLOCK_END; 0 where a
+kernel does not stamp it). `kiln run` traces its decode (after prefill).
 
 For every launch (one %gridid) this script takes its release (the first block past the wait: the
 prior grid has completed), and charges launch i with release(i + 1) - release(i): its cost on the
@@ -14,7 +15,9 @@ device-loop body `loop.b1`, else `decode.b1`), matched by position in the repeat
 checked against the grid sizes. Printed per role (the launch name without `blk.N.`): launches
 per step, median and mean us per launch, us per step, the share of the step; and per launch how
 many blocks were not yet resident at its release (they start their weight loads only then) and
-how long before the release its first block was resident.
+how long before the release its first block was resident; and, from the end stamps, how long
+after its release its last block ended ("span us") and how long from then until the next launch's
+release ("gap us": the boundary, the time no block of either grid runs past its wait).
 
     python3 scripts/trace_summary.py TRACE.bin PLAN.plan.txt [--skip-steps 2] [--json OUT] [--csv LAUNCHES.csv]
     python3 scripts/trace_summary.py LAUNCHES.csv[.gz] PLAN.plan.txt     (the table again from a --csv file)
@@ -81,19 +84,23 @@ def load_csv(path):
     out = []
     text = gzip.open(path, "rt").read() if path.endswith(".gz") else open(path).read()
     for line in text.splitlines()[1:]:
-        g, b, seen, rel, first, last, late = (int(x) for x in line.split(","))
+        v = [int(x) for x in line.split(",")]
+        g, b, seen, rel, first, last, late = v[:7]
+        end = v[7] if len(v) > 7 else 0  # files written before the end stamps (session 58) have 7 columns
         out.append({"grid": g, "blocks": b, "seen": seen, "release": rel, "first_resident": first, "last_start": last,
-                    "late": late})
+                    "late": late, "last_end": end if end > 0 else None})
     return out
 
 
 def load_trace(a):
     import numpy as np
 
-    raw = np.fromfile(a.trace, dtype="<u8").reshape(-1, 4)
-    if len(raw) == 0:
-        sys.exit("empty trace")
+    raw = np.fromfile(a.trace, dtype="<u8")
+    if len(raw) == 0 or len(raw) % 5:
+        sys.exit(f"{a.trace}: not a whole number of 5-word entries (a trace from before session 58 had 4)")
+    raw = raw.reshape(-1, 5)
     grid, t0, t1, meta = raw[:, 0], raw[:, 1].astype(np.int64), raw[:, 2].astype(np.int64), raw[:, 3]
+    t2 = raw[:, 4].astype(np.int64)
     nblocks = ((meta >> 24) & 0xFFFFFF).astype(np.int64)
 
     # %gridid names a graph node, not one launch of it: a device loop's body nodes keep theirs over
@@ -105,6 +112,7 @@ def load_trace(a):
     cuts = np.flatnonzero((np.diff(g_sorted) != 0) | (np.diff(t_sorted) > a.gap_us * 1000)) + 1
     for idx in np.split(order, cuts):
         rel = int(t1[idx].min())
+        ends = t2[idx][t2[idx] > 0]
         launches.append({
             "grid": int(grid[idx[0]]),
             "blocks": int(nblocks[idx[0]]),
@@ -113,6 +121,8 @@ def load_trace(a):
             "first_resident": int(t0[idx].min()),
             "late": int((t0[idx] > rel).sum()),
             "last_start": int(t1[idx].max()),
+            # None unless every block stamped its end (a kernel without KILN_TRACE_BLOCK_END stamps none)
+            "last_end": int(ends.max()) if len(ends) == len(idx) else None,
         })
     launches.sort(key=lambda l: l["release"])
     ticks = np.unique(t1)
@@ -121,10 +131,11 @@ def load_trace(a):
     if a.csv:
         z = launches[0]["release"]
         with open(a.csv, "w") as f:
-            f.write("grid,blocks,seen,release_ns,first_resident_ns,last_start_ns,late\n")
+            f.write("grid,blocks,seen,release_ns,first_resident_ns,last_start_ns,late,last_end_ns\n")
             for l in launches:
+                end = l["last_end"] - z if l["last_end"] is not None else 0
                 f.write(f"{l['grid']},{l['blocks']},{l['seen']},{l['release'] - z},{l['first_resident'] - z},"
-                        f"{l['last_start'] - z},{l['late']}\n")
+                        f"{l['last_start'] - z},{l['late']},{end}\n")
     incomplete = sum(1 for l in launches if l["seen"] != l["blocks"])
     print(f"{len(raw)} blocks, {len(launches)} launches ({incomplete} with blocks missing: the buffer was full, or --gap-us split a launch)")
     return launches
@@ -146,6 +157,8 @@ def summarize(a, program, body, launches):
     per_role = defaultdict(list)
     late = defaultdict(list)
     lead = defaultdict(list)
+    span = defaultdict(list)
+    gap = defaultdict(list)
     step_us = []
     mismatches = 0
     for s in range(a.skip_steps, steps - 1):
@@ -162,6 +175,9 @@ def summarize(a, program, body, launches):
             per_role[role].append((seq[k + 1]["release"] - seq[k]["release"]) / 1000.0)
             late[role].append(seq[k]["late"] / max(seq[k]["blocks"], 1))
             lead[role].append((seq[k]["release"] - seq[k]["first_resident"]) / 1000.0)
+            if seq[k]["last_end"] is not None:
+                span[role].append((seq[k]["last_end"] - seq[k]["release"]) / 1000.0)
+                gap[role].append((seq[k + 1]["release"] - seq[k]["last_end"]) / 1000.0)
     if not step_us:
         sys.exit("no whole steps after the skip")
     med_step = statistics.median(step_us)
@@ -183,14 +199,17 @@ def summarize(a, program, body, launches):
             "blocks": next(b[3] for b in body if b[1] == role),
             "median_us": med, "mean_us": mean, "us_per_step": med * counts[role],
             "late_blocks": statistics.median(late[role]), "resident_lead_us": statistics.median(lead[role]),
+            "span_us": statistics.median(span[role]) if span[role] else None,
+            "gap_us": statistics.median(gap[role]) if gap[role] else None,
         })
     tot = sum(r["us_per_step"] for r in rows)
     print(f"{'role':<16} {'kernel':<18} {'n':>3} {'blocks':>6} {'med us':>7} {'mean us':>7} {'us/step':>8} {'share':>6} "
-          f"{'late':>5} {'lead us':>7}")
+          f"{'late':>5} {'lead us':>7} {'span us':>7} {'gap us':>6}")
+    opt = lambda v, w: f"{v:>{w}.2f}" if v is not None else f"{'-':>{w}}"
     for r in rows:
         print(f"{r['role']:<16} {r['kernel']:<18} {r['per_step']:>3} {r['blocks']:>6} {r['median_us']:>7.2f} "
               f"{r['mean_us']:>7.2f} {r['us_per_step']:>8.1f} {r['us_per_step'] / tot:>6.1%} {r['late_blocks']:>5.0%} "
-              f"{r['resident_lead_us']:>7.2f}")
+              f"{r['resident_lead_us']:>7.2f} {opt(r['span_us'], 7)} {opt(r['gap_us'], 6)}")
     print(f"sum of medians per step {tot:.1f} us; median step {med_step:.1f} us")
     if a.json:
         json.dump({"program": program, "step_us_median": med_step, "steps": len(step_us), "roles": rows},

@@ -1044,8 +1044,9 @@ impl Executor for CudaExecutor {
     }
 
     /// `KILN_TRACE_OUT` set: writes the trace entries recorded since `trace_begin` to that file,
-    /// 4 little-endian u64 per block (grid id, ns at the wait, ns after it, smid << 48 | grid
-    /// blocks << 24 | block), in the order the blocks took their slots (scripts/trace_summary.py).
+    /// 5 little-endian u64 per block (grid id, ns at the wait, ns after it, smid << 48 | grid
+    /// blocks << 24 | block, ns when its thread 0 left the kernel), in the order the blocks took
+    /// their slots (scripts/trace_summary.py).
     fn trace_end(&mut self) -> Result<()> {
         let Some(path) = std::env::var_os("KILN_TRACE_OUT") else { return Ok(()) };
         self.wait_loop()?;
@@ -1056,8 +1057,9 @@ impl Executor for CudaExecutor {
         let mut n = [0u8; 4];
         call(&self.counters, "cuMemcpyDtoH", unsafe { sys::cuMemcpyDtoH_v2(n.as_mut_ptr() as *mut c_void, n_ptr, 4) })?;
         let n = u32::from_le_bytes(n) as usize;
-        let kept = n.min(bytes / 32);
-        let mut out = vec![0u8; kept * 32];
+        const ENTRY: usize = 5 * 8;
+        let kept = n.min(bytes / ENTRY);
+        let mut out = vec![0u8; kept * ENTRY];
         if kept > 0 {
             call(&self.counters, "cuMemcpyDtoH", unsafe { sys::cuMemcpyDtoH_v2(out.as_mut_ptr() as *mut c_void, buf, out.len()) })?;
         }
