@@ -17,7 +17,9 @@ per step, median and mean us per launch, us per step, the share of the step; and
 many blocks were not yet resident at its release (they start their weight loads only then) and
 how long before the release its first block was resident; and, from the end stamps, how long
 after its release its last block ended ("span us") and how long from then until the next launch's
-release ("gap us": the boundary, the time no block of either grid runs past its wait).
+release ("gap us": the boundary, the time no block of either grid runs past its wait); when the
+median and the 90th-percentile block ended after the release ("p50 end", "p90 end"), and a
+block's median run from its own wait's return to its end ("blk us"). Not kept in --csv files.
 
     python3 scripts/trace_summary.py TRACE.bin PLAN.plan.txt [--skip-steps 2] [--json OUT] [--csv LAUNCHES.csv]
     python3 scripts/trace_summary.py LAUNCHES.csv[.gz] PLAN.plan.txt     (the table again from a --csv file)
@@ -123,6 +125,9 @@ def load_trace(a):
             "last_start": int(t1[idx].max()),
             # None unless every block stamped its end (a kernel without KILN_TRACE_BLOCK_END stamps none)
             "last_end": int(ends.max()) if len(ends) == len(idx) else None,
+            # the median and 90th percentile block's end after the release, and a block's median run past its wait
+            "end_q": ([float(q - rel) for q in np.percentile(ends, [50, 90])] + [float(np.median(t2[idx] - t1[idx]))])
+            if len(ends) == len(idx) else None,
         })
     launches.sort(key=lambda l: l["release"])
     ticks = np.unique(t1)
@@ -159,6 +164,7 @@ def summarize(a, program, body, launches):
     lead = defaultdict(list)
     span = defaultdict(list)
     gap = defaultdict(list)
+    endq = defaultdict(list)
     step_us = []
     mismatches = 0
     for s in range(a.skip_steps, steps - 1):
@@ -178,6 +184,8 @@ def summarize(a, program, body, launches):
             if seq[k]["last_end"] is not None:
                 span[role].append((seq[k]["last_end"] - seq[k]["release"]) / 1000.0)
                 gap[role].append((seq[k + 1]["release"] - seq[k]["last_end"]) / 1000.0)
+            if seq[k].get("end_q") is not None:
+                endq[role].append([x / 1000.0 for x in seq[k]["end_q"]])
     if not step_us:
         sys.exit("no whole steps after the skip")
     med_step = statistics.median(step_us)
@@ -201,15 +209,19 @@ def summarize(a, program, body, launches):
             "late_blocks": statistics.median(late[role]), "resident_lead_us": statistics.median(lead[role]),
             "span_us": statistics.median(span[role]) if span[role] else None,
             "gap_us": statistics.median(gap[role]) if gap[role] else None,
+            "end_p50_us": statistics.median(q[0] for q in endq[role]) if endq[role] else None,
+            "end_p90_us": statistics.median(q[1] for q in endq[role]) if endq[role] else None,
+            "block_run_us": statistics.median(q[2] for q in endq[role]) if endq[role] else None,
         })
     tot = sum(r["us_per_step"] for r in rows)
     print(f"{'role':<16} {'kernel':<18} {'n':>3} {'blocks':>6} {'med us':>7} {'mean us':>7} {'us/step':>8} {'share':>6} "
-          f"{'late':>5} {'lead us':>7} {'span us':>7} {'gap us':>6}")
+          f"{'late':>5} {'lead us':>7} {'span us':>7} {'gap us':>6} {'p50 end':>7} {'p90 end':>7} {'blk us':>6}")
     opt = lambda v, w: f"{v:>{w}.2f}" if v is not None else f"{'-':>{w}}"
     for r in rows:
         print(f"{r['role']:<16} {r['kernel']:<18} {r['per_step']:>3} {r['blocks']:>6} {r['median_us']:>7.2f} "
               f"{r['mean_us']:>7.2f} {r['us_per_step']:>8.1f} {r['us_per_step'] / tot:>6.1%} {r['late_blocks']:>5.0%} "
-              f"{r['resident_lead_us']:>7.2f} {opt(r['span_us'], 7)} {opt(r['gap_us'], 6)}")
+              f"{r['resident_lead_us']:>7.2f} {opt(r['span_us'], 7)} {opt(r['gap_us'], 6)} {opt(r['end_p50_us'], 7)} "
+              f"{opt(r['end_p90_us'], 7)} {opt(r['block_run_us'], 6)}")
     print(f"sum of medians per step {tot:.1f} us; median step {med_step:.1f} us")
     if a.json:
         json.dump({"program": program, "step_us_median": med_step, "steps": len(step_us), "roles": rows},
