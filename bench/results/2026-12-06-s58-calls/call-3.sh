@@ -6,6 +6,7 @@
 # KILN_TRACE_BLOCK_END(); scripts/trace_summary.py splits each launch's charge into its span, release to last
 # block end, and the gap to the next release): the 0.5B and the 1B, default fused plans, 128-token prompt, 256
 # greedy tokens.
+# Ran 04:32 UTC on an H100 (requested as nvidia-h200): the traces only (s58-3-summary.txt; wall 12 s).
 # Carry: [".device/bin/kiln-s58.xz", ".device/kc58", ".device/bin/kiln-s58t.xz", ".device/kc58t"]
 # (kc58: scripts/device_cache.sh /tmp/kiln-s58 .device/kc58; kc58t: ... /tmp/kiln-s58t .device/kc58t KILN_TRACE=1).
 set -u
