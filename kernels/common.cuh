@@ -395,9 +395,10 @@ namespace kiln {
 // the CUDA executor when KILN_TRACE_OUT names a file (src/runtime/cuda/exec.rs `trace_end`, summed
 // by scripts/trace_summary.py): the grid's %gridid, %globaltimer (ns) when the block reached the
 // wait and when the wait returned, %smid, the grid's block count and the block's index, and (where
-// the kernel opens with KILN_TRACE_BLOCK_END(), below) %globaltimer when thread 0 left the kernel,
-// else 0. The slot is taken (an atomic) before the wait, so a block resident before the prior grid
-// completes adds nothing after the wait but a store; entries past KILN_TRACE_CAP are dropped (counted).
+// the kernel opens with KILN_TRACE_BLOCK_END(), below) %globaltimer when the block's last thread
+// left the kernel, else 0. The slot is taken (an atomic) before the wait, so a block resident
+// before the prior grid completes adds nothing after the wait but a store; entries past
+// KILN_TRACE_CAP are dropped (counted).
 #ifndef KILN_TRACE
 #define KILN_TRACE 0
 #endif
@@ -416,20 +417,34 @@ __device__ __forceinline__ unsigned long long trace_clock() {
   return t;
 }
 __device__ __forceinline__ bool trace_thread() { return threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0; }
-// The block's trace slot, for thread 0 (which alone writes and reads it).
-__device__ __forceinline__ unsigned int& trace_slot() {
-  __shared__ unsigned int slot;
-  return slot;
+// The block's trace slot (written by thread 0 in wait_prior_grids) and how many of its threads have
+// left the kernel.
+struct TraceBlock {
+  unsigned int slot;
+  unsigned int done;
+};
+__device__ __forceinline__ TraceBlock& trace_block() {
+  __shared__ TraceBlock b;
+  return b;
 }
-// KILN_TRACE_BLOCK_END(), a kernel's first statement: a guard whose destructor stamps the end of
-// thread 0's run into the block's entry, on every return path (a kernel without it leaves 0 there).
+// KILN_TRACE_BLOCK_END(), a kernel's first statement (every thread's): a guard that stamps, on every
+// return path, when the block's last thread left the kernel into the block's entry (a kernel without
+// it leaves 0 there). Its constructor's barrier (trace builds only) orders the counter's reset before
+// any thread's exit.
 struct TraceBlockEnd {
   __device__ __forceinline__ TraceBlockEnd() {
-    if (trace_thread()) trace_slot() = 0xffffffffu;
+    if (trace_thread()) {
+      trace_block().slot = 0xffffffffu;
+      trace_block().done = 0;
+    }
+    __syncthreads();
   }
   __device__ __forceinline__ ~TraceBlockEnd() {
-    if (trace_thread()) {
-      const unsigned int s = trace_slot();
+    __threadfence_block();
+    const unsigned int threads = blockDim.x * blockDim.y * blockDim.z;
+    if (atomicAdd(&trace_block().done, 1u) == threads - 1) {
+      __threadfence_block();
+      const unsigned int s = *(volatile unsigned int*)&trace_block().slot;
       if (s != 0xffffffffu) kiln_trace[5ull * s + 4] = trace_clock();
     }
   }
@@ -449,7 +464,7 @@ __device__ __forceinline__ void wait_prior_grids() {
     const unsigned int s = atomicAdd(&kiln_trace_n, 1u);
     if (s < (KILN_TRACE_CAP)) {
       slot = s;
-      trace_slot() = s;
+      trace_block().slot = s;
       kiln_trace[5ull * s + 4] = 0;
       unsigned long long grid;
       unsigned int sm;
