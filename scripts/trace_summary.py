@@ -5,8 +5,9 @@ A trace is written by the CUDA executor when KILN_TRACE_OUT names a file and the
 compiled with KILN_NVRTC_DEFINES=KILN_TRACE=1 (kernels/common.cuh `wait_prior_grids`): one entry
 per thread block, 5 little-endian u64: the grid's %gridid, %globaltimer (ns) when the block
 reached griddepcontrol.wait and when the wait returned, smid << 48 | grid blocks << 24 | block,
-and %globaltimer when the block's thread 0 left the kernel (KILN_TRACE_BLOCK_END; 0 where a
-kernel does not stamp it). `kiln run` traces its decode (after prefill).
+and %globaltimer when the block's last thread left the kernel (KILN_TRACE_BLOCK_END; 0 where a
+kernel does not stamp it; session 58's traces, before 9d71c81, stamped thread 0's exit). `kiln run`
+traces its decode (after prefill).
 
 For every launch (one %gridid) this script takes its release (the first block past the wait: the
 prior grid has completed), and charges launch i with release(i + 1) - release(i): its cost on the

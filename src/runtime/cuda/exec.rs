@@ -1045,7 +1045,7 @@ impl Executor for CudaExecutor {
 
     /// `KILN_TRACE_OUT` set: writes the trace entries recorded since `trace_begin` to that file,
     /// 5 little-endian u64 per block (grid id, ns at the wait, ns after it, smid << 48 | grid
-    /// blocks << 24 | block, ns when its thread 0 left the kernel), in the order the blocks took
+    /// blocks << 24 | block, ns when its last thread left the kernel), in the order the blocks took
     /// their slots (scripts/trace_summary.py).
     fn trace_end(&mut self) -> Result<()> {
         let Some(path) = std::env::var_os("KILN_TRACE_OUT") else { return Ok(()) };
