@@ -406,10 +406,12 @@ namespace kiln {
 #ifndef KILN_TRACE_CAP
 #define KILN_TRACE_CAP (1u << 20)
 #endif
+// Words (u64) per block entry: grid, at the wait, after it, smid/blocks/block, end (exec.rs `trace_end`).
+#define KILN_TRACE_WORDS 5ull
 }  // namespace kiln
 // Global scope, so the module's symbols are these names (no namespace mangling).
 __device__ unsigned int kiln_trace_n;
-__device__ unsigned long long kiln_trace[5u * (KILN_TRACE_CAP)];
+__device__ unsigned long long kiln_trace[KILN_TRACE_WORDS * (KILN_TRACE_CAP)];
 namespace kiln {
 __device__ __forceinline__ unsigned long long trace_clock() {
   unsigned long long t;
@@ -445,7 +447,7 @@ struct TraceBlockEnd {
     if (atomicAdd(&trace_block().done, 1u) == threads - 1) {
       __threadfence_block();
       const unsigned int s = *(volatile unsigned int*)&trace_block().slot;
-      if (s != 0xffffffffu) kiln_trace[5ull * s + 4] = trace_clock();
+      if (s != 0xffffffffu) kiln_trace[KILN_TRACE_WORDS * s + 4] = trace_clock();
     }
   }
 };
@@ -465,22 +467,22 @@ __device__ __forceinline__ void wait_prior_grids() {
     if (s < (KILN_TRACE_CAP)) {
       slot = s;
       trace_block().slot = s;
-      kiln_trace[5ull * s + 4] = 0;
+      kiln_trace[KILN_TRACE_WORDS * s + 4] = 0;
       unsigned long long grid;
       unsigned int sm;
       asm volatile("mov.u64 %0, %%gridid;" : "=l"(grid));
       asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
       const unsigned long long blocks = (unsigned long long)gridDim.x * gridDim.y * gridDim.z;
       const unsigned long long block = blockIdx.x + (unsigned long long)gridDim.x * (blockIdx.y + (unsigned long long)gridDim.y * blockIdx.z);
-      kiln_trace[5ull * s] = grid;
-      kiln_trace[5ull * s + 3] = ((unsigned long long)sm << 48) | ((blocks & 0xffffffull) << 24) | (block & 0xffffffull);
-      kiln_trace[5ull * s + 1] = trace_clock();
+      kiln_trace[KILN_TRACE_WORDS * s] = grid;
+      kiln_trace[KILN_TRACE_WORDS * s + 3] = ((unsigned long long)sm << 48) | ((blocks & 0xffffffull) << 24) | (block & 0xffffffull);
+      kiln_trace[KILN_TRACE_WORDS * s + 1] = trace_clock();
     }
   }
 #endif
   asm volatile("griddepcontrol.wait;" ::: "memory");
 #if KILN_TRACE
-  if (slot != 0xffffffffu) kiln_trace[5ull * slot + 2] = trace_clock();
+  if (slot != 0xffffffffu) kiln_trace[KILN_TRACE_WORDS * slot + 2] = trace_clock();
 #endif
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
