@@ -261,6 +261,7 @@ __device__ void qkv_attention(const __nv_bfloat16* x, const __nv_bfloat16* norm_
     for (unsigned int i = 0; i < RPW; ++i) vals[RPW * warp + i] = round_to<__nv_bfloat16>(__fmul_rn(dot[i], inv) + br[i]);
   }
   __syncthreads();
+  KILN_TRACE_PHASE(0);  // x read, the block's rows' dot products and norm (trace builds only)
   if (tid < 4 || (tid >= 8 && tid < 12)) {  // q pairs (tid), k pairs (tid - 8)
     const unsigned int j = tid & 3, o = tid & 8;
     const RopeAngle a{ang[j].x, ang[j].y};
@@ -284,6 +285,7 @@ __device__ void qkv_attention(const __nv_bfloat16* x, const __nv_bfloat16* norm_
     mbar_wait0(bar_x);
     full[tid] = __float2bfloat16_rn(gath[rank][idx]);
   }
+  KILN_TRACE_PHASE(1);  // the cluster's q, k_p, v_p arrived (thread 0's share)
 #else
   cluster_sync();
   if (tid < 3 * HD) {  // q, k_p, v_p of the head from the blocks that computed them
@@ -415,6 +417,7 @@ __device__ void qkv_attention(const __nv_bfloat16* x, const __nv_bfloat16* norm_
       }
       __syncthreads();
     }
+    KILN_TRACE_PHASE(2);  // the split's attention and its warps' merge
     if (warp == 0 && writer) {
 #if KILN_QKV_ATTN_PUSH
       const unsigned int to = remote_addr(smem_addr(&mslot[s][d0]), 0), bar = remote_addr(bar_m, 0);
@@ -446,6 +449,7 @@ __device__ void qkv_attention(const __nv_bfloat16* x, const __nv_bfloat16* norm_
 #if KILN_QKV_ATTN_PUSH
     mbar_wait0(bar_m);
 #endif
+    KILN_TRACE_PHASE(3);  // rank 0: every split's (acc, m, l) arrived
 #pragma unroll
     for (unsigned int r = 0; r < S; ++r) {
       if (r < n_active) {

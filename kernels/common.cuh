@@ -408,10 +408,13 @@ namespace kiln {
 #endif
 // Words (u64) per block entry: grid, at the wait, after it, smid/blocks/block, end (exec.rs `trace_end`).
 #define KILN_TRACE_WORDS 5ull
+// Phase stamps per block entry (KILN_TRACE_PHASE below; exec.rs writes them beside the trace).
+#define KILN_TRACE_PHASES 4ull
 }  // namespace kiln
 // Global scope, so the module's symbols are these names (no namespace mangling).
 __device__ unsigned int kiln_trace_n;
 __device__ unsigned long long kiln_trace[KILN_TRACE_WORDS * (KILN_TRACE_CAP)];
+__device__ unsigned long long kiln_trace_phase[KILN_TRACE_PHASES * (KILN_TRACE_CAP)];
 namespace kiln {
 __device__ __forceinline__ unsigned long long trace_clock() {
   unsigned long long t;
@@ -452,9 +455,23 @@ struct TraceBlockEnd {
   }
 };
 #define KILN_TRACE_BLOCK_END() ::kiln::TraceBlockEnd kiln_trace_block_end_
+// KILN_TRACE_PHASE(i), i < KILN_TRACE_PHASES: thread 0 stamps %globaltimer as phase i of its block's
+// entry (0 where a block never reaches it; kernels that open with KILN_TRACE_BLOCK_END() only, after
+// their wait_prior_grids). Where a kernel's time goes after its wait: scripts/trace_summary.py prints
+// each phase's median time past a block's own wait return.
+__device__ __forceinline__ void trace_phase(unsigned int i) {
+  if (trace_thread()) {
+    const unsigned int s = trace_block().slot;
+    if (s != 0xffffffffu && i < KILN_TRACE_PHASES) kiln_trace_phase[KILN_TRACE_PHASES * s + i] = trace_clock();
+  }
+}
+#define KILN_TRACE_PHASE(i) ::kiln::trace_phase(i)
 #else
 #define KILN_TRACE_BLOCK_END() \
   do {                         \
+  } while (0)
+#define KILN_TRACE_PHASE(i) \
+  do {                      \
   } while (0)
 #endif
 __device__ __forceinline__ void wait_prior_grids() {
@@ -468,6 +485,7 @@ __device__ __forceinline__ void wait_prior_grids() {
       slot = s;
       trace_block().slot = s;
       kiln_trace[KILN_TRACE_WORDS * s + 4] = 0;
+      for (unsigned int i = 0; i < KILN_TRACE_PHASES; ++i) kiln_trace_phase[KILN_TRACE_PHASES * s + i] = 0;
       unsigned long long grid;
       unsigned int sm;
       asm volatile("mov.u64 %0, %%gridid;" : "=l"(grid));

@@ -22,6 +22,11 @@ release ("gap us": the boundary, the time no block of either grid runs past its 
 median and the 90th-percentile block ended after the release ("p50 end", "p90 end"), and a
 block's median run from its own wait's return to its end ("blk us"). Not kept in --csv files.
 
+Where TRACE.bin.phase exists (kernels with KILN_TRACE_PHASE stamps: kernels/common.cuh; the CUDA
+executor writes it beside the trace, 4 u64 per block, 0 where a block stamped none), a second table
+gives, per role that stamped, each phase's median time past a block's own wait return (the median
+over launches of the median over the blocks that stamped it) beside the block's end ("blk us").
+
     python3 scripts/trace_summary.py TRACE.bin PLAN.plan.txt [--skip-steps 2] [--json OUT] [--csv LAUNCHES.csv]
     python3 scripts/trace_summary.py LAUNCHES.csv[.gz] PLAN.plan.txt     (the table again from a --csv file)
 """
@@ -109,6 +114,18 @@ def load_trace(a):
     # %gridid names a graph node, not one launch of it: a device loop's body nodes keep theirs over
     # the iterations. So a node's blocks are split into launches where their wait returns are more
     # than --gap-us apart (a launch's blocks start within its own run, a step later is far away).
+    # Phase stamps (KILN_TRACE_PHASE), relative to each block's own wait return; NaN where none.
+    phase = None
+    try:
+        praw = np.fromfile(a.trace + ".phase", dtype="<u8")
+    except FileNotFoundError:
+        praw = None
+    if praw is not None and len(praw) == 4 * len(raw):
+        praw = praw.reshape(-1, 4).astype(np.int64)
+        phase = np.where(praw > 0, (praw - t1[:, None]) / 1000.0, np.nan)
+    elif praw is not None:
+        print(f"{a.trace}.phase: {len(praw)} words for {len(raw)} blocks (4 each expected); phases not read")
+
     launches = []
     order = np.lexsort((t1, grid))
     g_sorted, t_sorted = grid[order], t1[order]
@@ -129,6 +146,9 @@ def load_trace(a):
             # the median and 90th percentile block's end after the release, and a block's median run past its wait
             "end_q": ([float(q - rel) for q in np.percentile(ends, [50, 90])] + [float(np.median(t2[idx] - t1[idx]))])
             if len(ends) == len(idx) else None,
+            # each phase's median over the blocks that stamped it (us past their own wait), None where none did
+            "phases": [float(np.nanmedian(phase[idx, i])) if np.isfinite(phase[idx, i]).any() else None
+                       for i in range(4)] if phase is not None else None,
         })
     launches.sort(key=lambda l: l["release"])
     ticks = np.unique(t1)
@@ -166,6 +186,7 @@ def summarize(a, program, body, launches):
     span = defaultdict(list)
     gap = defaultdict(list)
     endq = defaultdict(list)
+    phases = defaultdict(lambda: [[] for _ in range(4)])
     step_us = []
     mismatches = 0
     for s in range(a.skip_steps, steps - 1):
@@ -187,6 +208,9 @@ def summarize(a, program, body, launches):
                 gap[role].append((seq[k + 1]["release"] - seq[k]["last_end"]) / 1000.0)
             if seq[k].get("end_q") is not None:
                 endq[role].append([x / 1000.0 for x in seq[k]["end_q"]])
+            for i, v in enumerate(seq[k].get("phases") or []):
+                if v is not None:
+                    phases[role][i].append(v)
     if not step_us:
         sys.exit("no whole steps after the skip")
     med_step = statistics.median(step_us)
@@ -224,6 +248,14 @@ def summarize(a, program, body, launches):
               f"{r['resident_lead_us']:>7.2f} {opt(r['span_us'], 7)} {opt(r['gap_us'], 6)} {opt(r['end_p50_us'], 7)} "
               f"{opt(r['end_p90_us'], 7)} {opt(r['block_run_us'], 6)}")
     print(f"sum of medians per step {tot:.1f} us; median step {med_step:.1f} us")
+    stamped = [r for r in rows if any(phases[r["role"]][i] for i in range(4))]
+    if stamped:
+        print("phases (KILN_TRACE_PHASE), us past a block's own wait return, median block; blk us = its end")
+        print(f"{'role':<16} {'kernel':<18} {'phase 0':>7} {'phase 1':>7} {'phase 2':>7} {'phase 3':>7} {'blk us':>6}")
+        for r in stamped:
+            ph = [statistics.median(phases[r["role"]][i]) if phases[r["role"]][i] else None for i in range(4)]
+            print(f"{r['role']:<16} {r['kernel']:<18} " + " ".join(opt(v, 7) for v in ph) + f" {opt(r['block_run_us'], 6)}")
+            r["phases_us"] = ph
     if a.json:
         json.dump({"program": program, "step_us_median": med_step, "steps": len(step_us), "roles": rows},
                   open(a.json, "w"), indent=1)

@@ -1046,7 +1046,9 @@ impl Executor for CudaExecutor {
     /// `KILN_TRACE_OUT` set: writes the trace entries recorded since `trace_begin` to that file,
     /// 5 little-endian u64 per block (grid id, ns at the wait, ns after it, smid << 48 | grid
     /// blocks << 24 | block, ns when its last thread left the kernel), in the order the blocks took
-    /// their slots (scripts/trace_summary.py).
+    /// their slots (scripts/trace_summary.py); and, where the kernels define `kiln_trace_phase`,
+    /// the blocks' phase stamps (`KILN_TRACE_PHASE`, 4 u64 per block, 0 where none) to the same
+    /// path with `.phase` appended.
     fn trace_end(&mut self) -> Result<()> {
         let Some(path) = std::env::var_os("KILN_TRACE_OUT") else { return Ok(()) };
         self.wait_loop()?;
@@ -1064,6 +1066,19 @@ impl Executor for CudaExecutor {
             call(&self.counters, "cuMemcpyDtoH", unsafe { sys::cuMemcpyDtoH_v2(out.as_mut_ptr() as *mut c_void, buf, out.len()) })?;
         }
         std::fs::write(&path, &out).with_context(|| format!("writing the trace to {}", path.to_string_lossy()))?;
+        if let Some((phase, phase_bytes)) = m.global(&self.counters, "kiln_trace_phase")? {
+            const PHASE_ENTRY: usize = 4 * 8;
+            let mut stamps = vec![0u8; kept.min(phase_bytes / PHASE_ENTRY) * PHASE_ENTRY];
+            if !stamps.is_empty() {
+                call(&self.counters, "cuMemcpyDtoH", unsafe {
+                    sys::cuMemcpyDtoH_v2(stamps.as_mut_ptr() as *mut c_void, phase, stamps.len())
+                })?;
+            }
+            let mut phase_path = path.clone();
+            phase_path.push(".phase");
+            std::fs::write(&phase_path, &stamps)
+                .with_context(|| format!("writing the trace's phase stamps to {}", phase_path.to_string_lossy()))?;
+        }
         eprintln!("kiln: trace of {kept} blocks ({} dropped past the buffer) written to {}", n - kept, path.to_string_lossy());
         Ok(())
     }
