@@ -228,6 +228,10 @@ __device__ void qkv_attention(const __nv_bfloat16* x, const __nv_bfloat16* norm_
     const unsigned int k = lane + 32 * c;
     xr[c] = k < n8 ? load16_act(x + 8 * k) : make_uint4(0, 0, 0, 0);
   }
+  // Trace builds: when thread 0's own loads arrived (its last weight chunk, its K/V rows, its x).
+  KILN_TRACE_PHASE_AFTER(0, wr[RPW - 1][CH - 1].w);
+  KILN_TRACE_PHASE_AFTER(1, kr[0].x ^ vr[U - 1].w);
+  KILN_TRACE_PHASE_AFTER(2, xr[CH - 1].w ^ xr[0].x);
   float ss = 0.0f, dot[RPW];
 #pragma unroll
   for (unsigned int i = 0; i < RPW; ++i) dot[i] = 0.0f;
@@ -261,7 +265,7 @@ __device__ void qkv_attention(const __nv_bfloat16* x, const __nv_bfloat16* norm_
     for (unsigned int i = 0; i < RPW; ++i) vals[RPW * warp + i] = round_to<__nv_bfloat16>(__fmul_rn(dot[i], inv) + br[i]);
   }
   __syncthreads();
-  KILN_TRACE_PHASE(0);  // x read, the block's rows' dot products and norm (trace builds only)
+  KILN_TRACE_PHASE(3);  // x read, the block's rows' dot products and norm (trace builds only)
   if (tid < 4 || (tid >= 8 && tid < 12)) {  // q pairs (tid), k pairs (tid - 8)
     const unsigned int j = tid & 3, o = tid & 8;
     const RopeAngle a{ang[j].x, ang[j].y};
@@ -285,7 +289,7 @@ __device__ void qkv_attention(const __nv_bfloat16* x, const __nv_bfloat16* norm_
     mbar_wait0(bar_x);
     full[tid] = __float2bfloat16_rn(gath[rank][idx]);
   }
-  KILN_TRACE_PHASE(1);  // the cluster's q, k_p, v_p arrived (thread 0's share)
+  KILN_TRACE_PHASE(4);  // the cluster's q, k_p, v_p arrived (thread 0's share)
 #else
   cluster_sync();
   if (tid < 3 * HD) {  // q, k_p, v_p of the head from the blocks that computed them
@@ -417,7 +421,7 @@ __device__ void qkv_attention(const __nv_bfloat16* x, const __nv_bfloat16* norm_
       }
       __syncthreads();
     }
-    KILN_TRACE_PHASE(2);  // the split's attention and its warps' merge
+    KILN_TRACE_PHASE(5);  // the split's attention and its warps' merge
     if (warp == 0 && writer) {
 #if KILN_QKV_ATTN_PUSH
       const unsigned int to = remote_addr(smem_addr(&mslot[s][d0]), 0), bar = remote_addr(bar_m, 0);
@@ -449,7 +453,7 @@ __device__ void qkv_attention(const __nv_bfloat16* x, const __nv_bfloat16* norm_
 #if KILN_QKV_ATTN_PUSH
     mbar_wait0(bar_m);
 #endif
-    KILN_TRACE_PHASE(3);  // rank 0: every split's (acc, m, l) arrived
+    KILN_TRACE_PHASE(6);  // rank 0: every split's (acc, m, l) arrived
 #pragma unroll
     for (unsigned int r = 0; r < S; ++r) {
       if (r < n_active) {

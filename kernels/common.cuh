@@ -409,12 +409,13 @@ namespace kiln {
 // Words (u64) per block entry: grid, at the wait, after it, smid/blocks/block, end (exec.rs `trace_end`).
 #define KILN_TRACE_WORDS 5ull
 // Phase stamps per block entry (KILN_TRACE_PHASE below; exec.rs writes them beside the trace).
-#define KILN_TRACE_PHASES 4ull
+#define KILN_TRACE_PHASES 8ull
 }  // namespace kiln
 // Global scope, so the module's symbols are these names (no namespace mangling).
 __device__ unsigned int kiln_trace_n;
 __device__ unsigned long long kiln_trace[KILN_TRACE_WORDS * (KILN_TRACE_CAP)];
 __device__ unsigned long long kiln_trace_phase[KILN_TRACE_PHASES * (KILN_TRACE_CAP)];
+__device__ unsigned int kiln_trace_sink;  // KILN_TRACE_PHASE_AFTER's stores
 namespace kiln {
 __device__ __forceinline__ unsigned long long trace_clock() {
   unsigned long long t;
@@ -466,12 +467,22 @@ __device__ __forceinline__ void trace_phase(unsigned int i) {
   }
 }
 #define KILN_TRACE_PHASE(i) ::kiln::trace_phase(i)
+// KILN_TRACE_PHASE_AFTER(i, v): phase i once thread 0 holds the 32-bit value v (a register a load
+// fills: thread 0 stores it first, so the stamp waits for that load's data).
+__device__ __forceinline__ void trace_phase_after(unsigned int i, unsigned int v) {
+  if (trace_thread()) *(volatile unsigned int*)&kiln_trace_sink = v;
+  trace_phase(i);
+}
+#define KILN_TRACE_PHASE_AFTER(i, v) ::kiln::trace_phase_after(i, (unsigned int)(v))
 #else
 #define KILN_TRACE_BLOCK_END() \
   do {                         \
   } while (0)
 #define KILN_TRACE_PHASE(i) \
   do {                      \
+  } while (0)
+#define KILN_TRACE_PHASE_AFTER(i, v) \
+  do {                               \
   } while (0)
 #endif
 __device__ __forceinline__ void wait_prior_grids() {

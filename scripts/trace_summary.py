@@ -23,7 +23,7 @@ median and the 90th-percentile block ended after the release ("p50 end", "p90 en
 block's median run from its own wait's return to its end ("blk us"). Not kept in --csv files.
 
 Where TRACE.bin.phase exists (kernels with KILN_TRACE_PHASE stamps: kernels/common.cuh; the CUDA
-executor writes it beside the trace, 4 u64 per block, 0 where a block stamped none), a second table
+executor writes it beside the trace, 8 u64 per block, 0 where a block stamped none), a second table
 gives, per role that stamped, each phase's median time past a block's own wait return (the median
 over launches of the median over the blocks that stamped it) beside the block's end ("blk us").
 
@@ -37,6 +37,8 @@ import re
 import statistics
 import sys
 from collections import defaultdict
+
+PHASES = 8  # KILN_TRACE_PHASES (kernels/common.cuh): u64 phase stamps per block in TRACE.phase
 
 
 def plan_body(dump_path):
@@ -120,11 +122,11 @@ def load_trace(a):
         praw = np.fromfile(a.trace + ".phase", dtype="<u8")
     except FileNotFoundError:
         praw = None
-    if praw is not None and len(praw) == 4 * len(raw):
-        praw = praw.reshape(-1, 4).astype(np.int64)
+    if praw is not None and len(praw) == PHASES * len(raw):
+        praw = praw.reshape(-1, PHASES).astype(np.int64)
         phase = np.where(praw > 0, (praw - t1[:, None]) / 1000.0, np.nan)
     elif praw is not None:
-        print(f"{a.trace}.phase: {len(praw)} words for {len(raw)} blocks (4 each expected); phases not read")
+        print(f"{a.trace}.phase: {len(praw)} words for {len(raw)} blocks ({PHASES} each expected); phases not read")
 
     launches = []
     order = np.lexsort((t1, grid))
@@ -148,7 +150,7 @@ def load_trace(a):
             if len(ends) == len(idx) else None,
             # each phase's median over the blocks that stamped it (us past their own wait), None where none did
             "phases": [float(np.nanmedian(phase[idx, i])) if np.isfinite(phase[idx, i]).any() else None
-                       for i in range(4)] if phase is not None else None,
+                       for i in range(PHASES)] if phase is not None else None,
         })
     launches.sort(key=lambda l: l["release"])
     ticks = np.unique(t1)
@@ -186,7 +188,7 @@ def summarize(a, program, body, launches):
     span = defaultdict(list)
     gap = defaultdict(list)
     endq = defaultdict(list)
-    phases = defaultdict(lambda: [[] for _ in range(4)])
+    phases = defaultdict(lambda: [[] for _ in range(PHASES)])
     step_us = []
     mismatches = 0
     for s in range(a.skip_steps, steps - 1):
@@ -248,12 +250,12 @@ def summarize(a, program, body, launches):
               f"{r['resident_lead_us']:>7.2f} {opt(r['span_us'], 7)} {opt(r['gap_us'], 6)} {opt(r['end_p50_us'], 7)} "
               f"{opt(r['end_p90_us'], 7)} {opt(r['block_run_us'], 6)}")
     print(f"sum of medians per step {tot:.1f} us; median step {med_step:.1f} us")
-    stamped = [r for r in rows if any(phases[r["role"]][i] for i in range(4))]
+    stamped = [r for r in rows if any(phases[r["role"]][i] for i in range(PHASES))]
     if stamped:
         print("phases (KILN_TRACE_PHASE), us past a block's own wait return, median block; blk us = its end")
-        print(f"{'role':<16} {'kernel':<18} {'phase 0':>7} {'phase 1':>7} {'phase 2':>7} {'phase 3':>7} {'blk us':>6}")
+        print(f"{'role':<16} {'kernel':<18} " + " ".join(f"{'phase ' + str(i):>7}" for i in range(PHASES)) + f" {'blk us':>6}")
         for r in stamped:
-            ph = [statistics.median(phases[r["role"]][i]) if phases[r["role"]][i] else None for i in range(4)]
+            ph = [statistics.median(phases[r["role"]][i]) if phases[r["role"]][i] else None for i in range(PHASES)]
             print(f"{r['role']:<16} {r['kernel']:<18} " + " ".join(opt(v, 7) for v in ph) + f" {opt(r['block_run_us'], 6)}")
             r["phases_us"] = ph
     if a.json:

@@ -1047,7 +1047,7 @@ impl Executor for CudaExecutor {
     /// 5 little-endian u64 per block (grid id, ns at the wait, ns after it, smid << 48 | grid
     /// blocks << 24 | block, ns when its last thread left the kernel), in the order the blocks took
     /// their slots (scripts/trace_summary.py); and, where the kernels define `kiln_trace_phase`,
-    /// the blocks' phase stamps (`KILN_TRACE_PHASE`, 4 u64 per block, 0 where none) to the same
+    /// the blocks' phase stamps (`KILN_TRACE_PHASE`, 8 u64 per block, 0 where none) to the same
     /// path with `.phase` appended.
     fn trace_end(&mut self) -> Result<()> {
         let Some(path) = std::env::var_os("KILN_TRACE_OUT") else { return Ok(()) };
@@ -1067,7 +1067,7 @@ impl Executor for CudaExecutor {
         }
         std::fs::write(&path, &out).with_context(|| format!("writing the trace to {}", path.to_string_lossy()))?;
         if let Some((phase, phase_bytes)) = m.global(&self.counters, "kiln_trace_phase")? {
-            const PHASE_ENTRY: usize = 4 * 8;
+            const PHASE_ENTRY: usize = 8 * 8;
             let mut stamps = vec![0u8; kept.min(phase_bytes / PHASE_ENTRY) * PHASE_ENTRY];
             if !stamps.is_empty() {
                 call(&self.counters, "cuMemcpyDtoH", unsafe {
