@@ -144,10 +144,7 @@ fn check_layouts(plan: &Plan) -> Result<()> {
     for p in &plan.programs {
         for (i, l) in p.launches.iter().enumerate() {
             let gemv = linear_family(&l.kernel);
-            // A planned L2 prefetch's span (the operand before the output) is a hint that no kernel
-            // reads through a layout: it may cover a weight of any layout (`planner::plan_l2_prefetch`).
-            let prefetch = matches!(l.kernel, Kernel::FusedLinear { l2_prefetch, .. } if l2_prefetch > 0).then(|| l.bufs.len() - 2);
-            for (_, b) in l.bufs.iter().enumerate().filter(|(j, b)| b.region == RegionKind::Weights && Some(*j) != prefetch) {
+            for b in l.bufs.iter().filter(|b| b.region == RegionKind::Weights) {
                 // An operand covers one weight or a run laid out back to back (a packed QKV).
                 for t in weights.range(b.offset..b.offset + b.bytes).map(|(_, t)| *t).filter(|t| t.shape.len() == 2) {
                     let want = if gemv && tiled && half(t.dtype) { Layout::GemvTiles } else { Layout::RowMajor };

@@ -714,17 +714,11 @@ pub const L2_PREFETCH_BYTES: u32 = 32 * 1024;
 /// gate/up's first blocks read first) before they wait. A hint: no value depends on it, the CPU
 /// reference ignores it, and the kernel issues it only on the path planned here
 /// (`kernels/linear_fused.cu` `L2Span`).
-///
-/// `KILN_L2_PREFETCH_NEXT=qkv` (plan time, an A/B knob; session 59): the span is the first bytes
-/// of the next QKV launch's weight instead (the next layer's `QkvRope` / `QkvAttention`, where one
-/// follows before the step's logits; else the gate/up's as by default), whose blocks load it before their
-/// wait while the down GEMV before them streams.
 fn plan_l2_prefetch(p: &mut ProgramPlan) {
     let per_block = super::knob("KILN_L2_PREFETCH").parse::<u32>().unwrap_or(L2_PREFETCH_BYTES) / 16 * 16;
     if per_block == 0 {
         return;
     }
-    let qkv_next = super::knob("KILN_L2_PREFETCH_NEXT") == "qkv";
     for i in 1..p.launches.len() {
         let after_attention = matches!(
             p.launches[i - 1].kernel,
@@ -739,11 +733,7 @@ fn plan_l2_prefetch(p: &mut ProgramPlan) {
         if !after_attention || !one_per_tile || !super::geometry::gemv_tensor_cores(&l.kernel, &l.bufs) {
             continue;
         }
-        let qkv = |l: &&Launch| matches!(l.kernel, Kernel::QkvRope { .. } | Kernel::QkvAttention { .. });
-        // Within the step: none past its logits (`Linear`), so a loop body's copies stay alike.
-        let step = p.launches[i + 1..].iter().take_while(|l| !matches!(l.kernel, Kernel::Linear { .. }));
-        let next_qkv = if qkv_next { step.filter(qkv).find_map(gemv_matrix) } else { None };
-        let Some(next) = next_qkv.or_else(|| p.launches[i + 1..].iter().find_map(gemv_matrix)) else { continue };
+        let Some(next) = p.launches[i + 1..].iter().find_map(gemv_matrix) else { continue };
         let blocks = l.grid[0] as u64;
         let bytes = (per_block as u64).min(next.bytes / blocks / 16 * 16);
         if bytes == 0 {
@@ -766,8 +756,7 @@ fn gemv_matrix(l: &Launch) -> Option<BufArg> {
         Kernel::FusedLinear { norm, .. }
         | Kernel::GatedLinear { norm, .. }
         | Kernel::QkvLinear { norm, .. }
-        | Kernel::QkvRope { norm, .. }
-        | Kernel::QkvAttention { norm, .. } => 1 + norm as usize,
+        | Kernel::QkvRope { norm, .. } => 1 + norm as usize,
         _ => return None,
     };
     l.bufs.get(at).filter(|b| b.region == RegionKind::Weights).cloned()
