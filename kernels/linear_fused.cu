@@ -730,9 +730,12 @@ __device__ void fused_gemv_mma_tile(const T* x, const T* nw, const T* w,
       }
       float c[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
       gemv_mma_loop<T, 1, WARPS, D, UU, KILN_LINEAR_GEMV_XPRE != 0>(wq, ra, rb, in, xop, c);
+      KILN_TRACE_PHASE_AFTER(0, __float_as_uint(c[0][0]));  // trace builds: thread 0's products done
       const float wn = __uint_as_float((unsigned int)wn_bits << 16);  // bf16 (the out-norm's dtype)
       float s1[1];
       gemv_mma_sum<1, WARPS>(c, smem, s1);
+      KILN_TRACE_PHASE(1);                                   // the warps' sums
+      KILN_TRACE_PHASE_AFTER(2, __float_as_uint(xop.v));     // thread 0's residual (loaded after the wait)
       O o = from_f32<O>(0.0f);
       if (mine) o = fused_finish_plain<T, O>(s1[0], bias, n, has_bias, true, xop.v);
       if constexpr (ON) {
