@@ -102,16 +102,6 @@
 #error "KILN_QKV_ATTN_PUSH pushes the splits to rank 0 only"
 #endif
 
-// How a block reads x after its wait. 0 (the default): every warp reads all of x from the L2 (`.cg`),
-// so each of x's lines is asked for 8 times a block, 896 times a launch at the 0.5B's 112 blocks, all
-// at the release. 1: threads t < in / 8 read 16-byte chunk t once into shared memory and, after a block
-// barrier, every warp takes its lanes' chunks from there. The same values: the same bits. A -D for A/Bs
-// (KILN_NVRTC_DEFINES=KILN_QKV_ATTN_X_SHARED=1; session 59's phase stamps put x in thread 0's registers
-// ~0.9 us after the wait on an H100, bench/results/2026-12-06-decode-s59.md).
-#ifndef KILN_QKV_ATTN_X_SHARED
-#define KILN_QKV_ATTN_X_SHARED 0
-#endif
-
 namespace kiln {
 namespace qkv_attn {
 
@@ -233,22 +223,11 @@ __device__ void qkv_attention(const __nv_bfloat16* x, const __nv_bfloat16* norm_
 
   // ---- after the wait: x, the block's rows, RoPE ---------------------------------------------
   uint4 xr[CH];
-#if KILN_QKV_ATTN_X_SHARED
-  __shared__ __align__(16) uint4 xs[32 * CH];
-  if (tid < n8) xs[tid] = load16_act(x + 8 * tid);
-  __syncthreads();
-#pragma unroll
-  for (unsigned int c = 0; c < CH; ++c) {
-    const unsigned int k = lane + 32 * c;
-    xr[c] = k < n8 ? xs[k] : make_uint4(0, 0, 0, 0);
-  }
-#else
 #pragma unroll
   for (unsigned int c = 0; c < CH; ++c) {
     const unsigned int k = lane + 32 * c;
     xr[c] = k < n8 ? load16_act(x + 8 * k) : make_uint4(0, 0, 0, 0);
   }
-#endif
   // Trace builds: when thread 0's own loads arrived (its last weight chunk, its K/V rows, its x).
   KILN_TRACE_PHASE_AFTER(0, wr[RPW - 1][CH - 1].w);
   KILN_TRACE_PHASE_AFTER(1, kr[0].x ^ vr[U - 1].w);
