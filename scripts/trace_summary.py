@@ -23,7 +23,7 @@ median and the 90th-percentile block ended after the release ("p50 end", "p90 en
 block's median run from its own wait's return to its end ("blk us"). Not kept in --csv files.
 
 Where TRACE.bin.phase exists (kernels with KILN_TRACE_PHASE stamps: kernels/common.cuh; the CUDA
-executor writes it beside the trace, 8 u64 per block, 0 where a block stamped none), a second table
+executor writes it beside the trace, KILN_TRACE_PHASES u64 per block, 0 where a block stamped none), a second table
 gives, per role that stamped, each phase's median time past a block's own wait return (the median
 over launches of the median over the blocks that stamped it) beside the block's end ("blk us").
 
@@ -37,8 +37,6 @@ import re
 import statistics
 import sys
 from collections import defaultdict
-
-PHASES = 8  # KILN_TRACE_PHASES (kernels/common.cuh): u64 phase stamps per block in TRACE.phase
 
 
 def plan_body(dump_path):
@@ -113,21 +111,22 @@ def load_trace(a):
     t2 = raw[:, 4].astype(np.int64)
     nblocks = ((meta >> 24) & 0xFFFFFF).astype(np.int64)
 
-    # %gridid names a graph node, not one launch of it: a device loop's body nodes keep theirs over
-    # the iterations. So a node's blocks are split into launches where their wait returns are more
-    # than --gap-us apart (a launch's blocks start within its own run, a step later is far away).
     # Phase stamps (KILN_TRACE_PHASE), relative to each block's own wait return; NaN where none.
+    # Their count per block is the file's words over the trace's blocks (KILN_TRACE_PHASES).
     phase = None
     try:
         praw = np.fromfile(a.trace + ".phase", dtype="<u8")
     except FileNotFoundError:
         praw = None
-    if praw is not None and len(praw) == PHASES * len(raw):
-        praw = praw.reshape(-1, PHASES).astype(np.int64)
+    if praw is not None and len(praw) > 0 and len(praw) % len(raw) == 0:
+        praw = praw.reshape(len(raw), -1).astype(np.int64)
         phase = np.where(praw > 0, (praw - t1[:, None]) / 1000.0, np.nan)
     elif praw is not None:
-        print(f"{a.trace}.phase: {len(praw)} words for {len(raw)} blocks ({PHASES} each expected); phases not read")
+        print(f"{a.trace}.phase: {len(praw)} words for {len(raw)} blocks (not a whole number each); phases not read")
 
+    # %gridid names a graph node, not one launch of it: a device loop's body nodes keep theirs over
+    # the iterations. So a node's blocks are split into launches where their wait returns are more
+    # than --gap-us apart (a launch's blocks start within its own run, a step later is far away).
     launches = []
     order = np.lexsort((t1, grid))
     g_sorted, t_sorted = grid[order], t1[order]
@@ -150,7 +149,7 @@ def load_trace(a):
             if len(ends) == len(idx) else None,
             # each phase's median over the blocks that stamped it (us past their own wait), None where none did
             "phases": [float(np.nanmedian(phase[idx, i])) if np.isfinite(phase[idx, i]).any() else None
-                       for i in range(PHASES)] if phase is not None else None,
+                       for i in range(phase.shape[1])] if phase is not None else None,
         })
     launches.sort(key=lambda l: l["release"])
     ticks = np.unique(t1)
@@ -188,7 +187,8 @@ def summarize(a, program, body, launches):
     span = defaultdict(list)
     gap = defaultdict(list)
     endq = defaultdict(list)
-    phases = defaultdict(lambda: [[] for _ in range(PHASES)])
+    n_phases = max((len(l["phases"]) for l in launches if l.get("phases")), default=0)
+    phases = defaultdict(lambda: [[] for _ in range(n_phases)])
     step_us = []
     mismatches = 0
     for s in range(a.skip_steps, steps - 1):
@@ -250,12 +250,12 @@ def summarize(a, program, body, launches):
               f"{r['resident_lead_us']:>7.2f} {opt(r['span_us'], 7)} {opt(r['gap_us'], 6)} {opt(r['end_p50_us'], 7)} "
               f"{opt(r['end_p90_us'], 7)} {opt(r['block_run_us'], 6)}")
     print(f"sum of medians per step {tot:.1f} us; median step {med_step:.1f} us")
-    stamped = [r for r in rows if any(phases[r["role"]][i] for i in range(PHASES))]
+    stamped = [r for r in rows if any(phases[r["role"]][i] for i in range(n_phases))]
     if stamped:
         print("phases (KILN_TRACE_PHASE), us past a block's own wait return, median block; blk us = its end")
-        print(f"{'role':<16} {'kernel':<18} " + " ".join(f"{'phase ' + str(i):>7}" for i in range(PHASES)) + f" {'blk us':>6}")
+        print(f"{'role':<16} {'kernel':<18} " + " ".join(f"{'phase ' + str(i):>7}" for i in range(n_phases)) + f" {'blk us':>6}")
         for r in stamped:
-            ph = [statistics.median(phases[r["role"]][i]) if phases[r["role"]][i] else None for i in range(PHASES)]
+            ph = [statistics.median(phases[r["role"]][i]) if phases[r["role"]][i] else None for i in range(n_phases)]
             print(f"{r['role']:<16} {r['kernel']:<18} " + " ".join(opt(v, 7) for v in ph) + f" {opt(r['block_run_us'], 6)}")
             r["phases_us"] = ph
     if a.json:

@@ -1047,8 +1047,8 @@ impl Executor for CudaExecutor {
     /// 5 little-endian u64 per block (grid id, ns at the wait, ns after it, smid << 48 | grid
     /// blocks << 24 | block, ns when its last thread left the kernel), in the order the blocks took
     /// their slots (scripts/trace_summary.py); and, where the kernels define `kiln_trace_phase`,
-    /// the blocks' phase stamps (`KILN_TRACE_PHASE`, 8 u64 per block, 0 where none) to the same
-    /// path with `.phase` appended.
+    /// the blocks' phase stamps (`KILN_TRACE_PHASE`, KILN_TRACE_PHASES u64 per block, 0 where none)
+    /// to the same path with `.phase` appended.
     fn trace_end(&mut self) -> Result<()> {
         let Some(path) = std::env::var_os("KILN_TRACE_OUT") else { return Ok(()) };
         self.wait_loop()?;
@@ -1067,8 +1067,9 @@ impl Executor for CudaExecutor {
         }
         std::fs::write(&path, &out).with_context(|| format!("writing the trace to {}", path.to_string_lossy()))?;
         if let Some((phase, phase_bytes)) = m.global(&self.counters, "kiln_trace_phase")? {
-            const PHASE_ENTRY: usize = 8 * 8;
-            let mut stamps = vec![0u8; kept.min(phase_bytes / PHASE_ENTRY) * PHASE_ENTRY];
+            // Both buffers hold KILN_TRACE_CAP entries, so a block's phase entry is this one's size over that.
+            let phase_entry = phase_bytes / (bytes / ENTRY).max(1);
+            let mut stamps = vec![0u8; kept * phase_entry];
             if !stamps.is_empty() {
                 call(&self.counters, "cuMemcpyDtoH", unsafe {
                     sys::cuMemcpyDtoH_v2(stamps.as_mut_ptr() as *mut c_void, phase, stamps.len())
