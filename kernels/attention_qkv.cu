@@ -98,17 +98,6 @@
 #ifndef KILN_QKV_ATTN_AFTER_MERGE
 #define KILN_QKV_ATTN_AFTER_MERGE()
 #endif
-// The split's merge across its 8 warps. 0: a tree in shared memory (6 block barriers: warps 4-7 into
-// 0-3, 2-3 into 0-1, 1 into 0), each warp scaling its acc by weight_of(its m, the block's m) first. 1: every
-// warp leaves its unscaled acc in shared memory, one barrier, and 16 threads of warp 0 each scale and sum 4 dims
-// of the 8 warps in the tree's order, ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7)): the same products and
-// sums, the same bits, one barrier instead of seven. A -D for A/Bs (KILN_NVRTC_DEFINES=KILN_QKV_ATTN_MERGE1=1).
-#ifndef KILN_QKV_ATTN_MERGE1
-#define KILN_QKV_ATTN_MERGE1 0
-#endif
-#if KILN_QKV_ATTN_MERGE1 && !KILN_QKV_ATTN_PUSH
-#error "KILN_QKV_ATTN_MERGE1 pushes the merged split to rank 0 (KILN_QKV_ATTN_PUSH)"
-#endif
 #if KILN_QKV_ATTN_PUSH && KILN_QKV_ATTN_EVERY_RANK_MERGES
 #error "KILN_QKV_ATTN_PUSH pushes the splits to rank 0 only"
 #endif
@@ -135,11 +124,7 @@ __device__ void qkv_attention(const __nv_bfloat16* x, const __nv_bfloat16* norm_
   __shared__ __align__(16) __nv_bfloat16 full[3 * HD];  // q, k_p, v_p of the head
   __shared__ float2 ang[4];
   __shared__ float sh_m[NW], sh_l[NW];
-#if KILN_QKV_ATTN_MERGE1
-  __shared__ __align__(16) float sh_acc[NW][HD];  // every warp's unscaled acc
-#else
   __shared__ float sh_acc[NW / 2][HD];
-#endif
 #if !KILN_QKV_ATTN_PUSH
   __shared__ float slot[HD + 2];  // this split's (acc, m, l), merged by rank 0
 #else
@@ -413,43 +398,12 @@ __device__ void qkv_attention(const __nv_bfloat16* x, const __nv_bfloat16* norm_
       sh_m[warp] = m;
       sh_l[warp] = l;
     }
-#if KILN_QKV_ATTN_MERGE1
-    if (pi == 0) {
-#pragma unroll
-      for (int e = 0; e < 8; ++e) sh_acc[warp][d0 + e] = acc[e];
-    }
-#endif
     __syncthreads();
     float big_m = -inf(), big_l = 0.0f;
 #pragma unroll
     for (unsigned int wv = 0; wv < NW; ++wv) big_m = fmaxf(big_m, sh_m[wv]);
 #pragma unroll
     for (unsigned int wv = 0; wv < NW; ++wv) big_l += weight_of(sh_m[wv], big_m) * sh_l[wv];
-#if KILN_QKV_ATTN_MERGE1
-    KILN_TRACE_PHASE(5);  // the split's attention and its warps' merge
-    if (tid < HD / 4) {  // dims 4 tid .. 4 tid + 3 of the 8 warps, scaled, in the tree's order
-      float4 a[NW];
-#pragma unroll
-      for (unsigned int wv = 0; wv < NW; ++wv) {
-        const float own = weight_of(sh_m[wv], big_m);
-        const float4 v = *reinterpret_cast<const float4*>(&sh_acc[wv][4 * tid]);
-        a[wv] = make_float4(v.x * own, v.y * own, v.z * own, v.w * own);
-      }
-#pragma unroll
-      for (unsigned int half = NW / 2; half > 0; half >>= 1) {
-#pragma unroll
-        for (unsigned int wv = 0; wv < half; ++wv) {
-          a[wv].x += a[wv + half].x;
-          a[wv].y += a[wv + half].y;
-          a[wv].z += a[wv + half].z;
-          a[wv].w += a[wv + half].w;
-        }
-      }
-      const unsigned int bar = remote_addr(bar_m, 0);
-      push16(remote_addr(smem_addr(&mslot[s][4 * tid]), 0), a[0], bar);
-      if (tid == 0) push16(remote_addr(smem_addr(&mslot[s][HD]), 0), make_float4(big_m, big_l, 0.0f, 0.0f), bar);
-    }
-#else
     const float own = weight_of(m, big_m);
 #pragma unroll
     for (int e = 0; e < 8; ++e) acc[e] *= own;
@@ -483,7 +437,6 @@ __device__ void qkv_attention(const __nv_bfloat16* x, const __nv_bfloat16* norm_
       }
 #endif
     }
-#endif  // KILN_QKV_ATTN_MERGE1
   }
 #if KILN_QKV_ATTN_PUSH
   else if (warp == 0 && (lane >> 3) == 0) {  // an empty split: its bytes still complete rank 0's count (unread)
