@@ -25,7 +25,10 @@ block's median run from its own wait's return to its end ("blk us"). Not kept in
 Where TRACE.bin.phase exists (kernels with KILN_TRACE_PHASE stamps: kernels/common.cuh; the CUDA
 executor writes it beside the trace, KILN_TRACE_PHASES u64 per block, 0 where a block stamped none), a second table
 gives, per role that stamped, each phase's median time past a block's own wait return (the median
-over launches of the median over the blocks that stamped it) beside the block's end ("blk us").
+over launches of the median over the blocks that stamped it) beside the block's end ("blk us"); a third table
+gives the same columns past the launch's release, its wait's return first and its end last, for the median block
+(each column's median) and for the block that ended last (the one that sets the launch's span), so that a late
+end can be traced to a late start or to the phase that took longer.
 
     python3 scripts/trace_summary.py TRACE.bin PLAN.plan.txt [--skip-steps 2] [--json OUT] [--csv LAUNCHES.csv]
     python3 scripts/trace_summary.py LAUNCHES.csv[.gz] PLAN.plan.txt     (the table again from a --csv file)
@@ -100,6 +103,21 @@ def load_csv(path):
     return out
 
 
+def rel_row(np, idx, rel, t1, t2, phase, median):
+    """[wait return, phase 0.., end] in us past the launch's release `rel`: each column's median over the launch's
+    blocks `idx` (median), or the one block that ended last; None for a phase no block (or that block) stamped."""
+    wait = (t1[idx] - rel) / 1000.0
+    ph = phase[idx] + wait[:, None]  # phases are stamped past each block's own wait return
+    end = (t2[idx] - rel) / 1000.0
+    if median:
+        cols = [float(np.median(wait))] + [float(np.nanmedian(ph[:, i])) if np.isfinite(ph[:, i]).any() else None
+                                           for i in range(ph.shape[1])] + [float(np.median(end))]
+    else:
+        k = int(np.argmax(end))
+        cols = [float(wait[k])] + [float(v) if np.isfinite(v) else None for v in ph[k]] + [float(end[k])]
+    return cols
+
+
 def load_trace(a):
     import numpy as np
 
@@ -150,6 +168,10 @@ def load_trace(a):
             # each phase's median over the blocks that stamped it (us past their own wait), None where none did
             "phases": [float(np.nanmedian(phase[idx, i])) if np.isfinite(phase[idx, i]).any() else None
                        for i in range(phase.shape[1])] if phase is not None else None,
+            # where the launch's time goes, us past its release: [wait return, phase 0.., end] of its median block
+            # (each column's median) and of the block that ended last (None without end stamps or phases)
+            "rel_median": rel_row(np, idx, rel, t1, t2, phase, True) if phase is not None and len(ends) == len(idx) else None,
+            "rel_last": rel_row(np, idx, rel, t1, t2, phase, False) if phase is not None and len(ends) == len(idx) else None,
         })
     launches.sort(key=lambda l: l["release"])
     ticks = np.unique(t1)
@@ -189,6 +211,8 @@ def summarize(a, program, body, launches):
     endq = defaultdict(list)
     n_phases = max((len(l["phases"]) for l in launches if l.get("phases")), default=0)
     phases = defaultdict(lambda: [[] for _ in range(n_phases)])
+    rel_med = defaultdict(lambda: [[] for _ in range(n_phases + 2)])
+    rel_last = defaultdict(lambda: [[] for _ in range(n_phases + 2)])
     step_us = []
     mismatches = 0
     for s in range(a.skip_steps, steps - 1):
@@ -213,6 +237,10 @@ def summarize(a, program, body, launches):
             for i, v in enumerate(seq[k].get("phases") or []):
                 if v is not None:
                     phases[role][i].append(v)
+            for key, acc in (("rel_median", rel_med), ("rel_last", rel_last)):
+                for i, v in enumerate(seq[k].get(key) or []):
+                    if v is not None:
+                        acc[role][i].append(v)
     if not step_us:
         sys.exit("no whole steps after the skip")
     med_step = statistics.median(step_us)
@@ -258,6 +286,16 @@ def summarize(a, program, body, launches):
             ph = [statistics.median(phases[r["role"]][i]) if phases[r["role"]][i] else None for i in range(n_phases)]
             print(f"{r['role']:<16} {r['kernel']:<18} " + " ".join(opt(v, 7) for v in ph) + f" {opt(r['block_run_us'], 6)}")
             r["phases_us"] = ph
+        print("the same, us past the launch's release (median over launches): the median block's columns, then the "
+              "last-ending block's")
+        print(f"{'role':<16} {'block':<18} {'wait':>7} " + " ".join(f"{'phase ' + str(i):>7}" for i in range(n_phases))
+              + f" {'end':>7}")
+        for r in stamped:
+            for name, acc in (("median", rel_med), ("last to end", rel_last)):
+                cols = [statistics.median(v) if v else None for v in acc[r["role"]]]
+                if any(c is not None for c in cols):
+                    print(f"{r['role']:<16} {name:<18} " + " ".join(opt(v, 7) for v in cols))
+                    r["rel_" + ("median" if name == "median" else "last") + "_us"] = cols
     if a.json:
         json.dump({"program": program, "step_us_median": med_step, "steps": len(step_us), "roles": rows},
                   open(a.json, "w"), indent=1)
