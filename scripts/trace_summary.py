@@ -118,6 +118,13 @@ def rel_row(np, idx, rel, t1, t2, phase, median):
     return cols
 
 
+def sm_mates(np, sms, last):
+    """[median over a launch's blocks of the number of its blocks on that block's SM, the same for block `last`]."""
+    _, inv, counts = np.unique(sms, return_inverse=True, return_counts=True)
+    per_block = counts[inv]
+    return [float(np.median(per_block)), int(per_block[last])]
+
+
 def load_trace(a):
     import numpy as np
 
@@ -128,6 +135,7 @@ def load_trace(a):
     grid, t0, t1, meta = raw[:, 0], raw[:, 1].astype(np.int64), raw[:, 2].astype(np.int64), raw[:, 3]
     t2 = raw[:, 4].astype(np.int64)
     nblocks = ((meta >> 24) & 0xFFFFFF).astype(np.int64)
+    smid, block = (meta >> 48).astype(np.int64), (meta & 0xFFFFFF).astype(np.int64)
 
     # Phase stamps (KILN_TRACE_PHASE), relative to each block's own wait return; NaN where none.
     # Their count per block is the file's words over the trace's blocks (KILN_TRACE_PHASES).
@@ -172,6 +180,10 @@ def load_trace(a):
             # (each column's median) and of the block that ended last (None without end stamps or phases)
             "rel_median": rel_row(np, idx, rel, t1, t2, phase, True) if phase is not None and len(ends) == len(idx) else None,
             "rel_last": rel_row(np, idx, rel, t1, t2, phase, False) if phase is not None and len(ends) == len(idx) else None,
+            # the last-ending block's index, and how many of the launch's blocks ran on its SM (itself included),
+            # and on the median block's SM
+            "last_block": int(block[idx][np.argmax(t2[idx])]) if len(ends) == len(idx) else None,
+            "sm_mates": sm_mates(np, smid[idx], int(np.argmax(t2[idx]))) if len(ends) == len(idx) else None,
         })
     launches.sort(key=lambda l: l["release"])
     ticks = np.unique(t1)
@@ -213,6 +225,8 @@ def summarize(a, program, body, launches):
     phases = defaultdict(lambda: [[] for _ in range(n_phases)])
     rel_med = defaultdict(lambda: [[] for _ in range(n_phases + 2)])
     rel_last = defaultdict(lambda: [[] for _ in range(n_phases + 2)])
+    mates = defaultdict(list)
+    last_blocks = defaultdict(list)
     step_us = []
     mismatches = 0
     for s in range(a.skip_steps, steps - 1):
@@ -237,6 +251,9 @@ def summarize(a, program, body, launches):
             for i, v in enumerate(seq[k].get("phases") or []):
                 if v is not None:
                     phases[role][i].append(v)
+            if seq[k].get("sm_mates") is not None:
+                mates[role].append(seq[k]["sm_mates"])
+                last_blocks[role].append(seq[k]["last_block"])
             for key, acc in (("rel_median", rel_med), ("rel_last", rel_last)):
                 for i, v in enumerate(seq[k].get(key) or []):
                     if v is not None:
@@ -288,14 +305,20 @@ def summarize(a, program, body, launches):
             r["phases_us"] = ph
         print("the same, us past the launch's release (median over launches): the median block's columns, then the "
               "last-ending block's")
+        print("(sm mates: the launch's blocks on the block's SM, itself included; the mean over launches)")
         print(f"{'role':<16} {'block':<18} {'wait':>7} " + " ".join(f"{'phase ' + str(i):>7}" for i in range(n_phases))
-              + f" {'end':>7}")
+              + f" {'end':>7} {'sm mates':>8}")
         for r in stamped:
-            for name, acc in (("median", rel_med), ("last to end", rel_last)):
+            for j, (name, acc) in enumerate((("median", rel_med), ("last to end", rel_last))):
                 cols = [statistics.median(v) if v else None for v in acc[r["role"]]]
+                m = statistics.fmean(x[j] for x in mates[r["role"]]) if mates[r["role"]] else None
                 if any(c is not None for c in cols):
-                    print(f"{r['role']:<16} {name:<18} " + " ".join(opt(v, 7) for v in cols))
+                    print(f"{r['role']:<16} {name:<18} " + " ".join(opt(v, 7) for v in cols) + f" {opt(m, 8)}")
                     r["rel_" + ("median" if name == "median" else "last") + "_us"] = cols
+            # which blocks end last (block index: blockIdx.x + gridDim.x * blockIdx.y), how often
+            r["last_blocks"] = dict(sorted(((b, last_blocks[r["role"]].count(b)) for b in set(last_blocks[r["role"]])),
+                                           key=lambda kv: -kv[1]))
+            print(f"{'':<16} last blocks (index: launches) " + ", ".join(f"{b}: {n}" for b, n in list(r["last_blocks"].items())[:12]))
     if a.json:
         json.dump({"program": program, "step_us_median": med_step, "steps": len(step_us), "roles": rows},
                   open(a.json, "w"), indent=1)
