@@ -184,8 +184,21 @@ def load_trace(a):
             # and on the median block's SM
             "last_block": int(block[idx][np.argmax(t2[idx])]) if len(ends) == len(idx) else None,
             "sm_mates": sm_mates(np, smid[idx], int(np.argmax(t2[idx]))) if len(ends) == len(idx) else None,
+            "_idx": idx,
         })
     launches.sort(key=lambda l: l["release"])
+    # The next launch's blocks already resident (past their pre-wait work) on a block's SM before that block ended:
+    # [median over the launch's blocks, the last-ending block's]; they share the SM's issue slots and memory pipes.
+    for cur, nxt in zip(launches, launches[1:] + [None]):
+        idx = cur.pop("_idx")
+        if nxt is None or cur["sm_mates"] is None:
+            cur["next_mates"] = None
+            continue
+        nidx = nxt["_idx"]
+        nsm, nt0 = smid[nidx], t0[nidx]
+        per = np.array([int(((nsm == smid[b]) & (nt0 < t2[b])).sum()) for b in idx])
+        cur["next_mates"] = [float(np.median(per)), int(per[int(np.argmax(t2[idx]))])]
+    launches[-1].pop("_idx", None)
     ticks = np.unique(t1)
     res = int(np.diff(ticks).min()) if len(ticks) > 1 else 0
     print(f"timer: smallest step between distinct wait-return stamps {res} ns")
@@ -252,7 +265,7 @@ def summarize(a, program, body, launches):
                 if v is not None:
                     phases[role][i].append(v)
             if seq[k].get("sm_mates") is not None:
-                mates[role].append(seq[k]["sm_mates"])
+                mates[role].append(seq[k]["sm_mates"] + (seq[k].get("next_mates") or [float("nan")] * 2))
                 last_blocks[role].append(seq[k]["last_block"])
             for key, acc in (("rel_median", rel_med), ("rel_last", rel_last)):
                 for i, v in enumerate(seq[k].get(key) or []):
@@ -305,15 +318,18 @@ def summarize(a, program, body, launches):
             r["phases_us"] = ph
         print("the same, us past the launch's release (median over launches): the median block's columns, then the "
               "last-ending block's")
-        print("(sm mates: the launch's blocks on the block's SM, itself included; the mean over launches)")
+        print("(sm mates: the launch's blocks on the block's SM, itself included; next: the next launch's blocks resident "
+              "there before the block ended; means over launches)")
         print(f"{'role':<16} {'block':<18} {'wait':>7} " + " ".join(f"{'phase ' + str(i):>7}" for i in range(n_phases))
-              + f" {'end':>7} {'sm mates':>8}")
+              + f" {'end':>7} {'sm mates':>8} {'next':>5}")
         for r in stamped:
             for j, (name, acc) in enumerate((("median", rel_med), ("last to end", rel_last))):
                 cols = [statistics.median(v) if v else None for v in acc[r["role"]]]
                 m = statistics.fmean(x[j] for x in mates[r["role"]]) if mates[r["role"]] else None
+                nm = [x[2 + j] for x in mates[r["role"]] if x[2 + j] == x[2 + j]]
+                nm = statistics.fmean(nm) if nm else None
                 if any(c is not None for c in cols):
-                    print(f"{r['role']:<16} {name:<18} " + " ".join(opt(v, 7) for v in cols) + f" {opt(m, 8)}")
+                    print(f"{r['role']:<16} {name:<18} " + " ".join(opt(v, 7) for v in cols) + f" {opt(m, 8)} {opt(nm, 5)}")
                     r["rel_" + ("median" if name == "median" else "last") + "_us"] = cols
             # which blocks end last (block index: blockIdx.x + gridDim.x * blockIdx.y), how often
             r["last_blocks"] = dict(sorted(((b, last_blocks[r["role"]].count(b)) for b in set(last_blocks[r["role"]])),
