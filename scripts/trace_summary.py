@@ -26,8 +26,8 @@ Where TRACE.bin.phase exists (kernels with KILN_TRACE_PHASE stamps: kernels/comm
 executor writes it beside the trace, KILN_TRACE_PHASES u64 per block, 0 where a block stamped none), a second table
 gives, per role that stamped, each phase's median time past a block's own wait return (the median
 over launches of the median over the blocks that stamped it) beside the block's end ("blk us"); a third table
-gives the same columns past the launch's release, its wait's return first and its end last, for the median block
-(each column's median) and for the block that ended last (the one that sets the launch's span), so that a late
+gives, for every role, the same columns past the launch's release, its wait's return first and its end last, for
+the median block (each column's median) and for the block that ended last (the one that sets the launch's span), so that a late
 end can be traced to a late start or to the phase that took longer.
 
     python3 scripts/trace_summary.py TRACE.bin PLAN.plan.txt [--skip-steps 2] [--json OUT] [--csv LAUNCHES.csv]
@@ -189,16 +189,23 @@ def load_trace(a):
     launches.sort(key=lambda l: l["release"])
     # The next launch's blocks already resident (past their pre-wait work) on a block's SM before that block ended:
     # [median over the launch's blocks, the last-ending block's]; they share the SM's issue slots and memory pipes.
-    for cur, nxt in zip(launches, launches[1:] + [None]):
-        idx = cur.pop("_idx")
-        if nxt is None or cur["sm_mates"] is None:
-            cur["next_mates"] = None
+    # The same for the launch after that, and the last block's resident time (its arrival at the wait) past the release.
+    for i, cur in enumerate(launches):
+        idx = cur["_idx"]
+        cur["next_mates"] = None
+        if i + 2 >= len(launches) or cur["sm_mates"] is None:
             continue
-        nidx = nxt["_idx"]
-        nsm, nt0 = smid[nidx], t0[nidx]
-        per = np.array([int(((nsm == smid[b]) & (nt0 < t2[b])).sum()) for b in idx])
-        cur["next_mates"] = [float(np.median(per)), int(per[int(np.argmax(t2[idx]))])]
-    launches[-1].pop("_idx", None)
+        last = int(np.argmax(t2[idx]))
+        row = []
+        for nxt in launches[i + 1:i + 3]:
+            nidx = nxt["_idx"]
+            nsm, nt0 = smid[nidx], t0[nidx]
+            per = np.array([int(((nsm == smid[b]) & (nt0 < t2[b])).sum()) for b in idx])
+            row += [float(np.median(per)), int(per[last])]
+        cur["next_mates"] = row + [float(np.median(t0[idx] - cur["release"])) / 1000.0,
+                                   float(t0[idx][last] - cur["release"]) / 1000.0]
+    for cur in launches:
+        cur.pop("_idx", None)
     ticks = np.unique(t1)
     res = int(np.diff(ticks).min()) if len(ticks) > 1 else 0
     print(f"timer: smallest step between distinct wait-return stamps {res} ns")
@@ -265,7 +272,7 @@ def summarize(a, program, body, launches):
                 if v is not None:
                     phases[role][i].append(v)
             if seq[k].get("sm_mates") is not None:
-                mates[role].append(seq[k]["sm_mates"] + (seq[k].get("next_mates") or [float("nan")] * 2))
+                mates[role].append(seq[k]["sm_mates"] + (seq[k].get("next_mates") or [float("nan")] * 6))
                 last_blocks[role].append(seq[k]["last_block"])
             for key, acc in (("rel_median", rel_med), ("rel_last", rel_last)):
                 for i, v in enumerate(seq[k].get(key) or []):
@@ -318,19 +325,24 @@ def summarize(a, program, body, launches):
             r["phases_us"] = ph
         print("the same, us past the launch's release (median over launches): the median block's columns, then the "
               "last-ending block's")
-        print("(sm mates: the launch's blocks on the block's SM, itself included; next: the next launch's blocks resident "
-              "there before the block ended; means over launches)")
+        print("(sm mates: the launch's blocks on the block's SM, itself included; next, next2: the next launch's and the "
+              "one after's blocks resident there before the block ended; resident: when the block reached its wait, past "
+              "the release; means over launches)")
         print(f"{'role':<16} {'block':<18} {'wait':>7} " + " ".join(f"{'phase ' + str(i):>7}" for i in range(n_phases))
-              + f" {'end':>7} {'sm mates':>8} {'next':>5}")
-        for r in stamped:
+              + f" {'end':>7} {'sm mates':>8} {'next':>5} {'next2':>5} {'resident':>8}")
+        for r in rows:
             for j, (name, acc) in enumerate((("median", rel_med), ("last to end", rel_last))):
                 cols = [statistics.median(v) if v else None for v in acc[r["role"]]]
                 m = statistics.fmean(x[j] for x in mates[r["role"]]) if mates[r["role"]] else None
-                nm = [x[2 + j] for x in mates[r["role"]] if x[2 + j] == x[2 + j]]
-                nm = statistics.fmean(nm) if nm else None
+                extra = []
+                for off, w in ((2, 5), (4, 5), (6, 8)):
+                    xs = [x[off + j] for x in mates[r["role"]] if x[off + j] == x[off + j]]
+                    extra.append(opt(statistics.fmean(xs) if xs else None, w))
                 if any(c is not None for c in cols):
-                    print(f"{r['role']:<16} {name:<18} " + " ".join(opt(v, 7) for v in cols) + f" {opt(m, 8)} {opt(nm, 5)}")
+                    print(f"{r['role']:<16} {name:<18} " + " ".join(opt(v, 7) for v in cols) + f" {opt(m, 8)} " + " ".join(extra))
                     r["rel_" + ("median" if name == "median" else "last") + "_us"] = cols
+            if not last_blocks[r["role"]]:
+                continue
             # which blocks end last (block index: blockIdx.x + gridDim.x * blockIdx.y), how often
             r["last_blocks"] = dict(sorted(((b, last_blocks[r["role"]].count(b)) for b in set(last_blocks[r["role"]])),
                                            key=lambda kv: -kv[1]))
