@@ -226,11 +226,6 @@ __device__ __forceinline__ void gemv_mma_slot(float (&c)[Q][4], const uint4 (&wa
   for (int q = 0; q < Q; ++q) gemv_mma_strand<T>(c[q], wa[q][s], wb[q][s], xb);
 }
 
-// Whether an x operand asks its GEMV to let the dependent grids launch only after the wait for the prior grids
-// (its `late_trigger` member; false where it has none): see KILN_RES_LATE_TRIGGER in linear_fused.cu.
-template <typename X> __device__ constexpr auto late_trigger_of(int) -> decltype(X::late_trigger, bool()) { return X::late_trigger; }
-template <typename X> __device__ constexpr bool late_trigger_of(long) { return false; }
-
 // The ring's start: this lane's first D chunks of weights (row_a(q) / row_b(q): its rows of matrix
 // q at its `first` element; so(s): slot s's element offset), then xop.prefetch() (operands that
 // depend on no kernel, the norm weight), both before kiln::wait_prior_grids(); after it
@@ -249,9 +244,8 @@ __device__ __forceinline__ void gemv_mma_ring_start(uint4 (&wa)[Q][D], uint4 (&w
     }
   }
   xop.prefetch();
-  if constexpr (!late_trigger_of<X>(0)) allow_dependents();
+  allow_dependents();
   wait_prior_grids();
-  if constexpr (late_trigger_of<X>(0)) allow_dependents();
   xop.prepare();
   if constexpr (XPRE) {
 #pragma unroll

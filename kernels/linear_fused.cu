@@ -678,8 +678,7 @@ struct L2Span {
 // gemv_mma_ring_start), this thread's epilogue residual element `res` (null: none) into `v`, and
 // issues the launch's planned L2 prefetch `pf` in prefetch() (before the wait, after the ring's
 // first weight loads).
-template <typename X, typename O, bool LATE = false> struct EarlyResidualX {
-  static constexpr bool late_trigger = LATE;  // gemv_mma_ring_start: dependents launch after the wait
+template <typename X, typename O> struct EarlyResidualX {
   X x;
   const O* res;
   float v;
@@ -696,7 +695,7 @@ template <typename X, typename O, bool LATE = false> struct EarlyResidualX {
   __device__ __forceinline__ uint4 finish(const uint4& raw, unsigned int off) const { return x.finish(raw, off); }
 };
 
-template <typename T, typename O, bool GATED, int WARPS, bool NORM, bool STAGED, bool ON, bool LATE = false>
+template <typename T, typename O, bool GATED, int WARPS, bool NORM, bool STAGED, bool ON>
 __device__ void fused_gemv_mma_tile(const T* x, const T* nw, const T* w,
                                const T* wu, const T* bias, const O* residual,
                                O* __restrict__ out, unsigned int rows, unsigned int in, unsigned int outf, float eps, bool has_bias, bool has_res, float* inv_s, float* smem, T* hs, L2Span pf, const OutNormArgs<O>& on) {
@@ -721,7 +720,7 @@ __device__ void fused_gemv_mma_tile(const T* x, const T* nw, const T* w,
       constexpr int UU = D % U == 0 ? U : 1;
       const unsigned int rx = g < rows ? g : 0;
       // x as fused_gemv_sums reads it without a norm (FusedNormX<T, false>: the same loads).
-      EarlyResidualX<GemvPlainX<T>, O, LATE> xop{GemvPlainX<T>{x + (size_t)rx * in + gemv_mma_first<WARPS, U>()},
+      EarlyResidualX<GemvPlainX<T>, O> xop{GemvPlainX<T>{x + (size_t)rx * in + gemv_mma_first<WARPS, U>()},
                                            mine ? residual + idx : nullptr, 0.0f, pf};
       // ON: this slot's norm weight, a weight: loaded before the wait, with the first weight loads
       // (volatile, so that the compiler does not sink it into the epilogue: a DRAM round trip there).
@@ -1387,15 +1386,6 @@ __device__ void qkv_rope(const T* x, const T* nw, const T* w, const T* bias, con
 // `no_inst` (instruction fetch) in the ~9700-instruction kiln_fused_linear; this entry is the A/B
 // of that (`KILN_FUSED_RES_ENTRY=0` at run time calls kiln_fused_linear as before). The runtime
 // checks the preconditions the planner guarantees (aligned operands: every offset is 256-aligned).
-// KILN_RES_LATE_TRIGGER=1 (an A/B define, off): this entry lets its dependents launch only after its wait for the
-// prior grids, not right after its first weight loads. The Qwen2.5-0.5B's o projection (this entry; its down takes
-// the k2 one) is launched early beside the QKV-attention, and its blocks' early trigger launched the gate/up's blocks
-// there too: session 60's block trace (H100) found the QKV-attention's last-ending block beside 0.46 gate/up blocks
-// on average, its median block beside none, and that block's attention phase 0.8 us longer than the median's. Late,
-// the gate/up's blocks arrive only once the QKV-attention has completed (they lose that much head start).
-#ifndef KILN_RES_LATE_TRIGGER
-#define KILN_RES_LATE_TRIGGER 0
-#endif
 template <typename T, typename O>
 __device__ __forceinline__ void fused_linear_res(const T* x, const T* w, const T* bias, const O* residual, O* out,
                                                  unsigned int rows, unsigned int in, unsigned int outf,
@@ -1405,11 +1395,11 @@ __device__ __forceinline__ void fused_linear_res(const T* x, const T* w, const T
   const bool has_bias = has_bias_u != 0 && bias != nullptr;
   const OutNormArgs<O> on{nullptr, nullptr};
   if (blockDim.x == 32 * KILN_FUSED_GEMV_MAX_WARPS) {
-    fused_gemv_mma_tile<T, O, false, KILN_FUSED_GEMV_MAX_WARPS, false, false, false, KILN_RES_LATE_TRIGGER != 0>(
+    fused_gemv_mma_tile<T, O, false, KILN_FUSED_GEMV_MAX_WARPS, false, false, false>(
         x, nullptr, w, nullptr, bias, residual, out, rows, in, outf, 0.0f, has_bias, true, nullptr, smem, nullptr, pf, on);
   } else {
-    fused_gemv_mma_tile<T, O, false, 8, false, false, false, KILN_RES_LATE_TRIGGER != 0>(
-        x, nullptr, w, nullptr, bias, residual, out, rows, in, outf, 0.0f, has_bias, true, nullptr, smem, nullptr, pf, on);
+    fused_gemv_mma_tile<T, O, false, 8, false, false, false>(x, nullptr, w, nullptr, bias, residual, out, rows, in,
+                                                             outf, 0.0f, has_bias, true, nullptr, smem, nullptr, pf, on);
   }
 }
 
