@@ -380,6 +380,7 @@ __device__ void qkv_attention(const __nv_bfloat16* x, const __nv_bfloat16* norm_
         vr[u] = vn[u];
       }
     }
+    KILN_TRACE_PHASE(7);  // thread 0's keys done (the online softmax), before the merges
     // The warp's position groups (lanes l, l ^ 8, l ^ 16, l ^ 24), then across warps.
     for (unsigned int o = 8; o < 32; o <<= 1) {
       const float mo = __shfl_xor_sync(0xffffffffu, m, o);
