@@ -325,6 +325,8 @@ __device__ void qkv_attention(const __nv_bfloat16* x, const __nv_bfloat16* norm_
         vr[u] = vfresh;
       }
     }
+    // Trace builds: when every lane of warp 0 holds its first K and V rows (loaded before the wait).
+    KILN_TRACE_PHASE_AFTER(8, __reduce_or_sync(0xffffffffu, kr[0].x ^ kr[U - 1].y ^ vr[0].z ^ vr[U - 1].w));
     for (; j0 < hi; j0 += stride) {
       uint4 kn[U], vn[U];
       const long long nxt = j0 + stride < hi ? j0 + stride : hi;

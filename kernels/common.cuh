@@ -408,8 +408,9 @@ namespace kiln {
 #endif
 // Words (u64) per block entry: grid, at the wait, after it, smid/blocks/block, end (exec.rs `trace_end`).
 #define KILN_TRACE_WORDS 5ull
-// Phase stamps per block entry (KILN_TRACE_PHASE below; exec.rs writes them beside the trace).
-#define KILN_TRACE_PHASES 8ull
+// Phase stamps per block entry (KILN_TRACE_PHASE below; exec.rs writes them beside the trace and
+// scripts/trace_summary.py reads the count from the sizes; 8 before session 60).
+#define KILN_TRACE_PHASES 12ull
 }  // namespace kiln
 // Global scope, so the module's symbols are these names (no namespace mangling).
 __device__ unsigned int kiln_trace_n;
