@@ -53,7 +53,11 @@
 #define KILN_QKV_ATTN_ROWS 24                           // packed rows per block
 #define KILN_QKV_ATTN_RPW (KILN_QKV_ATTN_ROWS / KILN_QKV_ATTN_WARPS)  // per warp
 #define KILN_QKV_ATTN_CHUNKS 4                          // 16-byte chunks per lane: in <= 1024
-#define KILN_QKV_ATTN_UNROLL 2                          // attention_split.cu's KILN_ATTN_SPLIT_UNROLL
+// Key steps per warp and pass (attention_split.cu's KILN_ATTN_SPLIT_UNROLL), each of 4 keys; the first pass's K/V
+// rows are loaded before the wait. A -D for A/Bs (KILN_NVRTC_DEFINES=KILN_QKV_ATTN_UNROLL=1: half the loop's code).
+#ifndef KILN_QKV_ATTN_UNROLL
+#define KILN_QKV_ATTN_UNROLL 2
+#endif
 // Blocks per SM the registers must allow (__launch_bounds__): 2 (the default) caps them at 128 (no
 // spills, sm_90a) so that a block of the o projection after it (105 registers x 256 threads) fits
 // beside one of these and waits there, resident, while this kernel runs (scripts/coresidency.py);
