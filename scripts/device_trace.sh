@@ -14,7 +14,7 @@ B=$PWD/target/kiln
 for SP in "${@:-qwen2.5-0.5b:128}"; do
   M=${SP%%:*} P=${SP##*:} D=target/synth/${SP%%:*}-seed1
   [ -f $D/config.json ] || timeout 90 $B synth --shape $M --seed 1 --out $D > /dev/null 2>&1
-  [ -f /tmp/$M.plan ] || $B plan --model $D --fuse --decode-buckets 1 -o /tmp/$M.plan > /dev/null 2>&1
+  $B plan --model $D --fuse --decode-buckets 1 -o /tmp/$M.plan > /dev/null 2>&1  # every call: a warm machine keeps /tmp
   KILN_TRACE_OUT=/tmp/trace.bin timeout 60 $B run --model $D --plan /tmp/$M.plan --prompt-ids $(seq -s, 1 $P) \
     --max-tokens 256 --temperature 0 --device cuda > /tmp/traced.txt 2>&1
   echo "trace $M prompt $P rc $?" >> $S; grep -a -i "error\|panic" /tmp/traced.txt | head -3 >> $S
