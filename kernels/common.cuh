@@ -408,8 +408,8 @@ namespace kiln {
 #endif
 // Words (u64) per block entry: grid, at the wait, after it, smid/blocks/block, end (exec.rs `trace_end`).
 #define KILN_TRACE_WORDS 5ull
-// Phase stamps per block entry (KILN_TRACE_PHASE below; exec.rs writes them beside the trace and
-// scripts/trace_summary.py reads the count from the sizes; 8 before session 60).
+// Phase stamps per block entry (KILN_TRACE_PHASE below; exec.rs writes them beside the trace): the one
+// place the count is set, exec.rs and scripts/trace_summary.py take it from the buffers' sizes.
 #define KILN_TRACE_PHASES 12ull
 }  // namespace kiln
 // Global scope, so the module's symbols are these names (no namespace mangling).
