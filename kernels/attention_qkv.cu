@@ -105,19 +105,6 @@
 #if KILN_QKV_ATTN_PUSH && KILN_QKV_ATTN_EVERY_RANK_MERGES
 #error "KILN_QKV_ATTN_PUSH pushes the splits to rank 0 only"
 #endif
-// KILN_QKV_ATTN_WARM 1 (an A/B; 0, the default, compiles the kernel as it was without it): the kernel
-// runs the split's attention and its warps' merge twice, the same code in a loop of two passes: pass 0
-// before the PDL wait, on zeros, loading nothing and dropping its results, and pass 1 as always (the
-// same bits). A block's time after the wait goes mostly to code it runs once, so if that time is
-// instruction fetch, pass 0 takes it off the critical path (the block is resident early and idle
-// until the wait returns). The weights are then loaded in pass 1, just before the wait, so they are
-// not live across pass 0. Needs KILN_QKV_ATTN_PUSH (pass 0 must not reach a cluster barrier).
-#ifndef KILN_QKV_ATTN_WARM
-#define KILN_QKV_ATTN_WARM 0
-#endif
-#if KILN_QKV_ATTN_WARM && !KILN_QKV_ATTN_PUSH
-#error "KILN_QKV_ATTN_WARM's pass 0 would reach the cluster barrier of KILN_QKV_ATTN_PUSH=0"
-#endif
 
 namespace kiln {
 namespace qkv_attn {
@@ -179,9 +166,6 @@ __device__ void qkv_attention(const __nv_bfloat16* x, const __nv_bfloat16* norm_
   const unsigned int n8 = in / 8;
   uint4 wr[RPW][CH], nr[CH];
   float br[RPW];
-#if KILN_QKV_ATTN_WARM  // the block's weight rows, the norm's weights and the rotary angles in pass 1
-  auto load_weights = [&]() {
-#endif
 #pragma unroll
   for (unsigned int i = 0; i < RPW; ++i) {
     const unsigned int r = RPW * warp + i;
@@ -204,9 +188,6 @@ __device__ void qkv_attention(const __nv_bfloat16* x, const __nv_bfloat16* norm_
                                       low, high, orig);
     ang[tid] = make_float2(a.s, a.c);
   }
-#if KILN_QKV_ATTN_WARM
-  };
-#endif
   // The split: attention_cluster's (attention_split.cu) for a chunk of one head.
   const unsigned int pi = lane >> 3, d0 = (lane & 7) * 8;
   const unsigned int split_len = live_split_len(p, S, planned_len, min_split_len);
@@ -239,19 +220,6 @@ __device__ void qkv_attention(const __nv_bfloat16* x, const __nv_bfloat16* norm_
       }
     }
   };
-  // KILN_QKV_ATTN_WARM (an A/B): pass 0, before the wait, runs the split's attention and merge on
-  // nothing (no loads, results dropped) so that pass 1 finds their code in the SM's instruction cache.
-#if KILN_QKV_ATTN_WARM
-#pragma unroll 1
-  for (unsigned int pass = early ? 0u : 1u; pass < 2u; ++pass) {
-    const bool real = pass == 1u;
-    if (real) {
-      load_weights();
-#else
-  {
-    constexpr bool real = true;
-    {
-#endif
   load_steps(j0, kr, vr);
   KILN_QKV_ATTN_BEFORE_WAIT();
   if (early) wait_prior_grids();
@@ -345,38 +313,31 @@ __device__ void qkv_attention(const __nv_bfloat16* x, const __nv_bfloat16* norm_
     }
   }
   __syncthreads();
-    }  // real
 
   // ---- attention_split.cu's split block (one head), row p from `full` -------------------------
-  if (active || !real) {
+  if (active) {
     float qv[8], acc[8], m = -inf(), l = 0.0f;
     unpack_bf16x8(*reinterpret_cast<const uint4*>(&full[d0]), qv);
 #pragma unroll
     for (int e = 0; e < 8; ++e) acc[e] = 0.0f;
     const uint4 kfresh = *reinterpret_cast<const uint4*>(&full[HD + d0]);
     const uint4 vfresh = *reinterpret_cast<const uint4*>(&full[2 * HD + d0]);
-    // The keys' range and first rows (pass 0: one step on zeros, nothing loaded).
-    long long j = j0;
-    const long long hi_e = real ? hi : j0 + 1;
-    uint4 kc[U], vc[U];
 #pragma unroll
     for (unsigned int u = 0; u < U; ++u) {
-      kc[u] = real ? kr[u] : make_uint4(0, 0, 0, 0);
-      vc[u] = real ? vr[u] : make_uint4(0, 0, 0, 0);
-      if (j + u * 4 + pi == p && p < hi_e) {
-        kc[u] = kfresh;
-        vc[u] = vfresh;
+      if (j0 + u * 4 + pi == p && p < hi) {
+        kr[u] = kfresh;
+        vr[u] = vfresh;
       }
     }
     // Trace builds: when every lane of warp 0 holds its first K and V rows (loaded before the wait).
-    KILN_TRACE_PHASE_AFTER(8, __reduce_or_sync(0xffffffffu, kc[0].x ^ kc[U - 1].y ^ vc[0].z ^ vc[U - 1].w));
-    for (; j < hi_e; j += stride) {
+    KILN_TRACE_PHASE_AFTER(8, __reduce_or_sync(0xffffffffu, kr[0].x ^ kr[U - 1].y ^ vr[0].z ^ vr[U - 1].w));
+    for (; j0 < hi; j0 += stride) {
       uint4 kn[U], vn[U];
-      const long long nxt = j + stride < hi_e ? j + stride : hi_e;
+      const long long nxt = j0 + stride < hi ? j0 + stride : hi;
       load_steps(nxt, kn, vn);
 #pragma unroll
       for (unsigned int u = 0; u < U; ++u) {
-        if (nxt + u * 4 + pi == p && p < hi_e) {
+        if (nxt + u * 4 + pi == p && p < hi) {
           kn[u] = kfresh;
           vn[u] = vfresh;
         }
@@ -385,7 +346,7 @@ __device__ void qkv_attention(const __nv_bfloat16* x, const __nv_bfloat16* norm_
 #pragma unroll
       for (unsigned int u = 0; u < U; ++u) {
         float kf[8];
-        unpack_bf16x8(kc[u], kf);
+        unpack_bf16x8(kr[u], kf);
         float d = 0.0f;
 #pragma unroll
         for (int e = 0; e < 8; ++e) d = __fmaf_rn(qv[e], kf[e], d);
@@ -397,7 +358,7 @@ __device__ void qkv_attention(const __nv_bfloat16* x, const __nv_bfloat16* norm_
 #pragma unroll
         for (unsigned int u = 0; u < U; ++u) sc[u] += __shfl_xor_sync(0xffffffffu, sc[u], o);
 #pragma unroll
-      for (unsigned int u = 0; u < U; ++u) sc[u] = j + u * 4 + pi < hi_e ? scale * sc[u] : -inf();
+      for (unsigned int u = 0; u < U; ++u) sc[u] = j0 + u * 4 + pi < hi ? scale * sc[u] : -inf();
       float mx = m;
 #pragma unroll
       for (unsigned int u = 0; u < U; ++u) mx = fmaxf(mx, sc[u]);
@@ -415,14 +376,14 @@ __device__ void qkv_attention(const __nv_bfloat16* x, const __nv_bfloat16* norm_
 #pragma unroll
       for (unsigned int u = 0; u < U; ++u) {
         float vf[8];
-        unpack_bf16x8(vc[u], vf);
+        unpack_bf16x8(vr[u], vf);
 #pragma unroll
         for (int e = 0; e < 8; ++e) acc[e] = __fmaf_rn(sc[u], vf[e], acc[e]);
       }
 #pragma unroll
       for (unsigned int u = 0; u < U; ++u) {
-        kc[u] = kn[u];
-        vc[u] = vn[u];
+        kr[u] = kn[u];
+        vr[u] = vn[u];
       }
     }
     KILN_TRACE_PHASE(7);  // thread 0's keys done (the online softmax), before the merges
@@ -468,7 +429,7 @@ __device__ void qkv_attention(const __nv_bfloat16* x, const __nv_bfloat16* norm_
       __syncthreads();
     }
     KILN_TRACE_PHASE(5);  // the split's attention and its warps' merge
-    if (real && warp == 0 && writer) {
+    if (warp == 0 && writer) {
 #if KILN_QKV_ATTN_PUSH
       const unsigned int to = remote_addr(smem_addr(&mslot[s][d0]), 0), bar = remote_addr(bar_m, 0);
       push16(to, make_float4(acc[0], acc[1], acc[2], acc[3]), bar);
@@ -494,7 +455,6 @@ __device__ void qkv_attention(const __nv_bfloat16* x, const __nv_bfloat16* norm_
 #else
   cluster_sync();
 #endif
-  }  // pass
   if ((s == 0 || KILN_QKV_ATTN_EVERY_RANK_MERGES) && tid < HD) {  // attention_cluster's merge, in split order
     float ms[S], as[S], ls[S], big_m = -inf(), num = 0.0f, den = 0.0f;
 #if KILN_QKV_ATTN_PUSH
