@@ -411,6 +411,15 @@ namespace kiln {
 // Phase stamps per block entry (KILN_TRACE_PHASE below; exec.rs writes them beside the trace): the one
 // place the count is set, exec.rs and scripts/trace_summary.py take it from the buffers' sizes.
 #define KILN_TRACE_PHASES 12ull
+// What the trace build's own parts cost (A/Bs of trace builds; both 1 by default): 0 leaves out the
+// phase stamps (KILN_TRACE_PHASE, _AFTER: the words stay 0) or the end guard (KILN_TRACE_BLOCK_END: its
+// barrier, every thread's atomic and fence at exit; the end word stays 0).
+#ifndef KILN_TRACE_PHASE_STAMPS
+#define KILN_TRACE_PHASE_STAMPS 1
+#endif
+#ifndef KILN_TRACE_END_GUARD
+#define KILN_TRACE_END_GUARD 1
+#endif
 }  // namespace kiln
 // Global scope, so the module's symbols are these names (no namespace mangling).
 __device__ unsigned int kiln_trace_n;
@@ -440,6 +449,7 @@ __device__ __forceinline__ TraceBlock& trace_block() {
 // any thread's exit.
 struct TraceBlockEnd {
   __device__ __forceinline__ TraceBlockEnd() {
+    if (!KILN_TRACE_END_GUARD) return;
     if (trace_thread()) {
       trace_block().slot = 0xffffffffu;
       trace_block().done = 0;
@@ -447,6 +457,7 @@ struct TraceBlockEnd {
     __syncthreads();
   }
   __device__ __forceinline__ ~TraceBlockEnd() {
+    if (!KILN_TRACE_END_GUARD) return;
     __threadfence_block();
     const unsigned int threads = blockDim.x * blockDim.y * blockDim.z;
     if (atomicAdd(&trace_block().done, 1u) == threads - 1) {
@@ -462,7 +473,7 @@ struct TraceBlockEnd {
 // their wait_prior_grids). Where a kernel's time goes after its wait: scripts/trace_summary.py prints
 // each phase's median time past a block's own wait return.
 __device__ __forceinline__ void trace_phase(unsigned int i) {
-  if (trace_thread()) {
+  if (KILN_TRACE_PHASE_STAMPS && trace_thread()) {
     const unsigned int s = trace_block().slot;
     if (s != 0xffffffffu && i < KILN_TRACE_PHASES) kiln_trace_phase[KILN_TRACE_PHASES * s + i] = trace_clock();
   }
@@ -471,7 +482,7 @@ __device__ __forceinline__ void trace_phase(unsigned int i) {
 // KILN_TRACE_PHASE_AFTER(i, v): phase i once thread 0 holds the 32-bit value v (a register a load
 // fills: thread 0 stores it first, so the stamp waits for that load's data).
 __device__ __forceinline__ void trace_phase_after(unsigned int i, unsigned int v) {
-  if (trace_thread()) *(volatile unsigned int*)&kiln_trace_sink = v;
+  if (KILN_TRACE_PHASE_STAMPS && trace_thread()) *(volatile unsigned int*)&kiln_trace_sink = v;
   trace_phase(i);
 }
 #define KILN_TRACE_PHASE_AFTER(i, v) ::kiln::trace_phase_after(i, (unsigned int)(v))
