@@ -449,11 +449,11 @@ __device__ __forceinline__ TraceBlock& trace_block() {
 // any thread's exit.
 struct TraceBlockEnd {
   __device__ __forceinline__ TraceBlockEnd() {
-    if (!KILN_TRACE_END_GUARD) return;
-    if (trace_thread()) {
+    if (trace_thread()) {  // thread 0's own slot reads (its phase stamps) need this even without the guard
       trace_block().slot = 0xffffffffu;
       trace_block().done = 0;
     }
+    if (!KILN_TRACE_END_GUARD) return;
     __syncthreads();
   }
   __device__ __forceinline__ ~TraceBlockEnd() {
