@@ -103,18 +103,18 @@ def load_csv(path):
     return out
 
 
-def rel_row(np, idx, rel, t1, t2, phase, median):
+def rel_row(np, idx, rel, t1, t2, phase, last=None):
     """[wait return, phase 0.., end] in us past the launch's release `rel`: each column's median over the launch's
-    blocks `idx` (median), or the one block that ended last; None for a phase no block (or that block) stamped."""
+    blocks `idx`, or (given `last`, its position in `idx`) the one block that ended last; None for a phase no block
+    (or that block) stamped."""
     wait = (t1[idx] - rel) / 1000.0
     ph = phase[idx] + wait[:, None]  # phases are stamped past each block's own wait return
     end = (t2[idx] - rel) / 1000.0
-    if median:
+    if last is None:
         cols = [float(np.median(wait))] + [float(np.nanmedian(ph[:, i])) if np.isfinite(ph[:, i]).any() else None
                                            for i in range(ph.shape[1])] + [float(np.median(end))]
     else:
-        k = int(np.argmax(end))
-        cols = [float(wait[k])] + [float(v) if np.isfinite(v) else None for v in ph[k]] + [float(end[k])]
+        cols = [float(wait[last])] + [float(v) if np.isfinite(v) else None for v in ph[last]] + [float(end[last])]
     return cols
 
 
@@ -160,6 +160,8 @@ def load_trace(a):
     for idx in np.split(order, cuts):
         rel = int(t1[idx].min())
         ends = t2[idx][t2[idx] > 0]
+        whole = len(ends) == len(idx)  # every block stamped its end (KILN_TRACE_BLOCK_END)
+        last = int(np.argmax(t2[idx])) if whole else None  # the last-ending block's position in idx
         launches.append({
             "grid": int(grid[idx[0]]),
             "blocks": int(nblocks[idx[0]]),
@@ -169,22 +171,23 @@ def load_trace(a):
             "late": int((t0[idx] > rel).sum()),
             "last_start": int(t1[idx].max()),
             # None unless every block stamped its end (a kernel without KILN_TRACE_BLOCK_END stamps none)
-            "last_end": int(ends.max()) if len(ends) == len(idx) else None,
+            "last_end": int(ends.max()) if whole else None,
             # the median and 90th percentile block's end after the release, and a block's median run past its wait
             "end_q": ([float(q - rel) for q in np.percentile(ends, [50, 90])] + [float(np.median(t2[idx] - t1[idx]))])
-            if len(ends) == len(idx) else None,
+            if whole else None,
             # each phase's median over the blocks that stamped it (us past their own wait), None where none did
             "phases": [float(np.nanmedian(phase[idx, i])) if np.isfinite(phase[idx, i]).any() else None
                        for i in range(phase.shape[1])] if phase is not None else None,
             # where the launch's time goes, us past its release: [wait return, phase 0.., end] of its median block
             # (each column's median) and of the block that ended last (None without end stamps or phases)
-            "rel_median": rel_row(np, idx, rel, t1, t2, phase, True) if phase is not None and len(ends) == len(idx) else None,
-            "rel_last": rel_row(np, idx, rel, t1, t2, phase, False) if phase is not None and len(ends) == len(idx) else None,
+            "rel_median": rel_row(np, idx, rel, t1, t2, phase) if phase is not None and whole else None,
+            "rel_last": rel_row(np, idx, rel, t1, t2, phase, last) if phase is not None and whole else None,
             # the last-ending block's index, and how many of the launch's blocks ran on its SM (itself included),
             # and on the median block's SM
-            "last_block": int(block[idx][np.argmax(t2[idx])]) if len(ends) == len(idx) else None,
-            "sm_mates": sm_mates(np, smid[idx], int(np.argmax(t2[idx]))) if len(ends) == len(idx) else None,
+            "last_block": int(block[idx][last]) if whole else None,
+            "sm_mates": sm_mates(np, smid[idx], last) if whole else None,
             "_idx": idx,
+            "_last": last,
         })
     launches.sort(key=lambda l: l["release"])
     # The next launch's blocks already resident (past their pre-wait work) on a block's SM before that block ended:
@@ -195,7 +198,7 @@ def load_trace(a):
         cur["next_mates"] = None
         if i + 2 >= len(launches) or cur["sm_mates"] is None:
             continue
-        last = int(np.argmax(t2[idx]))
+        last = cur["_last"]
         row = []
         for nxt in launches[i + 1:i + 3]:
             nidx = nxt["_idx"]
@@ -206,6 +209,7 @@ def load_trace(a):
                                    float(t0[idx][last] - cur["release"]) / 1000.0]
     for cur in launches:
         cur.pop("_idx", None)
+        cur.pop("_last", None)
     ticks = np.unique(t1)
     res = int(np.diff(ticks).min()) if len(ticks) > 1 else 0
     print(f"timer: smallest step between distinct wait-return stamps {res} ns")
