@@ -87,6 +87,20 @@
 #define KILN_QKV_ATTN_PUSH 1
 #endif
 
+// How a block computes its 24 rows' dot products after its wait. 0 (the default): warp w takes rows 3w..3w+2 over
+// all of x, its lanes 16-byte chunks lane + 32c, so every warp unpacks x and the norm weight, squares x and rounds
+// x * norm_w (a third of its ~430 instructions, done 8 times a block), and unpacks every weight to f32 for its
+// FMAs. 1: warp w takes 32-input groups w + 8c (c < 4) of all 24 rows and sums them with mma.sync m16n8k16 (bf16,
+// f32 accumulation): rows 0-15 as one A tile, rows 16-23 as another (its upper half zero), the normed x as B in
+// every column; lane (g, t) holds 16 bytes of rows g, g + 8 and 16 + g at inputs 8t..8t+7 of each group (k
+// permuted alike in A and B), so the weights feed the MMA as loaded. The warps' partial sums and sums of squares
+// meet in shared memory after one block barrier, and warp 0 adds them in warp order, then the norm, the bias, the
+// rounding and RoPE as before. Not the same bits as 0 (another summation order). A -D for A/Bs
+// (KILN_NVRTC_DEFINES=KILN_QKV_ATTN_MMA=1; the reasoning: bench/NOTES-decode.md, session 62).
+#ifndef KILN_QKV_ATTN_MMA
+#define KILN_QKV_ATTN_MMA 0
+#endif
+
 // Hooks for a probe (none is defined in kiln's build, so its code is what it was without them):
 // scripts/probe_qkv_attn_o.cu includes this file with the o projection as a tail. With
 // KILN_QKV_ATTN_EVERY_RANK_MERGES 1 every rank merges the splits and stores the head's output (the
@@ -165,6 +179,30 @@ __device__ void qkv_attention(const __nv_bfloat16* x, const __nv_bfloat16* norm_
   const long long base_t = early ? __ldcg(cache_base) : cache_base[0];
   const unsigned int n8 = in / 8;
   uint4 wr[RPW][CH], nr[CH];
+#if KILN_QKV_ATTN_MMA
+  // Packed row of the block's row r (< 24): q dims, k dims, v dims (`vals` keeps this order).
+  auto row_of = [&](unsigned int r) -> size_t {
+    return r < 8 ? h * HD + qk_dim(s, r) : r < 16 ? nq + g * HD + qk_dim(s, r - 8) : nq + kvd + g * HD + 8 * s + (r - 16);
+  };
+  // Lane (gq, tq): rows gq, gq + 8, 16 + gq; 16-byte chunk k8 = 4 (warp + 8c) + tq of x (inputs 8 k8..8 k8 + 7).
+  const unsigned int gq = lane >> 2, tq = lane & 3;
+#pragma unroll
+  for (unsigned int i = 0; i < RPW; ++i) {
+    const __nv_bfloat16* wp = w + row_of(i == 0 ? gq : i == 1 ? gq + 8 : 16 + gq) * in;
+#pragma unroll
+    for (unsigned int c = 0; c < CH; ++c) {
+      const unsigned int k = 4 * (warp + 8 * c) + tq;
+      wr[i][c] = k < n8 ? load16_stream(wp + 8 * k) : make_uint4(0, 0, 0, 0);
+    }
+  }
+#pragma unroll
+  for (unsigned int c = 0; c < CH; ++c) {
+    const unsigned int k = 4 * (warp + 8 * c) + tq;
+    nr[c] = has_norm && k < n8 ? load16_stream(norm_w + 8 * k) : make_uint4(0, 0, 0, 0);
+  }
+  __shared__ float bsh[KILN_QKV_ATTN_ROWS];  // the rows' biases (read by warp 0 after the block barrier below)
+  if (tid < KILN_QKV_ATTN_ROWS) bsh[tid] = has_bias ? __bfloat162float(bias[row_of(tid)]) : 0.0f;
+#else
   float br[RPW];
 #pragma unroll
   for (unsigned int i = 0; i < RPW; ++i) {
@@ -183,6 +221,7 @@ __device__ void qkv_attention(const __nv_bfloat16* x, const __nv_bfloat16* norm_
     const unsigned int k = lane + 32 * c;
     nr[c] = has_norm && k < n8 ? load16_stream(norm_w + 8 * k) : make_uint4(0, 0, 0, 0);
   }
+#endif
   if (tid < 4) {
     const RopeAngle a = rope_angle_or(rope_table(freqs, rotary_dim), p, 4 * s + tid, rotary_dim, theta, scaling_kind, factor,
                                       low, high, orig);
@@ -229,13 +268,64 @@ __device__ void qkv_attention(const __nv_bfloat16* x, const __nv_bfloat16* norm_
   uint4 xr[CH];
 #pragma unroll
   for (unsigned int c = 0; c < CH; ++c) {
+#if KILN_QKV_ATTN_MMA
+    const unsigned int k = 4 * (warp + 8 * c) + tq;
+#else
     const unsigned int k = lane + 32 * c;
+#endif
     xr[c] = k < n8 ? load16_act(x + 8 * k) : make_uint4(0, 0, 0, 0);
   }
   // Trace builds: when thread 0's own loads arrived (its last weight chunk, its K/V rows, its x).
   KILN_TRACE_PHASE_AFTER(0, wr[RPW - 1][CH - 1].w);
   KILN_TRACE_PHASE_AFTER(1, kr[0].x ^ vr[U - 1].w);
   KILN_TRACE_PHASE_AFTER(2, xr[CH - 1].w ^ xr[0].x);
+#if KILN_QKV_ATTN_MMA
+  __shared__ float part[NW][KILN_QKV_ATTN_ROWS], ssw[NW];  // each warp's partial dot products and sum of squares
+  {
+    float ss = 0.0f, d0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, d1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+    for (unsigned int c = 0; c < CH; ++c) {
+      float xf[8], nf[8];
+      unpack_bf16x8(xr[c], xf);
+      unpack_bf16x8(nr[c], nf);
+      unsigned int b[4];  // x * norm_w rounded to bf16 (the default's h), as pairs: inputs (0, 1), (2, 3), (4, 5), (6, 7)
+#pragma unroll
+      for (int e = 0; e < 8; e += 2) {
+        ss = __fmaf_rn(xf[e], xf[e], ss);
+        ss = __fmaf_rn(xf[e + 1], xf[e + 1], ss);
+        const __nv_bfloat162 hp = has_norm ? __floats2bfloat162_rn(xf[e] * nf[e], xf[e + 1] * nf[e + 1])
+                                           : __floats2bfloat162_rn(xf[e], xf[e + 1]);
+        b[e / 2] = *reinterpret_cast<const unsigned int*>(&hp);
+      }
+      // MMA k positions (2t, 2t + 1) / (2t + 8, 2t + 9) hold inputs (0, 1) / (2, 3) of the lane's 8, then (4, 5) / (6, 7).
+      const uint4 w0 = wr[0][c], w1 = wr[1][c], w2 = wr[2][c];
+      mma_m16n8k16<__nv_bfloat16>(d0, w0.x, w1.x, w0.y, w1.y, b[0], b[1]);
+      mma_m16n8k16<__nv_bfloat16>(d0, w0.z, w1.z, w0.w, w1.w, b[2], b[3]);
+      mma_m16n8k16<__nv_bfloat16>(d1, w2.x, 0u, w2.y, 0u, b[0], b[1]);
+      mma_m16n8k16<__nv_bfloat16>(d1, w2.z, 0u, w2.w, 0u, b[2], b[3]);
+    }
+    ss += __shfl_xor_sync(0xffffffffu, ss, 1);  // the warp's inputs: the 4 lanes of a row group cover them
+    ss += __shfl_xor_sync(0xffffffffu, ss, 2);
+    if (tq == 0) {  // column 0 (every column holds the same sums)
+      part[warp][gq] = d0[0];
+      part[warp][gq + 8] = d0[2];
+      part[warp][16 + gq] = d1[0];
+    }
+    if (lane == 0) ssw[warp] = ss;
+  }
+  __syncthreads();
+  if (tid < KILN_QKV_ATTN_ROWS) {  // warp 0: the warps' sums in warp order, the norm, the bias
+    float d = 0.0f, ss = 0.0f;
+#pragma unroll
+    for (unsigned int wv = 0; wv < NW; ++wv) {
+      d += part[wv][tid];
+      ss += ssw[wv];
+    }
+    const float inv = has_norm ? 1.0f / sqrtf(ss / (float)in + eps) : 1.0f;
+    vals[tid] = round_to<__nv_bfloat16>(__fmul_rn(d, inv) + bsh[tid]);
+  }
+  __syncwarp();  // RoPE below reads `vals` in warp 0 only
+#else
   float ss = 0.0f, dot[RPW];
 #pragma unroll
   for (unsigned int i = 0; i < RPW; ++i) dot[i] = 0.0f;
@@ -269,6 +359,7 @@ __device__ void qkv_attention(const __nv_bfloat16* x, const __nv_bfloat16* norm_
     for (unsigned int i = 0; i < RPW; ++i) vals[RPW * warp + i] = round_to<__nv_bfloat16>(__fmul_rn(dot[i], inv) + br[i]);
   }
   __syncthreads();
+#endif
   KILN_TRACE_PHASE(3);  // x read, the block's rows' dot products and norm (trace builds only)
   if (tid < 4 || (tid >= 8 && tid < 12)) {  // q pairs (tid), k pairs (tid - 8)
     const unsigned int j = tid & 3, o = tid & 8;
