@@ -5,7 +5,7 @@
 # kernel_check's qkv_attention check with the define, then scripts/device_ab_define.sh (ids, placements, gate 1,2,5).
 # Carry [".device/bin/kiln-s62.xz", ".device/kc62"] (scripts/device_cache.sh /tmp/kiln-s62 .device/kc62, with no
 # defines and with KILN_QKV_ATTN_MMA=1) and, for the traces, ".device/kc62t" (the same with KILN_TRACE=1 and
-# KILN_TRACE=1,KILN_QKV_ATTN_MMA=1). Else branch ~330 s: kernel_check, the A/B, then both arms traced at context 128.
+# KILN_TRACE=1,KILN_QKV_ATTN_MMA=1). Else branch ~250-420 s: kernel_check, the A/B, then both arms traced at context 128 if under TRACE_BEFORE (300) s.
 set -u
 nvidia-smi --query-gpu=name --format=csv,noheader | tee $OUT/gpu.txt
 if grep -q H200 $OUT/gpu.txt; then
@@ -17,7 +17,7 @@ else
   grep -a -i -E 'qkv|fail|pass|error' $OUT/kcheck-mma.txt | head -12
   AB_BY=200 bash scripts/device_ab_define.sh mma KILN_QKV_ATTN_MMA=1 .device/bin/kiln-s62.xz .device/kc62
   for V in base:KILN_TRACE=1 mma:KILN_TRACE=1,KILN_QKV_ATTN_MMA=1; do
-    [ $(( $(date +%s) - T0 )) -lt 420 ] || break
+    [ $(( $(date +%s) - T0 )) -lt ${TRACE_BEFORE:-300} ] || break
     DEFINES=${V#*:} timeout 90 bash scripts/device_trace.sh .device/bin/kiln-s62.xz .device/kc62t trace-${V%%:*}-summary.txt \
       qwen2.5-0.5b:128 > /dev/null
     mv $OUT/qwen2.5-0.5b-128.json $OUT/trace-${V%%:*}-128.json 2>/dev/null
