@@ -200,8 +200,21 @@ __device__ void qkv_attention(const __nv_bfloat16* x, const __nv_bfloat16* norm_
     const unsigned int k = 4 * (warp + 8 * c) + tq;
     nr[c] = has_norm && k < n8 ? load16_stream(norm_w + 8 * k) : make_uint4(0, 0, 0, 0);
   }
-  __shared__ float bsh[KILN_QKV_ATTN_ROWS];  // the rows' biases (read by warp 0 after the block barrier below)
-  if (tid < KILN_QKV_ATTN_ROWS) bsh[tid] = has_bias ? __bfloat162float(bias[row_of(tid)]) : 0.0f;
+  // The rows' biases, read by warp 0 after the block barrier below: five runs of the packed bias (q dims 4s..4s+3 and
+  // 32+4s..+3, the same k dims, v dims 8s..8s+7) copied by cp.async, so that no thread waits for them before the PDL
+  // wait (a plain load and store held warp 0 there: its blocks reached the wait 0.4 us later, session 62's trace).
+  __shared__ __align__(16) __nv_bfloat16 bsh[KILN_QKV_ATTN_ROWS];
+  const bool bias_async = has_bias && (reinterpret_cast<unsigned long long>(bias) & 15) == 0;
+  if (bias_async && tid < 5) {
+    const unsigned int r0 = 4 * tid, dst = smem_addr(&bsh[r0]);
+    const __nv_bfloat16* src = bias + row_of(r0);
+    if (tid < 4) {
+      asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(dst), "l"(src) : "memory");
+    } else {
+      asm volatile("cp.async.ca.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
+    }
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+  }
 #else
   float br[RPW];
 #pragma unroll
@@ -313,6 +326,11 @@ __device__ void qkv_attention(const __nv_bfloat16* x, const __nv_bfloat16* norm_
     }
     if (lane == 0) ssw[warp] = ss;
   }
+  if (bias_async && tid < 5) {
+    asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+  } else if (has_bias && !bias_async && tid < KILN_QKV_ATTN_ROWS) {
+    bsh[tid] = bias[row_of(tid)];  // a bias not 16-byte aligned (the planner aligns every buffer to 256 bytes)
+  }
   __syncthreads();
   if (tid < KILN_QKV_ATTN_ROWS) {  // warp 0: the warps' sums in warp order, the norm, the bias
     float d = 0.0f, ss = 0.0f;
@@ -322,7 +340,7 @@ __device__ void qkv_attention(const __nv_bfloat16* x, const __nv_bfloat16* norm_
       ss += ssw[wv];
     }
     const float inv = has_norm ? 1.0f / sqrtf(ss / (float)in + eps) : 1.0f;
-    vals[tid] = round_to<__nv_bfloat16>(__fmul_rn(d, inv) + bsh[tid]);
+    vals[tid] = round_to<__nv_bfloat16>(__fmul_rn(d, inv) + (has_bias ? __bfloat162float(bsh[tid]) : 0.0f));
   }
   __syncwarp();  // RoPE below reads `vals` in warp 0 only
 #else
