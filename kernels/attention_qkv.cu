@@ -23,15 +23,14 @@
 // query head h (KV group g = h / (heads / kv_heads)), 256 threads (8 warps):
 // - block rank s computes 24 rows of the packed matrix: q dims {4s..4s+3, 32+4s..32+4s+3} of head
 //   h and the same k dims of group g (each rotary pair (i, i + 32) within one block), and v dims
-//   8s..8s+7 of group g; warp w takes rows 3w..3w+2, lane l the 16-byte chunks l + 32c of the
-//   inputs (in <= 1024). The group's clusters each compute the group's k / v rows (the same
+//   8s..8s+7 of group g; on tensor cores, warp w taking 32-input groups w + 8c of all 24 rows
+//   (KILN_QKV_ATTN_MMA below; in <= 1024). The group's clusters each compute the group's k / v rows (the same
 //   bits: the same code on the same data), so their extra reads hit the L2, not the DRAM;
 // - before the wait (`early`: positions and cache bases predate the program): the block's rows
 //   and the norm weight into registers, the biases, the angles of its 4 pairs, and the K/V rows
 //   of its split other than row p (attention_split.cu's KILN_ATTN_KV_EARLY loads);
-// - after it: x, its sum of squares (warp shuffles: each warp covers all of x), the dot products
-//   (h = bf16(x * norm_w), each row's sum of its lanes' partial sums by a shuffle tree), the norm
-//   and bias as linear_fused.cu's post-norm epilogue, RoPE from the rounded values, and an
+// - after it: x, its sum of squares, the dot products (h = bf16(x * norm_w); the warps' partial
+//   sums added in warp order), the norm and bias as linear_fused.cu's post-norm epilogue, RoPE from the rounded values, and an
 //   all-gather that gives every block q, k_p and v_p (pushed into each block's shared memory,
 //   KILN_QKV_ATTN_PUSH below; or a cluster barrier and distributed-shared-memory reads);
 // - then attention_split.cu's split block for one head (8 lanes of 8 dims per key, 2 steps per
@@ -87,18 +86,21 @@
 #define KILN_QKV_ATTN_PUSH 1
 #endif
 
-// How a block computes its 24 rows' dot products after its wait. 0 (the default): warp w takes rows 3w..3w+2 over
-// all of x, its lanes 16-byte chunks lane + 32c, so every warp unpacks x and the norm weight, squares x and rounds
-// x * norm_w (a third of its ~430 instructions, done 8 times a block), and unpacks every weight to f32 for its
-// FMAs. 1: warp w takes 32-input groups w + 8c (c < 4) of all 24 rows and sums them with mma.sync m16n8k16 (bf16,
-// f32 accumulation): rows 0-15 as one A tile, rows 16-23 as another (its upper half zero), the normed x as B in
-// every column; lane (g, t) holds 16 bytes of rows g, g + 8 and 16 + g at inputs 8t..8t+7 of each group (k
-// permuted alike in A and B), so the weights feed the MMA as loaded. The warps' partial sums and sums of squares
-// meet in shared memory after one block barrier, and warp 0 adds them in warp order, then the norm, the bias, the
-// rounding and RoPE as before. Not the same bits as 0 (another summation order). A -D for A/Bs
-// (KILN_NVRTC_DEFINES=KILN_QKV_ATTN_MMA=1; the reasoning: bench/NOTES-decode.md, session 62).
+// How a block computes its 24 rows' dot products after its wait. 1 (the default since session 62): warp w takes
+// 32-input groups w + 8c (c < 4) of all 24 rows and sums them with mma.sync m16n8k16 (bf16, f32 accumulation): rows
+// 0-15 as one A tile, rows 16-23 as another (its upper half zero), the normed x as B in every column; lane (g, t)
+// holds 16 bytes of rows g, g + 8 and 16 + g at inputs 8t..8t+7 of each group (k permuted alike in A and B, as
+// linear.cu's tensor-core GEMV does), so the weights feed the MMA as loaded and x * norm_w is rounded once per input.
+// The warps' partial sums and sums of squares meet in shared memory after one block barrier, and warp 0 adds them in
+// warp order, then the norm, the bias (copied to shared memory by cp.async before the wait) and the rounding, and
+// RoPE as before. 0: warp w takes rows 3w..3w+2 over all of x, its lanes 16-byte chunks lane + 32c, so every warp
+// unpacks x and the norm weight, squares x and rounds x * norm_w (done 8 times a block), and unpacks every weight
+// to f32 for its FMAs. 1 and 0 differ in the last bits (summation order). Session 62 on H100s, kiln's 0.5B decode at
+// context 128 over four placements, two rounds, two machines: +1.33% (bias by plain loads) and +0.70% (cp.async),
+// every placement; kernel_check's qkv_attention checks and gate checks 1, 2, 5 pass
+// (bench/results/2026-12-06-decode-s62.md). A -D for A/Bs (KILN_NVRTC_DEFINES=KILN_QKV_ATTN_MMA=0).
 #ifndef KILN_QKV_ATTN_MMA
-#define KILN_QKV_ATTN_MMA 0
+#define KILN_QKV_ATTN_MMA 1
 #endif
 
 // Hooks for a probe (none is defined in kiln's build, so its code is what it was without them):
