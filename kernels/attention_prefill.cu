@@ -90,17 +90,6 @@ __device__ __forceinline__ unsigned int smem_addr(const void* p) {
   return static_cast<unsigned int>(__cvta_generic_to_shared(p));
 }
 
-// 16 bytes global -> shared, bypassing L1; src_bytes 0 zero-fills the destination (src must
-// still be a valid address).
-__device__ __forceinline__ void cp_async16(unsigned int dst, const void* src, bool valid) {
-  const int src_bytes = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N> __device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-
 __device__ __forceinline__ void ldmatrix_x4(unsigned int (&r)[4], unsigned int addr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])

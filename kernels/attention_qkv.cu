@@ -24,15 +24,18 @@
 // - block rank s computes 24 rows of the packed matrix: q dims {4s..4s+3, 32+4s..32+4s+3} of head
 //   h and the same k dims of group g (each rotary pair (i, i + 32) within one block), and v dims
 //   8s..8s+7 of group g; on tensor cores, warp w taking 32-input groups w + 8c of all 24 rows
-//   (KILN_QKV_ATTN_MMA below; in <= 1024). The group's clusters each compute the group's k / v rows (the same
-//   bits: the same code on the same data), so their extra reads hit the L2, not the DRAM;
+//   (KILN_QKV_ATTN_MMA below; in <= 1024). The group's clusters each compute the group's k / v
+//   rows (the same bits: the same code on the same data), so their extra reads hit the L2, not
+//   the DRAM;
 // - before the wait (`early`: positions and cache bases predate the program): the block's rows
-//   and the norm weight into registers, the biases, the angles of its 4 pairs, and the K/V rows
-//   of its split other than row p (attention_split.cu's KILN_ATTN_KV_EARLY loads);
+//   and the norm weight into registers, the biases (into shared memory), the angles of its 4
+//   pairs, and the K/V rows of its split other than row p (attention_split.cu's
+//   KILN_ATTN_KV_EARLY loads);
 // - after it: x, its sum of squares, the dot products (h = bf16(x * norm_w); the warps' partial
-//   sums added in warp order), the norm and bias as linear_fused.cu's post-norm epilogue, RoPE from the rounded values, and an
-//   all-gather that gives every block q, k_p and v_p (pushed into each block's shared memory,
-//   KILN_QKV_ATTN_PUSH below; or a cluster barrier and distributed-shared-memory reads);
+//   sums added in warp order), the norm and bias as linear_fused.cu's post-norm epilogue, RoPE
+//   from the rounded values, and an all-gather that gives every block q, k_p and v_p (pushed
+//   into each block's shared memory, KILN_QKV_ATTN_PUSH below; or a cluster barrier and
+//   distributed-shared-memory reads);
 // - then attention_split.cu's split block for one head (8 lanes of 8 dims per key, 2 steps per
 //   stage, online softmax, the warp tree) with row p from shared memory, and its cluster merge.
 //   That half is a copy of attention_split.cu's arithmetic rather than a call into it: the split
@@ -211,11 +214,11 @@ __device__ void qkv_attention(const __nv_bfloat16* x, const __nv_bfloat16* norm_
     const unsigned int r0 = 4 * tid, dst = smem_addr(&bsh[r0]);
     const __nv_bfloat16* src = bias + row_of(r0);
     if (tid < 4) {
-      asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(dst), "l"(src) : "memory");
+      cp_async_ca<8>(dst, src);
     } else {
-      asm volatile("cp.async.ca.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
+      cp_async_ca<16>(dst, src);
     }
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
+    cp_async_commit();
   }
 #else
   float br[RPW];
@@ -303,7 +306,7 @@ __device__ void qkv_attention(const __nv_bfloat16* x, const __nv_bfloat16* norm_
       float xf[8], nf[8];
       unpack_bf16x8(xr[c], xf);
       unpack_bf16x8(nr[c], nf);
-      unsigned int b[4];  // x * norm_w rounded to bf16 (the default's h), as pairs: inputs (0, 1), (2, 3), (4, 5), (6, 7)
+      unsigned int b[4];  // x * norm_w rounded to bf16 (h), as pairs: inputs (0, 1), (2, 3), (4, 5), (6, 7)
 #pragma unroll
       for (int e = 0; e < 8; e += 2) {
         ss = __fmaf_rn(xf[e], xf[e], ss);
@@ -329,7 +332,7 @@ __device__ void qkv_attention(const __nv_bfloat16* x, const __nv_bfloat16* norm_
     if (lane == 0) ssw[warp] = ss;
   }
   if (bias_async && tid < 5) {
-    asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+    cp_async_wait<0>();
   } else if (has_bias && !bias_async && tid < KILN_QKV_ATTN_ROWS) {
     bsh[tid] = bias[row_of(tid)];  // a bias not 16-byte aligned (the planner aligns every buffer to 256 bytes)
   }

@@ -326,6 +326,23 @@ __device__ __forceinline__ unsigned int storage_bits(__half x) { return __half_a
 __device__ __forceinline__ unsigned int storage_bits(__nv_bfloat16 x) { return __bfloat16_as_ushort(x); }
 __device__ __forceinline__ unsigned int storage_bits(float x) { return __float_as_uint(x); }
 
+// cp.async (sm_80+), global -> shared without a register: 16 bytes bypassing L1, where src_bytes 0
+// (valid false) zero-fills the destination (src must still be a valid address); or N = 4, 8 or 16
+// bytes through L1 (.ca, the only mode below 16). Both addresses aligned to the size. Then commit
+// the group and wait.
+__device__ __forceinline__ void cp_async16(unsigned int dst, const void* src, bool valid) {
+  const int src_bytes = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
+}
+template <int N> __device__ __forceinline__ void cp_async_ca(unsigned int dst, const void* src) {
+  static_assert(N == 4 || N == 8 || N == 16, "cp.async copies 4, 8 or 16 bytes");
+  asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" ::"r"(dst), "l"(src), "n"(N) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
 // d += A * B for one m16n8k16 tile with f32 accumulation (`mma.sync`, sm_80+): A is 16x16
 // (row-major fragment a0..a3), B is 16x8 (column fragment b0, b1), both f16 or bf16 pairs.
 // Fragment layouts are the PTX ISA's; callers may permute k as long as A and B agree. Volatile, so
