@@ -106,6 +106,15 @@
 #define KILN_QKV_ATTN_MMA 1
 #endif
 
+// How a split block merges its 8 warps' (acc, m, l) after their keys. 0 (the default): attention_split.cu's warp tree
+// (each warp's (m, l) through shared memory and a barrier, every warp rescales its acc, then three halving levels of a
+// shared-memory store, a barrier, an add and a barrier: 7 block barriers). 1: every warp stores its (m, l) and its
+// unscaled acc, one barrier, and warp 0's 8 writer lanes rescale the 8 accs and add them in the tree's order
+// (((w0 + w4) + (w2 + w6)) + ((w1 + w5) + (w3 + w7))). A -D for A/Bs (KILN_NVRTC_DEFINES=KILN_QKV_ATTN_MERGE1=1).
+#ifndef KILN_QKV_ATTN_MERGE1
+#define KILN_QKV_ATTN_MERGE1 0
+#endif
+
 // Hooks for a probe (none is defined in kiln's build, so its code is what it was without them):
 // scripts/probe_qkv_attn_o.cu includes this file with the o projection as a tail. With
 // KILN_QKV_ATTN_EVERY_RANK_MERGES 1 every rank merges the splits and stores the head's output (the
@@ -147,7 +156,11 @@ __device__ void qkv_attention(const __nv_bfloat16* x, const __nv_bfloat16* norm_
   __shared__ __align__(16) __nv_bfloat16 full[3 * HD];  // q, k_p, v_p of the head
   __shared__ float2 ang[4];
   __shared__ float sh_m[NW], sh_l[NW];
+#if KILN_QKV_ATTN_MERGE1
+  __shared__ __align__(16) float sh_acc[NW][HD];  // every warp's acc (unscaled), merged by warp 0
+#else
   __shared__ float sh_acc[NW / 2][HD];
+#endif
 #if !KILN_QKV_ATTN_PUSH
   __shared__ float slot[HD + 2];  // this split's (acc, m, l), merged by rank 0
 #else
@@ -337,6 +350,7 @@ __device__ void qkv_attention(const __nv_bfloat16* x, const __nv_bfloat16* norm_
     bsh[tid] = bias[row_of(tid)];  // a bias not 16-byte aligned (the planner aligns every buffer to 256 bytes)
   }
   __syncthreads();
+  KILN_TRACE_PHASE(9);  // every warp's partial sums in shared memory (thread 0's barrier return)
   if (tid < KILN_QKV_ATTN_ROWS) {  // warp 0: the warps' sums in warp order, the norm, the bias
     float d = 0.0f, ss = 0.0f;
 #pragma unroll
@@ -515,11 +529,47 @@ __device__ void qkv_attention(const __nv_bfloat16* x, const __nv_bfloat16* norm_
       }
       m = mx;
     }
+    const bool writer = pi == 0;
+#if KILN_QKV_ATTN_MERGE1
+    if (lane == 0) {
+      sh_m[warp] = m;
+      sh_l[warp] = l;
+    }
+    if (writer) {
+      *reinterpret_cast<float4*>(&sh_acc[warp][d0]) = make_float4(acc[0], acc[1], acc[2], acc[3]);
+      *reinterpret_cast<float4*>(&sh_acc[warp][d0 + 4]) = make_float4(acc[4], acc[5], acc[6], acc[7]);
+    }
+    __syncthreads();
+    KILN_TRACE_PHASE(10);  // every warp's (acc, m, l) in shared memory
+    float big_m = -inf(), big_l = 0.0f;
+    if (warp == 0 && writer) {  // the tree's sums below, in its order, by warp 0's writer lanes alone
+#pragma unroll
+      for (unsigned int wv = 0; wv < NW; ++wv) big_m = fmaxf(big_m, sh_m[wv]);
+      float own[NW];
+#pragma unroll
+      for (unsigned int wv = 0; wv < NW; ++wv) {
+        own[wv] = weight_of(sh_m[wv], big_m);
+        big_l += own[wv] * sh_l[wv];
+      }
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        float t[NW];
+#pragma unroll
+        for (unsigned int wv = 0; wv < NW; ++wv) t[wv] = sh_acc[wv][d0 + e] * own[wv];
+#pragma unroll
+        for (unsigned int half = NW / 2; half > 0; half >>= 1)
+#pragma unroll
+          for (unsigned int wv = 0; wv < half; ++wv) t[wv] += t[wv + half];
+        acc[e] = t[0];
+      }
+    }
+#else
     if (lane == 0) {
       sh_m[warp] = m;
       sh_l[warp] = l;
     }
     __syncthreads();
+    KILN_TRACE_PHASE(10);  // every warp's (m, l) in shared memory
     float big_m = -inf(), big_l = 0.0f;
 #pragma unroll
     for (unsigned int wv = 0; wv < NW; ++wv) big_m = fmaxf(big_m, sh_m[wv]);
@@ -528,7 +578,6 @@ __device__ void qkv_attention(const __nv_bfloat16* x, const __nv_bfloat16* norm_
     const float own = weight_of(m, big_m);
 #pragma unroll
     for (int e = 0; e < 8; ++e) acc[e] *= own;
-    const bool writer = pi == 0;
 #pragma unroll
     for (unsigned int half = NW / 2; half > 0; half >>= 1) {
       if (writer && warp >= half && warp < 2 * half) {
@@ -542,6 +591,7 @@ __device__ void qkv_attention(const __nv_bfloat16* x, const __nv_bfloat16* norm_
       }
       __syncthreads();
     }
+#endif
     KILN_TRACE_PHASE(5);  // the split's attention and its warps' merge
     if (warp == 0 && writer) {
 #if KILN_QKV_ATTN_PUSH
