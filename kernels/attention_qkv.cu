@@ -555,7 +555,7 @@ __device__ void qkv_attention(const __nv_bfloat16* x, const __nv_bfloat16* norm_
       for (int e = 0; e < 8; ++e) {
         float t[NW];
 #pragma unroll
-        for (unsigned int wv = 0; wv < NW; ++wv) t[wv] = sh_acc[wv][d0 + e] * own[wv];
+        for (unsigned int wv = 0; wv < NW; ++wv) t[wv] = __fmul_rn(sh_acc[wv][d0 + e], own[wv]);  // rounded, as the tree
 #pragma unroll
         for (unsigned int half = NW / 2; half > 0; half >>= 1)
 #pragma unroll
