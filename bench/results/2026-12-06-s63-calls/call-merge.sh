@@ -1,5 +1,5 @@
 #!/bin/bash
-# Session 63: on an H200, the issue's official command on a549eef (main's default kernels: KILN_QKV_ATTN_MERGE1 is off
+# Session 63: on an H200, the issue's official command on e5e678d (main's default kernels: KILN_QKV_ATTN_MERGE1 is off
 # and the new phase stamps exist only in trace builds; attention_qkv.cu's default .text is byte-identical to
 # e8269fb's). On anything else: the A/B of KILN_QKV_ATTN_MERGE1=1 (the split's warps merged after one barrier) on the
 # 0.5B, traces of the default and of MERGE1 (phase 9: the dot products' barrier return; 10: the merge's first
