@@ -37,7 +37,8 @@
 //   into each block's shared memory, KILN_QKV_ATTN_PUSH below; or a cluster barrier and
 //   distributed-shared-memory reads);
 // - then attention_split.cu's split block for one head (8 lanes of 8 dims per key, 2 steps per
-//   stage, online softmax, the warp tree) with row p from shared memory, and its cluster merge.
+//   stage, online softmax; its warps merged after one barrier, KILN_QKV_ATTN_MERGE1) with row p
+//   from shared memory, and its cluster merge.
 //   That half is a copy of attention_split.cu's arithmetic rather than a call into it: the split
 //   block loads row p from the cache after its wait, which here no block may do (another cluster
 //   writes it), and threading a hook and a shared-memory row through the measured cluster kernel
@@ -106,13 +107,17 @@
 #define KILN_QKV_ATTN_MMA 1
 #endif
 
-// How a split block merges its 8 warps' (acc, m, l) after their keys. 0 (the default): attention_split.cu's warp tree
-// (each warp's (m, l) through shared memory and a barrier, every warp rescales its acc, then three halving levels of a
-// shared-memory store, a barrier, an add and a barrier: 7 block barriers). 1: every warp stores its (m, l) and its
-// unscaled acc, one barrier, and warp 0's 8 writer lanes rescale the 8 accs and add them in the tree's order
-// (((w0 + w4) + (w2 + w6)) + ((w1 + w5) + (w3 + w7))). A -D for A/Bs (KILN_NVRTC_DEFINES=KILN_QKV_ATTN_MERGE1=1).
+// How a split block merges its 8 warps' (acc, m, l) after their keys. 1 (the default since session 63): every warp
+// stores its (m, l) and its unscaled acc in shared memory, one block barrier, and warp 0's 8 writer lanes rescale the
+// 8 accs (each product rounded, as the tree's stores round it) and add them in the tree's order
+// (((w0 + w4) + (w2 + w6)) + ((w1 + w5) + (w3 + w7))): the same bits as 0. 0: attention_split.cu's warp tree (each
+// warp's (m, l) through shared memory and a barrier, every warp rescales its acc, then three halving levels of a
+// shared-memory store, a barrier, an add and a barrier: 7 block barriers). Session 63 on an H100, kiln's 0.5B decode at
+// context 128 over four placements, two rounds: +0.34% (paired +0.37%), all 8 pairs won, the same greedy ids; gate
+// checks 1, 2, 5 pass; traced, the merge after its first barrier 0.62 -> 0.48 us (bench/results/2026-12-06-decode-s63.md).
+// A -D for A/Bs (KILN_NVRTC_DEFINES=KILN_QKV_ATTN_MERGE1=0).
 #ifndef KILN_QKV_ATTN_MERGE1
-#define KILN_QKV_ATTN_MERGE1 0
+#define KILN_QKV_ATTN_MERGE1 1
 #endif
 
 // Hooks for a probe (none is defined in kiln's build, so its code is what it was without them):
