@@ -535,18 +535,20 @@ __device__ void qkv_attention(const __nv_bfloat16* x, const __nv_bfloat16* norm_
       m = mx;
     }
     const bool writer = pi == 0;
-#if KILN_QKV_ATTN_MERGE1
     if (lane == 0) {
       sh_m[warp] = m;
       sh_l[warp] = l;
     }
+#if KILN_QKV_ATTN_MERGE1
     if (writer) {
       *reinterpret_cast<float4*>(&sh_acc[warp][d0]) = make_float4(acc[0], acc[1], acc[2], acc[3]);
       *reinterpret_cast<float4*>(&sh_acc[warp][d0 + 4]) = make_float4(acc[4], acc[5], acc[6], acc[7]);
     }
+#endif
     __syncthreads();
-    KILN_TRACE_PHASE(10);  // every warp's (acc, m, l) in shared memory
+    KILN_TRACE_PHASE(10);  // every warp's (m, l) (and, MERGE1, its acc) in shared memory
     float big_m = -inf(), big_l = 0.0f;
+#if KILN_QKV_ATTN_MERGE1
     if (warp == 0 && writer) {  // the tree's sums below, in its order, by warp 0's writer lanes alone
 #pragma unroll
       for (unsigned int wv = 0; wv < NW; ++wv) big_m = fmaxf(big_m, sh_m[wv]);
@@ -569,13 +571,6 @@ __device__ void qkv_attention(const __nv_bfloat16* x, const __nv_bfloat16* norm_
       }
     }
 #else
-    if (lane == 0) {
-      sh_m[warp] = m;
-      sh_l[warp] = l;
-    }
-    __syncthreads();
-    KILN_TRACE_PHASE(10);  // every warp's (m, l) in shared memory
-    float big_m = -inf(), big_l = 0.0f;
 #pragma unroll
     for (unsigned int wv = 0; wv < NW; ++wv) big_m = fmaxf(big_m, sh_m[wv]);
 #pragma unroll
