@@ -8,7 +8,7 @@
 set -u
 NAME=$1 DEF=$2 BIN=$3 KC=$4 KCT=$5
 bash scripts/device_ab_define.sh "$NAME" "$DEF" "$BIN" "$KC" > /dev/null
-grep -a -E 'ids|median|mean|paired|won|gate|rc' $OUT/$NAME-summary.txt | head -20
+grep -a -v '^\[' $OUT/$NAME-summary.txt | grep -a -E "ids|^(arm|base|$NAME) |rc [0-9]+ at|kiln gate:"  # not the per-run lines
 for V in base "$NAME"; do
   D=KILN_TRACE=1; [ "$V" = "$NAME" ] && D=KILN_TRACE=1,$DEF
   DEFINES=$D timeout ${TRACE_LIMIT:-90} bash scripts/device_trace.sh "$BIN" "$KCT" trace-$V-summary.txt qwen2.5-0.5b:128 > /dev/null

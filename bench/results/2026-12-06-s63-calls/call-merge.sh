@@ -7,7 +7,7 @@
 # Carry [".device/bin/kiln-s63.xz", ".device/kc63", ".device/kc63t"] (scripts/device_cache.sh /tmp/kiln-s63 DIR with
 # no defines and KILN_QKV_ATTN_MERGE1=1 -> kc63; with KILN_TRACE=1 and KILN_TRACE=1,KILN_QKV_ATTN_MERGE1=1 -> kc63t).
 # It ran with the H200 guard and the A/B and trace steps inline; they moved, unchanged, into
-# scripts/device_official_if_h200.sh and scripts/device_ab_traced.sh afterwards.
+# scripts/device_official_if_h200.sh and scripts/device_ab_traced.sh afterwards (which now prints fewer lines).
 set -u
 source scripts/device_official_if_h200.sh .device/bin/kiln-s63.xz .device/kc63 && exit
 T0=$(date +%s)
