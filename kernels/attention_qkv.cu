@@ -120,6 +120,23 @@
 #define KILN_QKV_ATTN_MERGE1 1
 #endif
 
+// Two cuts in the push exchanges' chain (KILN_QKV_ATTN_PUSH 1 only; the same values in the same order: the same bits),
+// both 0 by default (the code above them is what it was) until an A/B on a GPU says otherwise:
+// - KILN_QKV_ATTN_PUSH_WARP0 1: warp 0, which computes `mine`, also makes all 48 pushes of it (lanes 0-15 two each)
+//   after a __syncwarp, instead of warps 0 and 1 after a block barrier: one block barrier fewer between the RoPE and
+//   the exchange.
+// - KILN_QKV_ATTN_LAST_BARRIER 0: no cluster barrier at the end. Every push into a block completes on that block's own
+//   mbarrier, which the block waits for before it reads: rank r has every push into it (gath) before its split
+//   starts, and rank 0 every push (mslot) before its merge; no block reads another's shared memory. So no block can
+//   be the target of a push once it is past its waits, and each may leave then (ranks 1-7 right after their pushes
+//   to rank 0, rank 0 after its store) instead of rank 0 waiting on the barrier's round trip after its store.
+#ifndef KILN_QKV_ATTN_PUSH_WARP0
+#define KILN_QKV_ATTN_PUSH_WARP0 0
+#endif
+#ifndef KILN_QKV_ATTN_LAST_BARRIER
+#define KILN_QKV_ATTN_LAST_BARRIER 1
+#endif
+
 // Hooks for a probe (none is defined in kiln's build, so its code is what it was without them):
 // scripts/probe_qkv_attn_o.cu includes this file with the o projection as a tail. With
 // KILN_QKV_ATTN_EVERY_RANK_MERGES 1 every rank merges the splits and stores the head's output (the
@@ -413,12 +430,24 @@ __device__ void qkv_attention(const __nv_bfloat16* x, const __nv_bfloat16* norm_
     mine[tid] = vals[tid];
   }
 #if KILN_QKV_ATTN_PUSH
+#if KILN_QKV_ATTN_PUSH_WARP0
+  __syncwarp();  // warp 0 wrote `mine` and pushes it
+  cluster_wait();
+  if (warp == 0) {
+#pragma unroll
+    for (unsigned int i = lane; i < S * (KILN_QKV_ATTN_ROWS / 4); i += 32) {  // rank i / 6 gets chunk i % 6 in gath[s]
+      const unsigned int to = i / (KILN_QKV_ATTN_ROWS / 4), c = i % (KILN_QKV_ATTN_ROWS / 4);
+      push16(remote_addr(smem_addr(&gath[s][4 * c]), to), *reinterpret_cast<const float4*>(&mine[4 * c]), remote_addr(bar_x, to));
+    }
+  }
+#else
   __syncthreads();
   cluster_wait();
   if (tid < S * (KILN_QKV_ATTN_ROWS / 4)) {  // rank tid / 6 gets chunk tid % 6 of `mine` in gath[s]
     const unsigned int to = tid / (KILN_QKV_ATTN_ROWS / 4), c = tid % (KILN_QKV_ATTN_ROWS / 4);
     push16(remote_addr(smem_addr(&gath[s][4 * c]), to), *reinterpret_cast<const float4*>(&mine[4 * c]), remote_addr(bar_x, to));
   }
+#endif
   if (tid < 3 * HD) {  // q, k_p, v_p of the head from the blocks that computed them
     const unsigned int which = tid / HD, d = tid % HD;
     const unsigned int rank = which < 2 ? (d % 32) / 4 : d / 8;
@@ -663,8 +692,10 @@ __device__ void qkv_attention(const __nv_bfloat16* x, const __nv_bfloat16* norm_
 #endif
   }
 #if KILN_QKV_ATTN_PUSH
+#if KILN_QKV_ATTN_LAST_BARRIER
   cluster_arrive_relaxed();  // no block leaves while a push may still target the cluster; no fence
   cluster_wait();
+#endif
 #else
   cluster_sync();
 #endif
