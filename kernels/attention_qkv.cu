@@ -77,7 +77,7 @@
 // st.async, which completes a transaction count on the reader's mbarrier; a reader waits on its own
 // mbarrier, so no fence sits between the producer's store and the consumer's read (common.cuh's push
 // protocol: mbarriers published before the PDL wait by a relaxed cluster barrier, off the critical path;
-// a relaxed last barrier keeps every block resident until the cluster is done). 0: each block leaves
+// each block leaves once it has every push into it: KILN_QKV_ATTN_LAST_BARRIER below). 0: each block leaves
 // its values in its own shared memory and the others read them after a cluster barrier
 // (barrier.cluster.arrive.release: ptxas puts a GPU-scope fence, MEMBAR.ALL.GPU, in front of each of
 // the kernel's three barriers, and the last one waits for the `out` store to reach the L2). The same
@@ -120,21 +120,25 @@
 #define KILN_QKV_ATTN_MERGE1 1
 #endif
 
-// Two cuts in the push exchanges' chain (KILN_QKV_ATTN_PUSH 1 only; the same values in the same order: the same bits),
-// both 0 by default (the code above them is what it was) until an A/B on a GPU says otherwise:
-// - KILN_QKV_ATTN_PUSH_WARP0 1: warp 0, which computes `mine`, also makes all 48 pushes of it (lanes 0-15 two each)
-//   after a __syncwarp, instead of warps 0 and 1 after a block barrier: one block barrier fewer between the RoPE and
-//   the exchange.
-// - KILN_QKV_ATTN_LAST_BARRIER 0: no cluster barrier at the end. Every push into a block completes on that block's own
-//   mbarrier, which the block waits for before it reads: rank r has every push into it (gath) before its split
-//   starts, and rank 0 every push (mslot) before its merge; no block reads another's shared memory. So no block can
-//   be the target of a push once it is past its waits, and each may leave then (ranks 1-7 right after their pushes
-//   to rank 0, rank 0 after its store) instead of rank 0 waiting on the barrier's round trip after its store.
+// Two cuts in the push exchanges' chain (KILN_QKV_ATTN_PUSH 1 only; the same values in the same order: the same bits):
+// - KILN_QKV_ATTN_PUSH_WARP0 1 (the default since session 64): warp 0, which computes `mine`, also makes all 48 pushes
+//   of it (lanes 0-15 two each) after a __syncwarp; 0: warps 0 and 1 push after a block barrier.
+// - KILN_QKV_ATTN_LAST_BARRIER 0 (the default since session 64): no cluster barrier at the end. Every push into a
+//   block completes on that block's own mbarrier, which the block waits for before it reads: rank r has every push
+//   into it (gath) before its split starts, and rank 0 every push (mslot) before its merge; no block reads another's
+//   shared memory, and a push's source is registers. So no block is the target of a push once it is past its waits,
+//   and each leaves then (ranks 1-7 right after their pushes to rank 0, rank 0 after its store) instead of rank 0
+//   waiting out the barrier's round trip after its store, and the grid's end with it. 1: the relaxed last barrier.
+// Session 64 on an H100, kiln's 0.5B decode at context 128 over four placements, two rounds, both cuts together
+// against both off: 2027.8 -> 2069.4 tok/s (+2.05%, paired +2.06%), every placement (the slowest with them above the
+// fastest without); the same greedy ids; gate checks 1, 2, 5 26/26; kernel_check's qkv_attention 40/40
+// (bench/results/2026-12-06-decode-s64.md). A -D for A/Bs (KILN_NVRTC_DEFINES=KILN_QKV_ATTN_PUSH_WARP0=0,
+// KILN_QKV_ATTN_LAST_BARRIER=1).
 #ifndef KILN_QKV_ATTN_PUSH_WARP0
-#define KILN_QKV_ATTN_PUSH_WARP0 0
+#define KILN_QKV_ATTN_PUSH_WARP0 1
 #endif
 #ifndef KILN_QKV_ATTN_LAST_BARRIER
-#define KILN_QKV_ATTN_LAST_BARRIER 1
+#define KILN_QKV_ATTN_LAST_BARRIER 0
 #endif
 
 // Hooks for a probe (none is defined in kiln's build, so its code is what it was without them):

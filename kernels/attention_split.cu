@@ -587,6 +587,15 @@ __device__ void attention_merge(const float* workspace, const int* positions,
 #ifndef KILN_ATTN_CLUSTER_PUSH
 #define KILN_ATTN_CLUSTER_PUSH 1
 #endif
+// KILN_ATTN_CLUSTER_LAST_BARRIER 0 (push only): no cluster barrier at the end, as attention_qkv.cu's
+// KILN_QKV_ATTN_LAST_BARRIER (+2.05% with its warp-0 pushes on the 0.5B, session 64): only the merging
+// blocks are pushed into, and each of their merging threads waits on the block's mbarrier, whose count
+// covers every push, before it reads; no block reads another's shared memory. So every block may leave
+// once it has pushed (and merged). 1 (the default until measured): the relaxed last barrier. The same
+// bits either way. A -D for A/Bs (KILN_NVRTC_DEFINES=KILN_ATTN_CLUSTER_LAST_BARRIER=0).
+#ifndef KILN_ATTN_CLUSTER_LAST_BARRIER
+#define KILN_ATTN_CLUSTER_LAST_BARRIER 1
+#endif
 
 template <typename T, int CH>
 __device__ void attention_cluster(const T* q, const T* k_cache, const T* v_cache, const int* positions,
@@ -706,8 +715,10 @@ __device__ void attention_cluster(const T* q, const T* k_cache, const T* v_cache
     out[((size_t)t * heads + h0 + i) * head_dim + d] = from_f32<T>(den > 0.0f ? num / den : 0.0f);
   }
   if constexpr (push) {
-    cluster_arrive_relaxed();  // no block leaves while a push may still target the cluster; no fence
-    cluster_wait();
+    if (KILN_ATTN_CLUSTER_LAST_BARRIER) {
+      cluster_arrive_relaxed();  // no block leaves while a push may still target the cluster; no fence
+      cluster_wait();
+    }
   } else {
     cluster_sync();
   }

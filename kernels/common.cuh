@@ -581,8 +581,10 @@ template <typename P> __device__ __forceinline__ P* cluster_map(P* p, unsigned i
 // fence on either side (barrier.cluster.arrive's default .release costs a GPU-scope MEMBAR; the
 // relaxed barrier below has none). The protocol: every block initializes its mbarrier(s), posts the
 // bytes it expects, runs fence_mbarrier_init() and cluster_arrive_relaxed() before its PDL wait, and
-// cluster_wait() before its first push; a relaxed barrier at the end keeps every block resident
-// until no push can still target it.
+// cluster_wait() before its first push; no block may leave while a push can still target it: a
+// relaxed barrier at the end, or (attention_qkv.cu) every block waiting on its own mbarriers, whose
+// counts cover every push into it, before it leaves (a push's source is registers, so its sender may
+// leave at once).
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 __device__ __forceinline__ unsigned int smem_addr(const void* p) { return (unsigned int)__cvta_generic_to_shared(p); }
 __device__ __forceinline__ unsigned int remote_addr(unsigned int a, unsigned int rank) {
