@@ -591,8 +591,11 @@ __device__ void attention_merge(const float* workspace, const int* positions,
 // KILN_QKV_ATTN_LAST_BARRIER (+2.05% with its warp-0 pushes on the 0.5B, session 64): only the merging
 // blocks are pushed into, and each of their merging threads waits on the block's mbarrier, whose count
 // covers every push, before it reads; no block reads another's shared memory. So every block may leave
-// once it has pushed (and merged). 1 (the default until measured): the relaxed last barrier. The same
-// bits either way. A -D for A/Bs (KILN_NVRTC_DEFINES=KILN_ATTN_CLUSTER_LAST_BARRIER=0).
+// once it has pushed (and merged). 1 (the default): the relaxed last barrier. The same bits either way.
+// Session 64 on an H100, kiln's 1B decode at context 128 over four placements, two rounds: 0 vs 1
+// -0.24% (paired -0.25%), every placement; the same greedy ids; gate checks 1, 2, 5 and kernel_check's
+// attention_split pass (bench/results/2026-12-06-decode-s64.md). Kept as a -D for A/Bs
+// (KILN_NVRTC_DEFINES=KILN_ATTN_CLUSTER_LAST_BARRIER=0).
 #ifndef KILN_ATTN_CLUSTER_LAST_BARRIER
 #define KILN_ATTN_CLUSTER_LAST_BARRIER 1
 #endif
