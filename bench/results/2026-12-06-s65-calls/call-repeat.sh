@@ -3,7 +3,7 @@
 # 0.26% over the 0.50 target, less than that run's bandwidth spread). On an H200: the acceptance row again (batch 1,
 # context 128, the three shapes, torch.compile in the same run; call-final.sh's bench without the gate), a repeat
 # reported beside the first whatever it gives; then a block trace of the 0.5B (where the time goes). Elsewhere: the
-# trace only (TRACE_ELSEWHERE=0: nothing; request 7 ran the trace on an H100).
+# trace only (TRACE_ELSEWHERE=0: nothing; request 8 ran the trace on an H100).
 # Carry: [".device/bin/kiln-s64c.xz", ".device/kc64c", ".device/kc64t"] (6533db6, main's kernels; kc64t:
 # scripts/device_cache.sh /tmp/kiln-s64c /tmp/kc64t KILN_TRACE=1).
 set -u
