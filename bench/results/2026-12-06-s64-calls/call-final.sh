@@ -26,7 +26,7 @@ timeout $((420 - $(el))) $B bench --shapes qwen2.5-0.5b,llama3.2-1b,llama3.1-8b 
   --torch-modes compile --torch-repeats 3 --out $OUT/$R > $OUT/official.txt 2>&1
 echo "bench rc $? at $(el) s" >> $S
 grep -s -a -E '^(qwen|llama)[^ ]* +1 +128 |read bandwidth:|knobs|rror' $OUT/official.txt | head -10 >> $S
-if [ $(el) -lt 340 ]; then
+if [ $(el) -lt ${ROW_GATE_BEFORE:-340} ]; then  # (ROW_GATE_BEFORE=0: no gate; session 65's call-repeat.sh)
   timeout $((415 - $(el))) $B gate --synth-dir target/synth > $OUT/gate.log 2>&1
   echo "gate (all checks) rc $? at $(el) s" >> $S; grep -a -E 'FAIL|kiln gate:' $OUT/gate.log | tail -6 >> $S
 fi
