@@ -12,13 +12,16 @@ source scripts/device_prep.sh .device/bin/kiln-s64c.xz .device/kc64c > /tmp/prep
 B=$PWD/target/kiln
 S=$OUT/summary.txt; { date -u; $B --version; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; cat /tmp/prep.txt; } > $S
 M=qwen2.5-0.5b
-[ -f target/synth/$M-seed1/config.json ] || timeout 120 $B synth --shape $M --seed 1 --out target/synth/$M-seed1 > $OUT/log-$M.txt 2>&1
+[ -f target/synth/$M-seed1/config.json ] || timeout 120 $B synth --shape $M --seed 1 --out target/synth/$M-seed1 > /tmp/log-$M.txt 2>&1
 echo "synth ready at $(el) s" >> $S
 C=$($B --version | sed -E 's/.*\(([0-9a-f]+).*/\1/')
-for r in $(seq 1 ${ROUNDS:-1}); do  # ROUNDS=3: three bench runs in the call (session 65's request 14); the first's files
+mkdir -p /tmp/rounds
+for r in $(seq 1 ${ROUNDS:-1}); do  # ROUNDS=3: three bench runs in the call (session 65's request 14); the first's files in $OUT,
+  # the others' JSON in $OUT/rounds.tar (the tool brings back at most 8 files)
   timeout $((240 - $(el))) $B bench --shapes $M --synth-root target/synth --prompt 128 --new-tokens 256 --batches 1 \
-    --contexts 128 --repeats 5 --fuse --out $OUT/$(date -u +%F)-h200-decode-row05-$C$([ $r = 1 ] || echo -r$r) > $OUT/official.txt 2>&1
+    --contexts 128 --repeats 5 --fuse --out $([ $r = 1 ] && echo $OUT || echo /tmp/rounds)/$(date -u +%F)-h200-decode-row05-$C$([ $r = 1 ] || echo -r$r) > $OUT/official.txt 2>&1
   echo "bench $r rc $? at $(el) s" >> $S
   grep -s -a -E '^(qwen|llama)[^ ]* +1 +128 |read bandwidth:|knobs|rror' $OUT/official.txt | head -6 >> $S
 done
+[ -n "$(ls /tmp/rounds/*.json 2>/dev/null)" ] && tar -C /tmp/rounds -cf $OUT/rounds.tar $(cd /tmp/rounds && ls *.json)
 cat $S
