@@ -2,24 +2,21 @@
 # Session 65's last device call, with 367 s of device time left (too few for call-repeat.sh's ~400 s): on an H200,
 # the 0.5B's acceptance row alone with kiln only (the bandwidth probe and kiln's decode, batch 1, context 128, 5
 # repeats; no torch), a repeat of request 1's 0.501 reported beside it whatever it gives. Elsewhere nothing.
-# Carry: [".device/bin/kiln-s64c.xz", ".device/kc64c"] (6533db6, main's kernels).
+# Carry: [".device/bin/kiln-s64c.xz", ".device/kc64c"] (6533db6, main's kernels). Request 13 ran it (933e001's
+# version: one round, its start written out; scripts/device_call_start.sh now does the same).
 set -u
 nvidia-smi --query-gpu=name --format=csv,noheader | tee $OUT/gpu.txt
 grep -q H200 $OUT/gpu.txt || exit 0
-T0=$(date +%s)
-el() { echo $(( $(date +%s) - T0 )); }
-source scripts/device_prep.sh .device/bin/kiln-s64c.xz .device/kc64c > /tmp/prep.txt
-B=$PWD/target/kiln
-S=$OUT/summary.txt; { date -u; $B --version; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; cat /tmp/prep.txt; } > $S
+source scripts/device_call_start.sh .device/bin/kiln-s64c.xz .device/kc64c qwen2.5-0.5b
 M=qwen2.5-0.5b
-[ -f target/synth/$M-seed1/config.json ] || timeout 120 $B synth --shape $M --seed 1 --out target/synth/$M-seed1 > /tmp/log-$M.txt 2>&1
-echo "synth ready at $(el) s" >> $S
 C=$($B --version | sed -E 's/.*\(([0-9a-f]+).*/\1/')
 mkdir -p /tmp/rounds
-for r in $(seq 1 ${ROUNDS:-1}); do  # ROUNDS=3: three bench runs in the call (session 65's request 14); the first's files in $OUT,
-  # the others' JSON in $OUT/rounds.tar (the tool brings back at most 8 files)
+# ROUNDS=3: three bench runs in the call (session 65's request 14, refused); the first's files in $OUT, the others'
+# JSON in $OUT/rounds.tar (the tool brings back at most 8 files)
+for r in $(seq 1 ${ROUNDS:-1}); do
+  O=$([ $r = 1 ] && echo $OUT || echo /tmp/rounds)/$(date -u +%F)-h200-decode-row05-$C$([ $r = 1 ] || echo -r$r)
   timeout $((240 - $(el))) $B bench --shapes $M --synth-root target/synth --prompt 128 --new-tokens 256 --batches 1 \
-    --contexts 128 --repeats 5 --fuse --out $([ $r = 1 ] && echo $OUT || echo /tmp/rounds)/$(date -u +%F)-h200-decode-row05-$C$([ $r = 1 ] || echo -r$r) > $OUT/official.txt 2>&1
+    --contexts 128 --repeats 5 --fuse --out $O > $OUT/official.txt 2>&1
   echo "bench $r rc $? at $(el) s" >> $S
   grep -s -a -E '^(qwen|llama)[^ ]* +1 +128 |read bandwidth:|knobs|rror' $OUT/official.txt | head -6 >> $S
 done
