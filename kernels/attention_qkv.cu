@@ -145,8 +145,9 @@
 // scripts/probe_qkv_attn_o.cu includes this file with the o projection as a tail. With
 // KILN_QKV_ATTN_EVERY_RANK_MERGES 1 every rank merges the splits and stores the head's output (the
 // bf16 values `out` gets, as floats) in KILN_QKV_ATTN_ATT[tid]; KILN_QKV_ATTN_BEFORE_WAIT() runs
-// just before the PDL wait, KILN_QKV_ATTN_AFTER_MERGE() after the last cluster barrier (both see
-// the kernel's locals: h, s, tid, ...).
+// just before the PDL wait, KILN_QKV_ATTN_AFTER_MERGE() at the kernel's end: after the last cluster
+// barrier in the probe's KILN_QKV_ATTN_PUSH 0 build, which has one (both see the kernel's locals: h,
+// s, tid, ...).
 #ifndef KILN_QKV_ATTN_EVERY_RANK_MERGES
 #define KILN_QKV_ATTN_EVERY_RANK_MERGES 0
 #endif
