@@ -27,10 +27,12 @@
 //   (KILN_QKV_ATTN_MMA below; in <= 1024). The group's clusters each compute the group's k / v
 //   rows (the same bits: the same code on the same data), so their extra reads hit the L2, not
 //   the DRAM;
-// - before the wait (`early`: positions and cache bases predate the program): the block's rows
-//   and the norm weight into registers, the biases (into shared memory), the angles of its 4
-//   pairs, and the K/V rows of its split other than row p (attention_split.cu's
-//   KILN_ATTN_KV_EARLY loads);
+// - before the wait: the block's rows and the norm weight into registers, the biases (into shared
+//   memory); and, `early` (positions and cache bases predate the program), the angles of its 4
+//   pairs and the K/V rows of its split other than row p (attention_split.cu's
+//   KILN_ATTN_KV_EARLY loads). Not `early` (a launch right after a gather that released its
+//   dependents first, src/plan/planner.rs plan_release_early), the wait comes after the weights,
+//   before the position is read;
 // - after it: x, its sum of squares, the dot products (h = bf16(x * norm_w); the warps' partial
 //   sums added in warp order), the norm and bias as linear_fused.cu's post-norm epilogue, RoPE
 //   from the rounded values, and an all-gather that gives every block q, k_p and v_p (pushed
@@ -207,9 +209,7 @@ __device__ void qkv_attention(const __nv_bfloat16* x, const __nv_bfloat16* norm_
   }
   const unsigned int group = heads / kv_heads, g = h / group;
   const size_t nq = (size_t)heads * HD, kvd = (size_t)kv_heads * HD;
-  if (!early) wait_prior_grids();
-
-  // ---- before the wait (when early) ----------------------------------------------------------
+  // ---- before the wait (the weights; when early, the rest up to the second wait below) ---------
 #if KILN_QKV_ATTN_PUSH
   if (tid == 0) {
     mbar_init(bar_x);
@@ -220,8 +220,12 @@ __device__ void qkv_attention(const __nv_bfloat16* x, const __nv_bfloat16* norm_
   }
   cluster_arrive_relaxed();  // waited on before the first push: every block's mbarriers are live
 #endif
-  const int p = early ? __ldcg(positions) : positions[0];
-  const long long base_t = early ? __ldcg(cache_base) : cache_base[0];
+  int p = 0;
+  long long base_t = 0;
+  if (early) {
+    p = __ldcg(positions);
+    base_t = __ldcg(cache_base);
+  }
   const unsigned int n8 = in / 8;
   uint4 wr[RPW][CH], nr[CH];
 #if KILN_QKV_ATTN_MMA
@@ -280,6 +284,11 @@ __device__ void qkv_attention(const __nv_bfloat16* x, const __nv_bfloat16* norm_
     nr[c] = has_norm && k < n8 ? load16_stream(norm_w + 8 * k) : make_uint4(0, 0, 0, 0);
   }
 #endif
+  if (!early) {  // weights never change: loaded above either way
+    wait_prior_grids();
+    p = positions[0];
+    base_t = cache_base[0];
+  }
   if (tid < 4) {
     const RopeAngle a = rope_angle_or(rope_table(freqs, rotary_dim), p, 4 * s + tid, rotary_dim, theta, scaling_kind, factor,
                                       low, high, orig);

@@ -60,6 +60,12 @@ __device__ void gather(const T* table, const int* indices, T* __restrict__ out,
 
 }  // namespace kiln
 
+// kiln_gather_release_*: the same copy, but the block lets the grids that depend on it launch before
+// it waits for the grids before it (`Kernel::Gather { release }`, src/plan/planner.rs
+// plan_release_early): a one-block grid that releases only after its wait leaves its dependent's
+// launch and its blocks' work before their own wait on the critical path (2.3 us between the
+// gather's end and layer 0's release in the 0.5B's block trace, bench/NOTES-decode.md session 58).
+// The planner then no longer counts the gather as a barrier for early reads (plan::early_reads_safe).
 #define KILN_GATHER(dt, T)                                                                            \
   extern "C" __global__ void __launch_bounds__(256)                                                   \
       kiln_gather_##dt(const T* table, const int* indices, T* out, unsigned int rows, unsigned int dim, \
@@ -68,5 +74,14 @@ __device__ void gather(const T* table, const int* indices, T* __restrict__ out,
     KILN_ABLATED(2048);                                                                               \
     kiln::wait_prior_grids();                                                                         \
     kiln::gather<T>(table, indices, out, rows, dim, table_rows);                                            \
+  }                                                                                                   \
+  extern "C" __global__ void __launch_bounds__(256)                                                   \
+      kiln_gather_release_##dt(const T* table, const int* indices, T* out, unsigned int rows,         \
+                               unsigned int dim, unsigned int table_rows) {                           \
+    KILN_TRACE_BLOCK_END();                                                                           \
+    KILN_ABLATED(2048);                                                                               \
+    kiln::allow_dependents();                                                                         \
+    kiln::wait_prior_grids();                                                                         \
+    kiln::gather<T>(table, indices, out, rows, dim, table_rows);                                      \
   }
 KILN_FOR_EACH_DTYPE(KILN_GATHER)

@@ -113,7 +113,19 @@ __device__ void rms_norm_row(const T* x, const T* b, const T* weight, T* sum, T*
     KILN_ABLATED(4096);                                                                             \
     kiln::wait_prior_grids();                                                                       \
     kiln::rms_norm_row<T, false>(x, nullptr, weight, nullptr, out, rows, dim, eps);                          \
+  }                                                                                                 \
+  extern "C" __global__ void __launch_bounds__(256)                                                 \
+      kiln_rms_norm_release_##dt(const T* x, const T* weight, T* out, unsigned int rows,            \
+                                 unsigned int dim, float eps) {                                     \
+    KILN_TRACE_BLOCK_END();                                                                         \
+    KILN_ABLATED(4096);                                                                             \
+    kiln::allow_dependents();                                                                       \
+    kiln::wait_prior_grids();                                                                       \
+    kiln::rms_norm_row<T, false>(x, nullptr, weight, nullptr, out, rows, dim, eps);                 \
   }
+// kiln_rms_norm_release_*: as kiln_gather_release_* (gather.cu), for the decode output norm, whose
+// dependent is the logits GEMV (2.75 us between the norm's end and the logits' release in the 0.5B's
+// block trace, bench/NOTES-decode.md session 58).
 KILN_FOR_EACH_DTYPE(KILN_RMS_NORM)
 
 // (a, b, weight, sum, out, rows, dim, eps): Op::AddRmsNorm, grid (rows), block 256.

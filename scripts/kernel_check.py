@@ -236,14 +236,16 @@ class Checker:
         idx = np.array([5, 0, V - 1, -1, V, 17, 123456], dtype=np.int32)
         R = len(idx)
         table = dt.store(self.rand(V, D))
-        out = self.dev(dt.poison((R, D)))
-        self.launch(f"kiln_gather_{dt.name}", "gather",
-                    (self.dev(table), self.dev(idx), out, np.uint32(R), np.uint32(D), np.uint32(V)), rows=R)
         ref = np.zeros((R, D))
         for r, i in enumerate(idx):
             if 0 <= i < V:
                 ref[r] = dt.load(table[i])
-        self.report.compare("gather (out-of-range rows zero)", dt.name, dt.load(out.get()), ref, 0.0, 0.0)
+        for entry in ("", "release_"):  # kiln_gather_release_*: the same copy, dependents released first
+            out = self.dev(dt.poison((R, D)))
+            self.launch(f"kiln_gather_{entry}{dt.name}", "gather",
+                        (self.dev(table), self.dev(idx), out, np.uint32(R), np.uint32(D), np.uint32(V)), rows=R)
+            self.report.compare(f"gather{' release' if entry else ''} (out-of-range rows zero)", dt.name,
+                                dt.load(out.get()), ref, 0.0, 0.0)
 
     # rms_norm / head_rms_norm ---------------------------------------------------------------
     def rms_ref(self, dt, x, w, eps):
@@ -266,12 +268,17 @@ class Checker:
             eps = 1e-6
             x = dt.store(self.rand(R, D, scale=2.0))
             w = dt.store(self.rand(D) * 0.5 + 1.0)
-            out = self.dev(dt.poison((R, D)))
-            self.launch(f"kiln_rms_norm_{dt.name}", "rms_norm",
-                        (self.dev(x), self.dev(w), out, np.uint32(R), np.uint32(D), np.float32(eps)), rows=R)
             ref = self.rms_ref(dt, dt.load(x), dt.load(w), eps)
-            self.report.compare(f"rms_norm rows={R} dim={D}", dt.name, dt.load(out.get()), ref,
-                                2.5 * dt.unit + 1e-6, 1e-6)
+            outs = []
+            for entry in ("", "release_"):  # kiln_rms_norm_release_*: the same norm, dependents released first
+                out = self.dev(dt.poison((R, D)))
+                self.launch(f"kiln_rms_norm_{entry}{dt.name}", "rms_norm",
+                            (self.dev(x), self.dev(w), out, np.uint32(R), np.uint32(D), np.float32(eps)), rows=R)
+                outs.append(out.get())
+                self.report.compare(f"rms_norm{' release' if entry else ''} rows={R} dim={D}", dt.name,
+                                    dt.load(outs[-1]), ref, 2.5 * dt.unit + 1e-6, 1e-6)
+            self.report.record(f"rms_norm release == rms_norm rows={R} dim={D}", dt.name,
+                               bool(np.array_equal(outs[0], outs[1])), "bitwise")
 
     def add_rms_norm(self, dt):
         """kiln_add_rms_norm: sum = T(a + b) (as kiln_add), out = rms_norm(sum)."""

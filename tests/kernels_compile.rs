@@ -14,7 +14,7 @@ use kiln::runtime::cuda::{abi, nvrtc};
 use std::collections::BTreeSet;
 use std::sync::OnceLock;
 
-/// Every symbol kernels/ must define: 12 kernels x 3 dtypes, attention_cluster x 3 chunk sizes x 3 dtypes, attention_prefill x 2 (f16, bf16),
+/// Every symbol kernels/ must define: 12 kernels x 3 dtypes (gather and rms_norm also `_release`), attention_cluster x 3 chunk sizes x 3 dtypes, attention_prefill x 2 (f16, bf16),
 /// linear's and fused_linear's 5 (dt, out) pairs each, linear_argmax (f32 logits), gated_linear, qkv_linear and qkv_rope x 3
 /// dtypes (each also `_o3`), the out-norm pair (bf16), qkv_attention (bf16), sample, advance, sample_advance.
 fn expected_symbols() -> BTreeSet<String> {
@@ -35,6 +35,10 @@ fn expected_symbols() -> BTreeSet<String> {
     ] {
         for dt in ["f32", "f16", "bf16"] {
             s.insert(format!("kiln_{kernel}_{dt}"));
+            // The entries that release their dependents before the wait (plan knob KILN_RELEASE_EARLY).
+            if kernel == "gather" || kernel == "rms_norm" {
+                s.insert(format!("kiln_{kernel}_release_{dt}"));
+            }
         }
     }
     // The linear family, each in its default and dense (`_o3`, three blocks per SM) variant.

@@ -117,8 +117,11 @@ pub fn summary(plan: &Plan) -> String {
 
 fn kernel_params(k: &Kernel) -> String {
     match k {
-        Kernel::Gather { rows, dim, table_rows } => format!("rows={rows} dim={dim} table_rows={table_rows}"),
-        Kernel::RmsNorm { rows, dim, eps } | Kernel::AddRmsNorm { rows, dim, eps } => format!("rows={rows} dim={dim} eps={eps:e}"),
+        Kernel::Gather { rows, dim, table_rows, release } => {
+            format!("rows={rows} dim={dim} table_rows={table_rows}{}", if *release { " release" } else { "" })
+        }
+        Kernel::RmsNorm { rows, dim, eps, release } => format!("rows={rows} dim={dim} eps={eps:e}{}", if *release { " release" } else { "" }),
+        Kernel::AddRmsNorm { rows, dim, eps } => format!("rows={rows} dim={dim} eps={eps:e}"),
         Kernel::HeadRmsNorm { rows, heads, head_dim, eps } => format!("rows={rows} heads={heads} head_dim={head_dim} eps={eps:e}"),
         Kernel::Linear { rows, in_features, out_features, bias, argmax, stats } => {
             let a = if *argmax { " argmax=true" } else { "" };

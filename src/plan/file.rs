@@ -13,7 +13,7 @@ use std::path::Path;
 
 pub const MAGIC: &[u8; 8] = b"KILNPLAN";
 /// Bump on any change to the serialized types.
-pub const FORMAT_VERSION: u32 = 14;
+pub const FORMAT_VERSION: u32 = 15;
 
 /// The serialized body. Today it carries the plan as is; a future format can convert.
 #[derive(Serialize, Deserialize)]

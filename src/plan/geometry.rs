@@ -479,8 +479,8 @@ mod tests {
     fn kernels() -> Vec<Kernel> {
         let rope = RopeSpec { style: RopeStyle::HalfSplit, theta: 1e6, rotary_dim: 128, scaling: RopeScaling::None };
         let mut v = vec![
-            Kernel::Gather { rows: 7, dim: 1024, table_rows: 151936 },
-            Kernel::RmsNorm { rows: 7, dim: 1024, eps: 1e-6 },
+            Kernel::Gather { rows: 7, dim: 1024, table_rows: 151936, release: false },
+            Kernel::RmsNorm { rows: 7, dim: 1024, eps: 1e-6, release: false },
             Kernel::HeadRmsNorm { rows: 7, heads: 16, head_dim: 128, eps: 1e-6 },
             Kernel::Rope { rows: 7, heads: 16, head_dim: 128, rope },
             Kernel::KvWrite { rows: 7, kv_dim: 1024, kv_rows: 4096 },

@@ -159,10 +159,12 @@ pub enum Access {
 /// order of the IR op's `reads()` followed by its `writes()` (documented per variant).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Kernel {
-    /// bufs: table, indices, out.
-    Gather { rows: u32, dim: u32, table_rows: u32 },
-    /// bufs: x, weight, out.
-    RmsNorm { rows: u32, dim: u32, eps: f32 },
+    /// bufs: table, indices, out. `release`: the kernel lets its dependents launch before it waits
+    /// for the grids before it (`kiln_gather_release_*`), so it is no barrier for early reads
+    /// ([`Kernel::waits_before_release`]); planned by `planner::plan_release_early`.
+    Gather { rows: u32, dim: u32, table_rows: u32, release: bool },
+    /// bufs: x, weight, out. `release`: as `Gather`'s (`kiln_rms_norm_release_*`).
+    RmsNorm { rows: u32, dim: u32, eps: f32, release: bool },
     /// bufs: x, weight, out.
     HeadRmsNorm { rows: u32, heads: u32, head_dim: u32, eps: f32 },
     /// bufs: x, `[sumsq]`, weight, `[bias]`, out, `[argmax key]`. Here and in `FusedLinear` and
@@ -408,14 +410,20 @@ pub fn early_read_operands(l: &Launch) -> Vec<usize> {
 
 impl Kernel {
     /// Whether the kernel waits for the grids before it (`griddepcontrol.wait`) before it lets
-    /// its own dependents launch, in every block: `kiln::wait_prior_grids()` first thing and no
-    /// earlier `kiln::allow_dependents()` (kernels/gather.cu, rms_norm.cu, sample.cu,
-    /// advance.cu). The GEMV kernels do not (they release their dependents first). Used by
-    /// [`early_reads_safe`]: a launch of such a kernel is a barrier for early reads.
+    /// its own dependents launch, in every block: `kiln::wait_prior_grids()` and no earlier
+    /// `kiln::allow_dependents()` (kernels/gather.cu and rms_norm.cu but their `_release` entries,
+    /// sample.cu, advance.cu; attention_qkv.cu, which waits first or, reading early, before its
+    /// `allow_dependents()`). The GEMV kernels do not (they release their dependents first). Used
+    /// by [`early_reads_safe`]: a launch of such a kernel is a barrier for early reads.
     pub fn waits_before_release(&self) -> bool {
         matches!(
             self,
-            Kernel::Gather { .. } | Kernel::RmsNorm { .. } | Kernel::Sample { .. } | Kernel::Advance { .. } | Kernel::SampleAdvance { .. }
+            Kernel::Gather { release: false, .. }
+                | Kernel::RmsNorm { release: false, .. }
+                | Kernel::QkvAttention { .. }
+                | Kernel::Sample { .. }
+                | Kernel::Advance { .. }
+                | Kernel::SampleAdvance { .. }
         )
     }
 

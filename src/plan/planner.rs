@@ -691,9 +691,73 @@ fn plan_program(p: &Program, persistent: &BTreeMap<&str, &PlannedTensor>, max_co
     if p.phase == Phase::DecodeLoop {
         planned = unroll(planned, copies);
     }
+    plan_release_early(&mut planned)?;
     plan_early_reads(&mut planned);
     plan_l2_prefetch(&mut planned);
     Ok(planned)
+}
+
+/// Which one-block-per-row launches of a decode program let their dependents launch before they
+/// wait (`Kernel::Gather { release }`, `Kernel::RmsNorm { release }`): the plan-time knob
+/// `KILN_RELEASE_EARLY`, a comma-separated list of `gather` (the token embedding) and `norm` (the
+/// output norm), unset or `0` for none (the default until measured on the device).
+///
+/// Such a grid runs ~1 us and waits before it releases, so its dependent (layer 0's first launch,
+/// the logits GEMV) is launched only when the grid before it is complete, and its launch and its
+/// blocks' work before their wait show on the critical path: the 0.5B's block trace releases them
+/// 2.3 / 2.75 us after the gather / output norm end, against ~0.45 us after a wide grid
+/// (bench/NOTES-decode.md, session 58). Released first, they launch while the grid before runs.
+///
+/// A released launch is no barrier for early reads ([`super::early_reads_safe`]), so a launch is
+/// released only where that costs nothing but its own dependents' early reads (in an unrolled
+/// device loop: layer 0's attention of each copy after the first, which then reads its position
+/// after its wait; the later layers keep theirs behind layer 0's `QkvAttention`, itself a barrier).
+fn plan_release_early(p: &mut ProgramPlan) -> Result<()> {
+    let knob = super::knob("KILN_RELEASE_EARLY");
+    let (mut gather, mut norm) = (false, false);
+    for w in knob.split(',').map(str::trim).filter(|w| !w.is_empty() && *w != "0") {
+        match w {
+            "gather" => gather = true,
+            "norm" => norm = true,
+            _ => bail!("KILN_RELEASE_EARLY={knob}: give `gather`, `norm` or both, comma-separated (unset or 0: none)"),
+        }
+    }
+    if !(gather || norm) || !matches!(p.phase, Phase::Decode | Phase::DecodeLoop) {
+        return Ok(());
+    }
+    let safe_set = |p: &ProgramPlan| (0..p.launches.len()).map(|i| super::early_reads_safe(&p.launches, &p.deps, i)).collect::<Vec<_>>();
+    let set = |p: &mut ProgramPlan, twins: &[usize], to: bool| {
+        for &i in twins {
+            if let Kernel::Gather { release, .. } | Kernel::RmsNorm { release, .. } = &mut p.launches[i].kernel {
+                *release = to;
+            }
+        }
+    };
+    // The copies of an unrolled device loop stay alike (the plan checker's rule 11): a launch and
+    // its twins in the other copies are released together or not at all.
+    let (copies, n) = (p.loop_copies(), p.launches.len());
+    let body = if n.is_multiple_of(copies) { n / copies } else { n };
+    let mut safe = safe_set(p);
+    for k in 0..body {
+        let want = match p.launches[k].kernel {
+            Kernel::Gather { .. } => gather,
+            Kernel::RmsNorm { .. } => norm,
+            _ => false,
+        };
+        if !want {
+            continue;
+        }
+        let twins: Vec<usize> = (k..n).step_by(body).collect();
+        set(p, &twins, true);
+        let now = safe_set(p);
+        let direct = |j: usize| p.deps.iter().any(|&(a, b)| twins.contains(&(a as usize)) && b as usize == j);
+        if (0..n).all(|j| now[j] || !safe[j] || direct(j)) {
+            safe = now;
+        } else {
+            set(p, &twins, false);
+        }
+    }
+    Ok(())
 }
 
 /// Bytes per block of a planned L2 prefetch ([`plan_l2_prefetch`]), unless the plan-time knob
@@ -766,10 +830,17 @@ fn gemv_matrix(l: &Launch) -> Option<BufArg> {
 /// (`plan::early_reads_safe`). The decode attention's too unless `KILN_ATTN_EARLY=0` at plan time
 /// (the A/B knob: on the H200, session 14 call A, early reads gave +5.2% / +1.5% / +0.5% at batch
 /// 1, context 128, on the 0.5B / 1B / 8B shapes, bench/results/2026-12-01-h200-decode-ab-s14.md).
+///
+/// The copies of an unrolled device loop stay alike (the plan checker's rule 11): a launch reads
+/// early only where its twin in every copy may.
 fn plan_early_reads(p: &mut ProgramPlan) {
     let attn_early = super::knob("KILN_ATTN_EARLY") != "0";
-    for i in 0..p.launches.len() {
-        let safe = super::early_reads_safe(&p.launches, &p.deps, i);
+    let each: Vec<bool> = (0..p.launches.len()).map(|i| super::early_reads_safe(&p.launches, &p.deps, i)).collect();
+    let (copies, n) = (p.loop_copies(), p.launches.len());
+    let body = if n.is_multiple_of(copies) { n / copies } else { n };
+    for i in 0..n {
+        let k = i % body;
+        let safe = (k..n).step_by(body).all(|j| each[j]);
         match &mut p.launches[i].kernel {
             Kernel::QkvRope { early, .. } | Kernel::QkvAttention { early, .. } => *early = safe,
             Kernel::AttentionSplit { early, .. } | Kernel::AttentionMerge { early, .. } | Kernel::AttentionCluster { early, .. } => {
@@ -847,11 +918,11 @@ fn kernel_of(p: &Program, op: &Op) -> Kernel {
     match *op {
         Op::Gather { table, out, .. } => {
             let o = dims(out);
-            Kernel::Gather { rows: u(o[0]), dim: u(o[1]), table_rows: u(dims(table)[0]) }
+            Kernel::Gather { rows: u(o[0]), dim: u(o[1]), table_rows: u(dims(table)[0]), release: false }
         }
         Op::RmsNorm { x, eps, .. } => {
             let d = dims(x);
-            Kernel::RmsNorm { rows: u(d[0]), dim: u(d[1]), eps }
+            Kernel::RmsNorm { rows: u(d[0]), dim: u(d[1]), eps, release: false }
         }
         Op::AddRmsNorm { a, eps, .. } => {
             let d = dims(a);

@@ -396,7 +396,7 @@ fn attention_inputs<'l>(
 
 fn execute(regions: &mut [Vec<u8>; N_REGIONS], s: &mut Scratch, launch: &Launch) -> Result<()> {
     match launch.kernel {
-        Kernel::Gather { rows, dim, table_rows } => {
+        Kernel::Gather { rows, dim, table_rows, .. } => {
             let (rows, dim, table_rows) = (rows as usize, dim as usize, table_rows as usize);
             let [table, indices, out] = arity(launch, 2, 1)? else { unreachable!() };
             float_operand(table, "table", table_rows * dim)?;
@@ -414,7 +414,7 @@ fn execute(regions: &mut [Vec<u8>; N_REGIONS], s: &mut Scratch, launch: &Launch)
             }
             store(regions, out, &s.out)
         }
-        Kernel::RmsNorm { rows, dim, eps } => {
+        Kernel::RmsNorm { rows, dim, eps, .. } => {
             let (rows, dim) = (rows as usize, dim as usize);
             let [x, weight, out] = arity(launch, 2, 1)? else { unreachable!() };
             float_operand(x, "x", rows * dim)?;

@@ -63,6 +63,10 @@ pub fn symbol(kernel: &Kernel, bufs: &[BufArg]) -> String {
         Kernel::AttentionMerge { .. } => {
             format!("kiln_attention_merge_{}", bufs.last().map(|b| b.dtype.name()).unwrap_or("f32"))
         }
+        // Their entries that let dependents launch before the wait.
+        Kernel::Gather { release: true, .. } | Kernel::RmsNorm { release: true, .. } => {
+            format!("kiln_{}_release_{first_float}", kernel.name())
+        }
         k => format!("kiln_{}_{first_float}", k.name()),
     }
 }
@@ -73,9 +77,9 @@ pub fn scalars(kernel: &Kernel) -> Vec<Scalar> {
     use Scalar::*;
     match *kernel {
         // (table, indices, out, rows, dim, table_rows)
-        Kernel::Gather { rows, dim, table_rows } => vec![U32(rows), U32(dim), U32(table_rows)],
+        Kernel::Gather { rows, dim, table_rows, .. } => vec![U32(rows), U32(dim), U32(table_rows)],
         // (x, weight, out, rows, dim, eps)
-        Kernel::RmsNorm { rows, dim, eps } => vec![U32(rows), U32(dim), F32(eps)],
+        Kernel::RmsNorm { rows, dim, eps, .. } => vec![U32(rows), U32(dim), F32(eps)],
         // (a, b, weight, sum, out, rows, dim, eps)
         Kernel::AddRmsNorm { rows, dim, eps } => vec![U32(rows), U32(dim), F32(eps)],
         // (x, weight, out, rows, heads, head_dim, eps)
