@@ -700,7 +700,10 @@ fn plan_program(p: &Program, persistent: &BTreeMap<&str, &PlannedTensor>, max_co
 /// Which one-block-per-row launches of a decode program let their dependents launch before they
 /// wait (`Kernel::Gather { release }`, `Kernel::RmsNorm { release }`): the plan-time knob
 /// `KILN_RELEASE_EARLY`, a comma-separated list of `gather` (the token embedding) and `norm` (the
-/// output norm), unset or `0` for none (the default until measured on the device).
+/// output norm), `0` for none; unset, `norm`. Measured on an H200 (session 66, the 0.5B at batch
+/// 1, context 128, pads 0 / 32 / 64 / 1024, two rounds; bench/results/2026-12-06-decode-s66.md):
+/// `norm` +0.17% (paired +0.17%, every pad), `gather,norm` +0.13% (paired +0.11%): the released
+/// gather costs layer 0's early reads about what it saves.
 ///
 /// Such a grid runs ~1 us and waits before it releases, so its dependent (layer 0's first launch,
 /// the logits GEMV) is launched only when the grid before it is complete, and its launch and its
@@ -713,13 +716,16 @@ fn plan_program(p: &Program, persistent: &BTreeMap<&str, &PlannedTensor>, max_co
 /// device loop: layer 0's attention of each copy after the first, which then reads its position
 /// after its wait; the later layers keep theirs behind layer 0's `QkvAttention`, itself a barrier).
 fn plan_release_early(p: &mut ProgramPlan) -> Result<()> {
-    let knob = super::knob("KILN_RELEASE_EARLY");
+    let knob = match super::knob("KILN_RELEASE_EARLY") {
+        "" => "norm",
+        k => k,
+    };
     let (mut gather, mut norm) = (false, false);
     for w in knob.split(',').map(str::trim).filter(|w| !w.is_empty() && *w != "0") {
         match w {
             "gather" => gather = true,
             "norm" => norm = true,
-            _ => bail!("KILN_RELEASE_EARLY={knob}: give `gather`, `norm` or both, comma-separated (unset or 0: none)"),
+            _ => bail!("KILN_RELEASE_EARLY={knob}: give `gather`, `norm` or both, comma-separated (0: none; unset: norm)"),
         }
     }
     if !(gather || norm) || !matches!(p.phase, Phase::Decode | Phase::DecodeLoop) {
@@ -738,10 +744,12 @@ fn plan_release_early(p: &mut ProgramPlan) -> Result<()> {
     let (copies, n) = (p.loop_copies(), p.launches.len());
     let body = if n.is_multiple_of(copies) { n / copies } else { n };
     let mut safe = safe_set(p);
+    // The output norm: the body's last `rms_norm` (an unfused plan's layer norms are not measured).
+    let output_norm = (0..body).rev().find(|&k| matches!(p.launches[k].kernel, Kernel::RmsNorm { .. }));
     for k in 0..body {
         let want = match p.launches[k].kernel {
             Kernel::Gather { .. } => gather,
-            Kernel::RmsNorm { .. } => norm,
+            Kernel::RmsNorm { .. } => norm && Some(k) == output_norm,
             _ => false,
         };
         if !want {
