@@ -27,13 +27,6 @@ fn label(p: &ProgramPlan) -> String {
     format!("{} b{}", p.phase.name(), p.bucket)
 }
 
-fn released(k: &Kernel) -> Option<bool> {
-    match *k {
-        Kernel::Gather { release, .. } | Kernel::RmsNorm { release, .. } => Some(release),
-        _ => None,
-    }
-}
-
 #[test]
 fn the_qwen_embedding_and_output_norm_release_first_and_layer_0_reads_after_its_wait() {
     let plan = plan("qwen2.5-0.5b");
