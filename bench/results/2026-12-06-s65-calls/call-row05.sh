@@ -2,12 +2,13 @@
 # Session 65's last device call, with 367 s of device time left (too few for call-repeat.sh's ~400 s): on an H200,
 # the 0.5B's acceptance row alone with kiln only (the bandwidth probe and kiln's decode, batch 1, context 128, 5
 # repeats; no torch), a repeat of request 1's 0.501 reported beside it whatever it gives. Elsewhere nothing.
-# Carry: [".device/bin/kiln-s64c.xz", ".device/kc64c"] (6533db6, main's kernels). Request 13 ran it (933e001's
+# Carry: [".device/bin/kiln-s64c.xz", ".device/kc64c"] (6533db6, main's kernels), or another build's with BIN / KC
+# (session 66: BIN=.device/bin/kiln-s66b.xz KC=.device/kc66a). Request 13 ran it (933e001's
 # version: one round, its start written out; scripts/device_call_start.sh now does the same).
 set -u
 nvidia-smi --query-gpu=name --format=csv,noheader | tee $OUT/gpu.txt
 grep -q H200 $OUT/gpu.txt || exit 0
-source scripts/device_call_start.sh .device/bin/kiln-s64c.xz .device/kc64c qwen2.5-0.5b
+source scripts/device_call_start.sh ${BIN:-.device/bin/kiln-s64c.xz} ${KC:-.device/kc64c} qwen2.5-0.5b
 M=qwen2.5-0.5b
 C=$($B --version | sed -E 's/.*\(([0-9a-f]+).*/\1/')
 mkdir -p /tmp/rounds
