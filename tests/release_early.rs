@@ -5,7 +5,7 @@
 
 use kiln::ir::{DType, Phase};
 use kiln::model::config::ModelConfig;
-use kiln::plan::{build_plan, Kernel, Plan, PlanOptions, ProgramPlan};
+use kiln::plan::{build_plan, Kernel, Plan, PlanOptions};
 use kiln::runtime::cuda::abi;
 
 fn plan(shape: &str) -> Plan {
@@ -21,10 +21,6 @@ fn plan(shape: &str) -> Plan {
         fuse: true,
     };
     build_plan(&cfg, &opts).unwrap() // the plan checker runs in build_plan (rule 9: early reads; 11: alike copies)
-}
-
-fn label(p: &ProgramPlan) -> String {
-    format!("{} b{}", p.phase.name(), p.bucket)
 }
 
 #[test]
@@ -43,27 +39,27 @@ fn the_qwen_embedding_and_output_norm_release_first_and_layer_0_reads_after_its_
                     // In a device loop, the second copy's gather stands between the first copy's
                     // `sample_advance` (which writes the position) and the attention's early reads.
                     let want = decode && (!looped || fused);
-                    assert_eq!(release, want, "{}: {}", label(p), l.name);
+                    assert_eq!(release, want, "{}: {}", p.label(), l.name);
                     assert_eq!(symbol, if want { "kiln_gather_release_bf16" } else { "kiln_gather_bf16" });
                     if release {
-                        seen.push(format!("{} gather", label(p)));
+                        seen.push(format!("{} gather", p.label()));
                         // Layer 0's QKV-attention reads its position after its wait in a device loop (in both
                         // copies alike: the second's has no barrier but the released gather); in one step it
                         // reads early (no launch before it writes the position).
                         let next = &p.launches[i + 1];
                         match next.kernel {
                             Kernel::QkvAttention { early, .. } | Kernel::QkvRope { early, .. } => {
-                                assert_eq!(early, !looped, "{}: {}", label(p), next.name)
+                                assert_eq!(early, !looped, "{}: {}", p.label(), next.name)
                             }
                             _ => panic!("{}: {:?}", next.name, next.kernel),
                         }
                     }
                 }
                 Kernel::RmsNorm { release, .. } => {
-                    assert_eq!(release, decode, "{}: {}", label(p), l.name);
+                    assert_eq!(release, decode, "{}: {}", p.label(), l.name);
                     assert_eq!(symbol, if decode { "kiln_rms_norm_release_bf16" } else { "kiln_rms_norm_bf16" });
                     if release {
-                        seen.push(format!("{} norm", label(p)));
+                        seen.push(format!("{} norm", p.label()));
                     }
                 }
                 _ => {}
@@ -80,25 +76,25 @@ fn the_qwen_embedding_and_output_norm_release_first_and_layer_0_reads_after_its_
             })
             .collect();
         if decode {
-            assert_eq!(early.len() % layers, 0, "{}", label(p));
+            assert_eq!(early.len() % layers, 0, "{}", p.label());
             for (j, e) in early.iter().enumerate() {
-                assert_eq!(*e, !(fused && looped && j % layers == 0), "{}: attention {j}", label(p));
+                assert_eq!(*e, !(fused && looped && j % layers == 0), "{}: attention {j}", p.label());
             }
         }
     }
     // Buckets 1 and 2: a one-step program and a device loop of two copies each.
     seen.sort();
     let want = [
-        "decode b1 gather",
-        "decode b1 norm",
-        "decode b2 gather",
-        "decode b2 norm",
-        "loop b1 gather",
-        "loop b1 gather",
-        "loop b1 norm",
-        "loop b1 norm",
-        "loop b2 norm",
-        "loop b2 norm",
+        "decode.b1 gather",
+        "decode.b1 norm",
+        "decode.b2 gather",
+        "decode.b2 norm",
+        "loop.b1 gather",
+        "loop.b1 gather",
+        "loop.b1 norm",
+        "loop.b1 norm",
+        "loop.b2 norm",
+        "loop.b2 norm",
     ];
     assert_eq!(seen, want);
 }
@@ -112,9 +108,9 @@ fn the_llama_embedding_keeps_its_barrier_and_its_output_norm_releases_first() {
         let decode = matches!(p.phase, Phase::Decode | Phase::DecodeLoop);
         for l in &p.launches {
             match l.kernel {
-                Kernel::Gather { release, .. } => assert_eq!(release, p.phase == Phase::Decode, "{}: {}", label(p), l.name),
-                Kernel::RmsNorm { release, .. } => assert_eq!(release, decode, "{}: {}", label(p), l.name),
-                Kernel::AttentionCluster { early, .. } => assert!(early, "{}: {}", label(p), l.name),
+                Kernel::Gather { release, .. } => assert_eq!(release, p.phase == Phase::Decode, "{}: {}", p.label(), l.name),
+                Kernel::RmsNorm { release, .. } => assert_eq!(release, decode, "{}: {}", p.label(), l.name),
+                Kernel::AttentionCluster { early, .. } => assert!(early, "{}: {}", p.label(), l.name),
                 _ => {}
             }
         }

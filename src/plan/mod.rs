@@ -576,10 +576,16 @@ impl ProgramPlan {
     pub fn loop_launches(&self, budget: u32) -> usize {
         let copies = self.loop_copies();
         if copies > 1 && !(budget as usize).is_multiple_of(copies) {
-            self.launches.len() / copies
+            self.body_len()
         } else {
             self.launches.len()
         }
+    }
+
+    /// Launches of one copy of a device loop's body (all of them in other programs): launch `i`
+    /// is a twin of `i % body_len()` in every copy.
+    pub fn body_len(&self) -> usize {
+        self.launches.len() / self.loop_copies()
     }
 
     pub fn label(&self) -> String {

@@ -741,8 +741,7 @@ fn plan_release_early(p: &mut ProgramPlan) -> Result<()> {
     };
     // The copies of an unrolled device loop stay alike (the plan checker's rule 11): a launch and
     // its twins in the other copies are released together or not at all.
-    let (copies, n) = (p.loop_copies(), p.launches.len());
-    let body = if n.is_multiple_of(copies) { n / copies } else { n };
+    let (n, body) = (p.launches.len(), p.body_len());
     let mut safe = safe_set(p);
     // The output norm: the body's last `rms_norm` (an unfused plan's layer norms are not measured).
     let output_norm = (0..body).rev().find(|&k| matches!(p.launches[k].kernel, Kernel::RmsNorm { .. }));
@@ -844,8 +843,7 @@ fn gemv_matrix(l: &Launch) -> Option<BufArg> {
 fn plan_early_reads(p: &mut ProgramPlan) {
     let attn_early = super::knob("KILN_ATTN_EARLY") != "0";
     let each: Vec<bool> = (0..p.launches.len()).map(|i| super::early_reads_safe(&p.launches, &p.deps, i)).collect();
-    let (copies, n) = (p.loop_copies(), p.launches.len());
-    let body = if n.is_multiple_of(copies) { n / copies } else { n };
+    let (n, body) = (p.launches.len(), p.body_len());
     for i in 0..n {
         let k = i % body;
         let safe = (k..n).step_by(body).all(|j| each[j]);
