@@ -122,6 +122,20 @@
 #define KILN_QKV_ATTN_MERGE1 1
 #endif
 
+// Who merges a split block's 8 warps (KILN_QKV_ATTN_MERGE1 1 and KILN_QKV_ATTN_PUSH 1 only; the same products and sums
+// in the same order: the same bits). 1: the 64 threads of warps 0 and 1, one dim each: (m, l) of every warp, its own
+// dim's 8 rescaled accs and the tree's adds, then a 4-byte push of that dim to rank 0 (thread 0 also pushes (m, l)):
+// 8 products a thread in a loop of 8, 24 shared loads. 0 (the default): warp 0's 8 writer lanes, 8 dims each, 64
+// products a lane, fully unrolled (~300 instructions of warp 0 alone). Session 65's H100 trace: the QKV-attention's
+// last-ending block spends 2.0 us in that merge (its median block 0.54), past every other phase's median.
+// A -D for A/Bs (KILN_NVRTC_DEFINES=KILN_QKV_ATTN_MERGE64=1).
+#ifndef KILN_QKV_ATTN_MERGE64
+#define KILN_QKV_ATTN_MERGE64 0
+#endif
+#if KILN_QKV_ATTN_MERGE64 && !(KILN_QKV_ATTN_MERGE1 && KILN_QKV_ATTN_PUSH)
+#error "KILN_QKV_ATTN_MERGE64 merges MERGE1's shared accs and pushes them"
+#endif
+
 // Two cuts in the push exchanges' chain (KILN_QKV_ATTN_PUSH 1 only; the same values in the same order: the same bits):
 // - KILN_QKV_ATTN_PUSH_WARP0 1 (the default since session 64): warp 0, which computes `mine`, also makes all 48 pushes
 //   of it (lanes 0-15 two each) after a __syncwarp; 0: warps 0 and 1 push after a block barrier.
@@ -591,7 +605,25 @@ __device__ void qkv_attention(const __nv_bfloat16* x, const __nv_bfloat16* norm_
     __syncthreads();
     KILN_TRACE_PHASE(10);  // every warp's (m, l) (and, MERGE1, its acc) in shared memory
     float big_m = -inf(), big_l = 0.0f;
-#if KILN_QKV_ATTN_MERGE1
+#if KILN_QKV_ATTN_MERGE64
+    float merged = 0.0f;  // dim tid's sum (tid < 64)
+    if (tid < HD) {  // the tree's sums for dim tid, in its order
+#pragma unroll
+      for (unsigned int wv = 0; wv < NW; ++wv) big_m = fmaxf(big_m, sh_m[wv]);
+      float t[NW];
+#pragma unroll
+      for (unsigned int wv = 0; wv < NW; ++wv) {
+        const float own = weight_of(sh_m[wv], big_m);
+        big_l += own * sh_l[wv];
+        t[wv] = __fmul_rn(sh_acc[wv][tid], own);  // rounded, as the tree
+      }
+#pragma unroll
+      for (unsigned int half = NW / 2; half > 0; half >>= 1)
+#pragma unroll
+        for (unsigned int wv = 0; wv < half; ++wv) t[wv] += t[wv + half];
+      merged = t[0];
+    }
+#elif KILN_QKV_ATTN_MERGE1
     if (warp == 0 && writer) {  // the tree's sums below, in its order, by warp 0's writer lanes alone
 #pragma unroll
       for (unsigned int wv = 0; wv < NW; ++wv) big_m = fmaxf(big_m, sh_m[wv]);
@@ -636,6 +668,13 @@ __device__ void qkv_attention(const __nv_bfloat16* x, const __nv_bfloat16* norm_
     }
 #endif
     KILN_TRACE_PHASE(5);  // the split's attention and its warps' merge
+#if KILN_QKV_ATTN_MERGE64
+    if (tid < HD) {
+      const unsigned int bar = remote_addr(bar_m, 0);
+      push4(remote_addr(smem_addr(&mslot[s][tid]), 0), merged, bar);
+      if (tid == 0) push16(remote_addr(smem_addr(&mslot[s][HD]), 0), make_float4(big_m, big_l, 0.0f, 0.0f), bar);
+    }
+#else
     if (warp == 0 && writer) {
 #if KILN_QKV_ATTN_PUSH
       const unsigned int to = remote_addr(smem_addr(&mslot[s][d0]), 0), bar = remote_addr(bar_m, 0);
@@ -651,6 +690,7 @@ __device__ void qkv_attention(const __nv_bfloat16* x, const __nv_bfloat16* norm_
       }
 #endif
     }
+#endif
   }
 #if KILN_QKV_ATTN_PUSH
   else if (warp == 0 && (lane >> 3) == 0) {  // an empty split: its bytes still complete rank 0's count (unread)

@@ -576,7 +576,7 @@ template <typename P> __device__ __forceinline__ P* cluster_map(P* p, unsigned i
 
 // Pushes into a cluster block's shared memory (sm_90+; attention_qkv.cu, attention_split.cu's cluster
 // kernel): the shared::cta address of `p`, that address in cluster block `rank`, an mbarrier's init,
-// expected bytes and phase-0 wait, and 8- / 16-byte st.async stores that complete their bytes on the
+// expected bytes and phase-0 wait, and 4- / 8- / 16-byte st.async stores that complete their bytes on the
 // receiver's mbarrier `bar`. A reader that waits on its own mbarrier sees the pushed bytes with no
 // fence on either side (barrier.cluster.arrive's default .release costs a GPU-scope MEMBAR; the
 // relaxed barrier below has none). The protocol: every block initializes its mbarrier(s), posts the
@@ -608,6 +608,11 @@ __device__ __forceinline__ void mbar_wait0(unsigned int bar) {
 __device__ __forceinline__ void push16(unsigned int dst, const float4& v, unsigned int bar) {
   asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, [%5];" ::"r"(dst),
                "r"(__float_as_uint(v.x)), "r"(__float_as_uint(v.y)), "r"(__float_as_uint(v.z)), "r"(__float_as_uint(v.w)),
+               "r"(bar)
+               : "memory");
+}
+__device__ __forceinline__ void push4(unsigned int dst, float a, unsigned int bar) {
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];" ::"r"(dst), "r"(__float_as_uint(a)),
                "r"(bar)
                : "memory");
 }
