@@ -123,14 +123,17 @@
 #endif
 
 // Who merges a split block's 8 warps (KILN_QKV_ATTN_MERGE1 1 and KILN_QKV_ATTN_PUSH 1 only; the same products and sums
-// in the same order: the same bits). 1: the 64 threads of warps 0 and 1, one dim each: (m, l) of every warp, its own
-// dim's 8 rescaled accs and the tree's adds, then a 4-byte push of that dim to rank 0 (thread 0 also pushes (m, l)):
-// 8 products a thread in a loop of 8, 24 shared loads. 0 (the default): warp 0's 8 writer lanes, 8 dims each, 64
-// products a lane, fully unrolled (~300 instructions of warp 0 alone). Session 65's H100 trace: the QKV-attention's
-// last-ending block spends 2.0 us in that merge (its median block 0.54), past every other phase's median.
-// A -D for A/Bs (KILN_NVRTC_DEFINES=KILN_QKV_ATTN_MERGE64=1).
+// in the same order: the same bits). 1 (the default since session 67): the 64 threads of warps 0 and 1, one dim each:
+// (m, l) of every warp, its own dim's 8 rescaled accs and the tree's adds, then a 4-byte push of that dim to rank 0
+// (thread 0 also pushes (m, l)): 8 products a thread, 24 shared loads. 0: warp 0's 8 writer lanes, 8 dims each, 64
+// products a lane (~300 instructions of warp 0 alone). Session 65's H100 trace: the QKV-attention's last-ending block
+// spent 1.9 us in that merge (its median block 0.54), past every other phase's median. Session 67 on an H100, kiln's
+// 0.5B decode at context 128 over four placements, two rounds: 2061.7 -> 2087.4 tok/s (+1.25%, paired +1.25%), every
+// placement; the same greedy ids; gate checks 1, 2, 5 26/26; traced, the step 545.7 -> 536.2 us, the launch 6.66 ->
+// 6.34 us a layer, the last block's merge 1.89 -> 1.03 us (bench/results/2026-12-07-decode-s67.md).
+// A -D for A/Bs (KILN_NVRTC_DEFINES=KILN_QKV_ATTN_MERGE64=0); off by itself where MERGE1 or PUSH is 0.
 #ifndef KILN_QKV_ATTN_MERGE64
-#define KILN_QKV_ATTN_MERGE64 0
+#define KILN_QKV_ATTN_MERGE64 (KILN_QKV_ATTN_MERGE1 && KILN_QKV_ATTN_PUSH)
 #endif
 #if KILN_QKV_ATTN_MERGE64 && !(KILN_QKV_ATTN_MERGE1 && KILN_QKV_ATTN_PUSH)
 #error "KILN_QKV_ATTN_MERGE64 merges MERGE1's shared accs and pushes them"
