@@ -730,6 +730,7 @@ __device__ void qkv_attention(const __nv_bfloat16* x, const __nv_bfloat16* norm_
     }
 #pragma unroll
     for (unsigned int r = 0; r < S; ++r) big_m = fmaxf(big_m, ms[r]);
+    KILN_TRACE_PHASE_AFTER(11, __float_as_uint(big_m));  // rank 0: the splits' (m) read and their max, before the sums
     if (big_m != -inf()) {
 #pragma unroll
       for (unsigned int r = 0; r < S; ++r) {
