@@ -39,8 +39,8 @@
 //   into each block's shared memory, KILN_QKV_ATTN_PUSH below; or a cluster barrier and
 //   distributed-shared-memory reads);
 // - then attention_split.cu's split block for one head (8 lanes of 8 dims per key, 2 steps per
-//   stage, online softmax; its warps merged after one barrier, KILN_QKV_ATTN_MERGE1) with row p
-//   from shared memory, and its cluster merge.
+//   stage, online softmax; its warps merged after one barrier, KILN_QKV_ATTN_MERGE1, by 64 threads
+//   one dim each, KILN_QKV_ATTN_MERGE64) with row p from shared memory, and its cluster merge.
 //   That half is a copy of attention_split.cu's arithmetic rather than a call into it: the split
 //   block loads row p from the cache after its wait, which here no block may do (another cluster
 //   writes it), and threading a hook and a shared-memory row through the measured cluster kernel
